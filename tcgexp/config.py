@@ -1,0 +1,184 @@
+"""Typed schemas behind every Hydra config group.
+
+Each group's YAML options (``conf/<group>/<option>.yaml``) start from the
+schema stored here (``defaults: [base_<group>, _self_]``), so a misspelt key or
+a value of the wrong type fails at composition with Hydra's own message, before
+any work starts. ``register_configs()`` runs on import of this module; every
+entry point imports it before ``@hydra.main`` composes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+@dataclass
+class DatasetConfig:
+    """Day-partitioned Parquet corpus, built from seeded simulator replays."""
+
+    _target_: str = "tcgexp.data.corpus.Corpus"
+    name: str = MISSING
+    root: str = "data"  # relative paths resolve against the launch directory
+    start_date: str = "2026-07-27"  # first day; days are consecutive dates
+    days: int = 1
+    rows_per_day: int = 3000
+    row_group_rows: int = 2048  # target rows per row group (whole episodes)
+    episodes_per_shard: int = 16  # build unit: one ZIP member, one .done marker
+    val_fraction: float = 0.1  # share of episodes held out, never split by row
+    seed: int = 0
+    max_turns: int = 60
+    would_ko: bool = True  # counterfactual would-KO labels (about 10 % of build time)
+    compression: str = "zstd"
+    workers: int = 0  # encoder processes; 0 = one per core
+    verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
+
+
+@dataclass
+class CacheConfig:
+    """Row-group cache policy (implemented with the data path)."""
+
+    policy: str = MISSING  # off | fifo | lru | hot60 | plan
+    capacity: int = 8  # resident row groups
+    hot_fraction: float = 0.6
+    promotion_hits: int = 2
+    high_watermark_pct: float = 85.0
+    spill: bool = True
+    spill_budget_bytes: int = 2 * 1024**3
+    prefetch_workers: int = 1
+
+
+@dataclass
+class TbpttConfig:
+    enabled: bool = True
+    chunk: int = 16  # decisions per chunk: the gradient horizon
+    batch_size: int = 256  # physical row budget per microbatch
+    accum_steps: int = 1
+
+
+@dataclass
+class SchedulerConfig:
+    name: str = MISSING  # cosine | linear | constant
+    warmup_steps: int = 0
+    total_steps: int = 0  # 0 = this run's real optimizer-step horizon
+    min_lr_ratio: float = 0.0
+    reset: bool = True
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    hidden: int = 128
+    memory: bool = True  # false: same network, stateless (the ablation)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = MISSING
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 2
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1
+    latest_every_steps: int = 50
+
+
+@dataclass
+class TrackingConfig:
+    backend: str = MISSING  # aim | aim_remote | off
+    repo: Optional[str] = None
+    experiment: Optional[str] = None
+
+
+@dataclass
+class Config:
+    dataset: DatasetConfig = MISSING
+    cache: CacheConfig = MISSING
+    tbptt: TbpttConfig = MISSING
+    scheduler: SchedulerConfig = MISSING
+    model: ModelConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    checkpoint: CheckpointConfig = MISSING
+    tracking: TrackingConfig = MISSING
+    seed: int = 0
+    resume: Optional[str] = None  # a run dir or checkpoint dir to continue
+
+
+class DataAction(Enum):
+    build = "build"  # build missing days, validate finished ones
+    clean = "clean"  # drop derived files (refused for a day whose replay ZIP is missing)
+
+
+@dataclass
+class DataAppConfig:
+    """``python -m tcgexp.data``: build/validate, or clean derived files of, the configured days."""
+
+    dataset: DatasetConfig = MISSING
+    action: DataAction = DataAction.build
+
+
+GROUPS: dict[str, type] = {
+    "dataset": DatasetConfig,
+    "cache": CacheConfig,
+    "tbptt": TbpttConfig,
+    "scheduler": SchedulerConfig,
+    "model": ModelConfig,
+    "optimizer": OptimizerConfig,
+    "trainer": TrainerConfig,
+    "checkpoint": CheckpointConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(name="base_data_app", node=DataAppConfig)
+    for group, schema in GROUPS.items():
+        cs.store(group=group, name=f"base_{group}", node=schema)
+
+
+register_configs()
+
+
+def build(node, *args, **kwargs):
+    """``hydra.utils.instantiate``, re-raising our own errors unwrapped.
+
+    Hydra wraps whatever a ``_target_`` raises in InstantiationException; a
+    DataError (or any ValueError of ours) already names the key and the fix, so
+    the user gets it as it is.
+    """
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(node, *args, **kwargs)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValueError) and type(cause).__module__.startswith("tcgexp."):
+            raise cause from None
+        raise
+
+
+def compose(*overrides: str, config_name: str = "config") -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` with overrides, outside any ``@hydra.main``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))

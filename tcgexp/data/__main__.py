@@ -1,0 +1,42 @@
+"""``python -m tcgexp.data``: build or validate the configured corpus days."""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+from rich.console import Console
+
+from ..config import DataAction, build  # importing config registers the schemas
+from ..progress import stage_progress
+from .corpus import Corpus
+from .errors import DataError
+
+
+def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
+    console = console or Console()
+    corpus: Corpus = build(cfg.dataset)
+    if cfg.action == DataAction.clean:
+        for date in corpus.dates:
+            corpus.clean_derived(date)
+            console.print(f"[data] {date}: derived files removed (replay ZIP kept)")
+        return {d: "cleaned" for d in corpus.dates}
+    progress, update = stage_progress()
+    with progress:
+        outcome = corpus.build(progress=update)
+    for date, what in outcome.items():
+        m = corpus.manifests[date]
+        console.print(f"[data] {date}: {what}  rows={m['rows']} episodes={m['episodes']} "
+                      f"row_groups={len(m['row_groups'])} train/val rows={m['split']['train_rows']}/"
+                      f"{m['split']['val_rows']}  {corpus.paths(date).parquet}")
+    return outcome
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="data")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except DataError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()

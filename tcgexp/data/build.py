@@ -1,0 +1,268 @@
+"""Build (or validate) one corpus day: ZIP -> shards -> day Parquet -> manifest -> catalog.
+
+Every step is idempotent and resumable: the ZIP is written once, shards are
+accepted only with ``.done``, the day file and manifest are renamed into place
+last, and a finished day is only ever validated, never rebuilt.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import sim
+from .catalog import Catalog
+from .errors import BuildRefused, DataError
+from .manifest import check_day, file_sha256, read_manifest, write_json_atomic
+from .replay import DayZip, write_day_zip
+from .schema import SCHEMA_VERSION, arrow_schema
+from .shards import discard_partial, encode_member, read_done, read_shard, write_shard
+
+Progress = Callable[[str, int, int], None]  # (stage, completed, total)
+
+
+@dataclass(frozen=True)
+class DaySpec:
+    date: str
+    seed: int
+    rows_per_day: int
+    row_group_rows: int
+    episodes_per_shard: int
+    val_fraction: float
+    max_turns: int
+    would_ko: bool
+    compression: str
+
+    @property
+    def ordinal(self) -> int:
+        return dt.date.fromisoformat(self.date).toordinal()
+
+    def source_meta(self) -> dict:
+        """What determines the replay ZIP's content."""
+        return {"date": self.date, "seed": self.seed, "rows_per_day": self.rows_per_day,
+                "episodes_per_shard": self.episodes_per_shard, "max_turns": self.max_turns,
+                "sim_version": sim.SIM_VERSION}
+
+
+@dataclass(frozen=True)
+class DayPaths:
+    root: Path
+    date: str
+
+    @property
+    def zip(self) -> Path:
+        return self.root / "replays" / f"{self.date}.zip"
+
+    @property
+    def parquet(self) -> Path:
+        return self.root / "bc_data" / f"{self.date}.parquet"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "bc_data" / f"{self.date}.manifest.json"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "bc_data" / ".build" / self.date
+
+    @property
+    def resume(self) -> Path:
+        return self.work / "resume.json"
+
+
+class DayBuilder:
+    def __init__(self, spec: DaySpec, paths: DayPaths, fingerprint: str, catalog: Catalog, *,
+                 executor: Optional[Executor] = None, ahead: int = 2, verify: str = "quick",
+                 progress: Optional[Progress] = None) -> None:
+        self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
+        self.executor, self.ahead, self.verify = executor, ahead, verify
+        self.progress = progress or (lambda stage, done, total: None)
+        self.encoded: list[int] = []  # shards encoded by this call (resume tests read it)
+
+    # -- the whole day -------------------------------------------------------------------
+    def run(self) -> tuple[str, dict]:
+        """Return ("validated" | "built", manifest)."""
+        p = self.paths
+        if p.manifest.exists():
+            return "validated", self.validate()
+        t0 = time.perf_counter()
+        day = self.source()
+        with day:
+            self.claim_work_dir()
+            dones = self.encode_shards(day)
+        manifest = self.merge(dones)
+        manifest["build_seconds"] = round(time.perf_counter() - t0, 3)
+        write_json_atomic(p.manifest, manifest)  # the day is finished from here on
+        self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
+        if p.zip.exists():  # shards are derived; never drop derived data whose source is gone
+            shutil.rmtree(p.work, ignore_errors=True)
+        return "built", manifest
+
+    def validate(self) -> dict:
+        p = self.paths
+        manifest = read_manifest(p.manifest)
+        if manifest["fingerprint"] != self.fingerprint:
+            raise BuildRefused(
+                f"day {self.spec.date} was built with fingerprint {manifest['fingerprint'][:12]}, the current "
+                f"config gives {self.fingerprint[:12]} ({diff_config(manifest.get('config', {}), self.config())})",
+                path=p.manifest,
+                fix="a finished day is never rebuilt: restore the config, or point dataset.root elsewhere")
+        if not p.parquet.exists():
+            raise BuildRefused("manifest exists but its day file is missing", path=p.parquet,
+                               fix="delete the manifest to rebuild the day from its replay ZIP")
+        check_day(p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM,
+                  full=self.verify == "full")
+        self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
+        return manifest
+
+    def config(self) -> dict:
+        return {**self.spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION}
+
+    # -- steps ---------------------------------------------------------------------------
+    def source(self) -> DayZip:
+        p, s = self.paths, self.spec
+        if not p.zip.exists():
+            self.progress(f"{s.date} simulate", 0, s.rows_per_day)
+            write_day_zip(p.zip, meta=s.source_meta(), ordinal=s.ordinal, seed=s.seed,
+                          rows_target=s.rows_per_day, episodes_per_shard=s.episodes_per_shard,
+                          max_turns=s.max_turns, executor=self.executor, ahead=self.ahead,
+                          on_shard=lambda done, total: self.progress(f"{s.date} simulate", done, total))
+        day = DayZip(p.zip)
+        meta = {k: v for k, v in day.meta.items() if k in s.source_meta()}
+        if meta != s.source_meta():
+            day.close()
+            raise BuildRefused(f"replay ZIP was generated with other settings ({diff_config(meta, s.source_meta())})",
+                               path=p.zip, fix="the ZIP is the durable source and is never replaced: restore the "
+                               "config, or move the ZIP away to simulate the day afresh")
+        return day
+
+    def claim_work_dir(self) -> None:
+        p = self.paths
+        if p.resume.exists():
+            started = read_manifest_loose(p.resume)
+            if started.get("fingerprint") != self.fingerprint:
+                raise BuildRefused(
+                    f"an unfinished build was started with fingerprint {str(started.get('fingerprint'))[:12]}, "
+                    f"the current config gives {self.fingerprint[:12]} "
+                    f"({diff_config(started.get('config', {}), self.config())})",
+                    path=p.resume, fix=f"restore the config to resume, or delete {p.work} to start the day over")
+            return
+        p.work.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(p.resume, {"fingerprint": self.fingerprint, "config": self.config()})
+
+    def encode_shards(self, day: DayZip) -> list[dict]:
+        s, work = self.spec, self.paths.work
+        dones: dict[int, dict] = {}
+        todo = []
+        for i, _ in enumerate(day.members):
+            done = read_done(work, i)
+            if done is None:
+                discard_partial(work, i)  # a shard without .done is redone from scratch
+                todo.append(i)
+            else:
+                dones[i] = done
+        total = len(day.members)
+        self.progress(f"{s.date} encode", len(dones), total)
+        args = [(str(day.path), day.members[i], s.would_ko) for i in todo]
+        if self.executor is not None and len(todo) > 1:
+            results = self.executor.map(encode_member, *zip(*args)) if args else []
+        else:
+            results = (encode_member(*a) for a in args)
+        for i, (columns, stats, episodes) in zip(todo, results):
+            dones[i] = write_shard(work, i, columns, stats, episodes, compression=s.compression)
+            self.encoded.append(i)
+            self.progress(f"{s.date} encode", len(dones), total)
+        return [dones[i] for i in range(total)]
+
+    def merge(self, dones: list[dict]) -> dict:
+        """Stream shards into the day file: train episodes then val, whole episodes per row group."""
+        s, p = self.spec, self.paths
+        episodes = [e for d in dones for e in d["episodes"]]
+        val = split_val(np.array([e[0] for e in episodes], dtype=np.int64), s)
+        schema = arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM)
+        tmp = p.parquet.with_name(p.parquet.name + ".tmp")
+        p.parquet.parent.mkdir(parents=True, exist_ok=True)
+        groups: list[dict] = []
+        rows = {"train": 0, "val": 0}
+        with pq.ParquetWriter(tmp, schema, compression=s.compression) as writer:
+            for split in ("train", "val"):
+                buf: list[pa.Table] = []
+                buffered = 0
+
+                def flush() -> None:
+                    nonlocal buf, buffered
+                    if not buf:
+                        return
+                    table = pa.concat_tables(buf).combine_chunks()
+                    writer.write_table(table, row_group_size=table.num_rows)
+                    ep = table.column("episode_id").to_numpy()
+                    groups.append({"index": len(groups), "rows": table.num_rows, "split": split,
+                                   "episodes": int(len(np.unique(ep))),
+                                   "first_episode": int(ep[0]), "last_episode": int(ep[-1])})
+                    buf, buffered = [], 0
+
+                for i in range(len(dones)):
+                    table = read_shard(p.work, i)  # one shard in memory at a time
+                    ep = table.column("episode_id").to_numpy()
+                    keep = np.isin(ep, val) == (split == "val")
+                    bounds = np.flatnonzero(np.diff(ep, prepend=ep[0] - 1, append=ep[-1] + 1))
+                    for a, b in zip(bounds[:-1], bounds[1:]):
+                        if not keep[a]:
+                            continue
+                        if buffered and buffered + (b - a) > s.row_group_rows:
+                            flush()
+                        buf.append(table.slice(a, b - a))
+                        buffered += int(b - a)
+                        rows[split] += int(b - a)
+                flush()
+        stats: dict[str, int] = {}
+        for d in dones:
+            for k, v in d["stats"].items():
+                stats[k] = stats.get(k, 0) + v
+        manifest = {
+            "schema_version": SCHEMA_VERSION, "date": s.date, "file": p.parquet.name,
+            "source": str(p.zip.relative_to(p.root)), "fingerprint": self.fingerprint, "config": self.config(),
+            "rows": rows["train"] + rows["val"], "episodes": len(episodes),
+            "decisions": stats.get("decisions", 0), "row_groups": groups,
+            "split": {"by": "episode", "val_fraction": s.val_fraction, "train_rows": rows["train"],
+                      "val_rows": rows["val"], "train_episodes": len(episodes) - len(val),
+                      "val_episodes": sorted(int(v) for v in val)},
+            "would_ko": {k: stats.get(k, 0) for k in ("eligible", "computed", "valid_trials", "failed_trials",
+                                                       "valid_rows", "valid_zero_rows", "failed_rows")},
+            "file_bytes": tmp.stat().st_size, "sha256": file_sha256(tmp),
+            "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        tmp.replace(p.parquet)
+        return manifest
+
+
+def split_val(episode_ids: np.ndarray, spec: DaySpec) -> np.ndarray:
+    """Validation episodes: a seeded choice of whole episodes, both sides together."""
+    n = len(episode_ids)
+    k = int(round(spec.val_fraction * n))
+    if spec.val_fraction > 0 and n >= 2:
+        k = min(max(k, 1), n - 1)
+    rng = np.random.default_rng([spec.seed, spec.ordinal, 0x5A11])
+    return np.sort(rng.choice(episode_ids, size=k, replace=False)) if k else np.empty(0, np.int64)
+
+
+def diff_config(old: dict, new: dict) -> str:
+    keys = sorted(set(old) | set(new))
+    changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    return "; ".join(changed) if changed else "same settings, different code version"
+
+
+def read_manifest_loose(path: Path) -> dict:
+    import json
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"is unreadable ({exc})", path=path, fix=f"delete {path.parent} to start the day over") from exc

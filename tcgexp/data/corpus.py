@@ -1,0 +1,109 @@
+"""The corpus a run trains on: the configured days, built or validated on demand.
+
+``Corpus`` is what ``hydra.utils.instantiate(cfg.dataset)`` returns; every
+knob of the ``dataset`` config group is one of its constructor arguments.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Optional
+
+from .. import sim
+from .build import DayBuilder, DayPaths, DaySpec, Progress
+from .catalog import Catalog
+from .errors import BuildRefused, DataError
+from .schema import SCHEMA_VERSION
+
+VERIFY_MODES = ("quick", "full")
+
+
+class Corpus:
+    def __init__(self, name: str, root: str, start_date: str, days: int, rows_per_day: int,
+                 row_group_rows: int, episodes_per_shard: int, val_fraction: float, seed: int,
+                 max_turns: int, would_ko: bool, compression: str, workers: int, verify: str) -> None:
+        self.name = name
+        self.root = Path(root).expanduser().absolute()
+        try:
+            first = dt.date.fromisoformat(start_date)
+        except ValueError as exc:
+            raise DataError(f"dataset.start_date={start_date!r} is not an ISO date", fix="use YYYY-MM-DD") from exc
+        checks = {
+            "dataset.days": days >= 1, "dataset.rows_per_day": rows_per_day >= 1,
+            "dataset.row_group_rows": row_group_rows >= 1, "dataset.episodes_per_shard": episodes_per_shard >= 1,
+            "dataset.val_fraction": 0.0 <= val_fraction < 1.0, "dataset.workers": workers >= 0,
+            "dataset.verify": verify in VERIFY_MODES,
+        }
+        for key, ok in checks.items():
+            if not ok:
+                raise DataError(f"{key} has an impossible value",
+                                fix="days/rows/row-group/shard sizes must be >= 1, val_fraction in [0, 1), "
+                                    f"workers >= 0, verify in {VERIFY_MODES}")
+        self.dates = [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
+        self.specs = [DaySpec(date=d, seed=seed, rows_per_day=rows_per_day, row_group_rows=row_group_rows,
+                              episodes_per_shard=episodes_per_shard, val_fraction=val_fraction,
+                              max_turns=max_turns, would_ko=would_ko, compression=compression)
+                      for d in self.dates]
+        self.workers = workers or (os.cpu_count() or 1)
+        self.verify = verify
+        self.manifests: dict[str, dict] = {}
+        self.encoded: dict[str, list[int]] = {}  # shards (re)encoded by the last build, per day
+
+    # -- paths ---------------------------------------------------------------------------
+    def paths(self, date: str) -> DayPaths:
+        return DayPaths(self.root, date)
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.paths(d).parquet for d in self.dates]
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(self.root / "catalog.sqlite")
+
+    def fingerprint(self, spec: DaySpec) -> str:
+        """Simulator + encoder config + every knob that shapes the day's bytes."""
+        blob = json.dumps({**spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    # -- build ---------------------------------------------------------------------------
+    def build(self, progress: Optional[Progress] = None) -> dict[str, str]:
+        """Build missing days, validate finished ones; returns {date: "built" | "validated"}."""
+        catalog = self.catalog
+        outcome: dict[str, str] = {}
+        pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
+        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+                if pending and self.workers > 1 else nullcontext(None))
+        with pool as executor:
+            for spec in self.specs:
+                builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
+                                     executor=executor, ahead=2 * self.workers, verify=self.verify,
+                                     progress=progress)
+                outcome[spec.date], self.manifests[spec.date] = builder.run()
+                self.encoded[spec.date] = builder.encoded
+        return outcome
+
+    def manifest(self, date: str) -> dict:
+        if date not in self.manifests:
+            self.build()
+        return self.manifests[date]
+
+    def clean_derived(self, date: str) -> None:
+        """Delete a day's derived files; refused while the replay ZIP (its source) is missing."""
+        p = self.paths(date)
+        if not p.zip.exists():
+            raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
+                               path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
+        for f in (p.manifest, p.parquet):
+            f.unlink(missing_ok=True)
+        shutil.rmtree(p.work, ignore_errors=True)
+        self.catalog.delete(date)
+        self.manifests.pop(date, None)

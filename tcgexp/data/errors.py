@@ -1,0 +1,41 @@
+"""One error type for bad data, always naming what is wrong and where."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+class DataError(ValueError):
+    """Bad or inconsistent corpus data.
+
+    The message names the file (and row group or lane when known) and says
+    what to do about it; the attributes carry the same facts for callers.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        path: Optional[Path | str] = None,
+        row_group: Optional[int] = None,
+        lane: Optional[tuple[int, int]] = None,
+        fix: Optional[str] = None,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.row_group = row_group
+        self.lane = lane
+        where = []
+        if path is not None:
+            where.append(str(path))
+        if row_group is not None:
+            where.append(f"row group {row_group}")
+        if lane is not None:
+            where.append(f"lane (episode_id={lane[0]}, side={lane[1]})")
+        msg = (", ".join(where) + ": " if where else "") + what
+        if fix:
+            msg += f" -- {fix}"
+        super().__init__(msg)
+
+
+class BuildRefused(DataError):
+    """A build step that would lose or silently replace something already built."""

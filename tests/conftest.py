@@ -1,0 +1,26 @@
+"""One fixture composes the real config (conf/) with tiny overrides."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tcgexp.config import CONF_DIR as CONF
+from tcgexp.config import compose
+TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
+        "dataset.workers=1"]
+
+
+def compose_config(*overrides: str, config_name: str = "config"):
+    return compose(*overrides, config_name=config_name)
+
+
+@pytest.fixture
+def cfg_factory(tmp_path):
+    """compose(overrides...) with the dataset rooted in this test's tmp dir and sized tiny."""
+
+    def make(*overrides: str, root: Path | None = None, config_name: str = "config"):
+        root = root or tmp_path / "data"
+        return compose_config(f"dataset.root={root}", *TINY, *overrides, config_name=config_name)
+
+    return make

@@ -1,0 +1,64 @@
+"""Every option of every group composes (and instantiates where it builds something)."""
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from tcgexp.config import build as instantiate
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from tcgexp.config import GROUPS
+from tcgexp.data import Corpus, DataError
+from tests.conftest import CONF, compose_config
+
+OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes(group, option, tmp_path):
+    cfg = compose_config(f"{group}={option}", f"dataset.root={tmp_path}")
+    assert OmegaConf.is_missing(cfg, group) is False
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # nothing left MISSING
+    if "_target_" in cfg[group]:
+        assert instantiate(cfg[group]) is not None
+
+
+def test_every_group_has_options():
+    for group in GROUPS:
+        assert list((CONF / group).glob("*.yaml")), group
+
+
+@pytest.mark.parametrize("option", ["demo", "1d", "5d"])
+def test_dataset_options_instantiate_to_a_corpus(option, tmp_path):
+    corpus = instantiate(compose_config(f"dataset={option}", f"dataset.root={tmp_path}").dataset)
+    assert isinstance(corpus, Corpus) and corpus.root == tmp_path
+    if option == "5d":
+        assert len(corpus.dates) == 5 and corpus.specs[0].rows_per_day == 30000
+
+
+@pytest.mark.parametrize("override, exc", [
+    ("dataset.rows_per_dya=5", ConfigCompositionException),
+    ("dataset.days=two", ConfigCompositionException),
+    ("cache.capacity=lots", ConfigCompositionException),
+    ("dataset=7d", ConfigCompositionException),
+], ids=["unknown-key", "wrong-type", "wrong-type-cache", "unknown-option"])
+def test_bad_overrides_fail_at_composition(override, exc):
+    with pytest.raises(exc) as err:
+        compose_config(override)
+    key = override.split("=")[0]
+    assert key in str(err.value) or key in str(err.value.__cause__)
+
+
+def test_data_app_rejects_unknown_action():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_config("action=explode", config_name="data")
+    assert "action" in str(err.value) or "action" in str(err.value.__cause__)
+
+
+@pytest.mark.parametrize("override", ["dataset.val_fraction=1.5", "dataset.days=0", "dataset.verify=deep",
+                                      "dataset.start_date=yesterday"])
+def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
+    cfg = compose_config(override, f"dataset.root={tmp_path}")
+    with pytest.raises(DataError) as err:
+        instantiate(cfg.dataset)
+    assert override.split("=")[0] in str(err.value)
