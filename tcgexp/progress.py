@@ -18,3 +18,8 @@ def stage_progress(console: Console | None = None) -> tuple[Progress, "callable"
         progress.update(tasks[stage], completed=done, total=total)
 
     return progress, update
+
+
+def report_console() -> Console:
+    """Console for report lines: '[data] ...' is literal text, not Rich markup; no wrapping."""
+    return Console(markup=False, highlight=False, soft_wrap=True)

@@ -6,13 +6,13 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from ..config import DataAction, build  # importing config registers the schemas
-from ..progress import stage_progress
+from ..progress import report_console, stage_progress
 from .corpus import Corpus
 from .errors import DataError
 
 
 def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
-    console = console or Console()
+    console = console or report_console()
     corpus: Corpus = build(cfg.dataset)
     if cfg.action == DataAction.clean:
         for date in corpus.dates:

@@ -11,11 +11,11 @@ from rich.console import Console
 
 from ..config import build
 from ..data import Corpus
-from ..progress import stage_progress
+from ..progress import report_console, stage_progress
 
 
 def train(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    console = console or Console()
+    console = console or report_console()
     corpus: Corpus = build(cfg.dataset)
     progress, update = stage_progress()
     with progress:

@@ -1,0 +1,85 @@
+"""The entry points as a user runs them: real processes, real Hydra."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from tcgexp.config import build, compose
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, cwd=ROOT, **kw):
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_data_entry_builds_then_validates(tmp_path):
+    args = ("tcgexp.data", f"dataset.root={tmp_path}", "dataset.rows_per_day=400")
+    first = run(*args)
+    assert first.returncode == 0, first.stderr
+    assert "[data] 2026-07-27: built" in first.stdout
+    second = run(*args)
+    assert second.returncode == 0 and "[data] 2026-07-27: validated" in second.stdout
+    assert not list(tmp_path.glob("*.log")) and not (tmp_path / ".hydra").exists()
+
+
+def test_train_entry_builds_the_configured_days(tmp_path):
+    res = run("tcgexp.train", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=400",
+              f"hydra.run.dir={tmp_path / 'run'}")
+    assert res.returncode == 0, res.stderr
+    assert "[data] 2026-07-27: built" in res.stdout
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").exists()
+
+
+def test_errors_reach_the_user_as_one_line(tmp_path):
+    run("tcgexp.data", f"dataset.root={tmp_path}", "dataset.rows_per_day=300")
+    manifest = tmp_path / "bc_data" / "2026-07-27.manifest.json"
+    manifest.write_text("{broken")
+    res = run("tcgexp.data", f"dataset.root={tmp_path}", "dataset.rows_per_day=300")
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines()[-1].startswith(f"error: {manifest}")
+    bad = run("tcgexp.data", "dataset.rows_per_dya=3")
+    assert bad.returncode != 0 and "rows_per_dya" in bad.stderr
+
+
+def test_sigkilled_build_resumes_to_identical_content(tmp_path):
+    """A real build process killed with SIGKILL mid-day resumes, redoing only unfinished shards."""
+    args = ("tcgexp.data", f"dataset.root={tmp_path / 'a'}", "dataset.rows_per_day=20000",
+            "dataset.episodes_per_shard=2", "dataset.workers=1")
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    work = tmp_path / "a" / "bc_data" / ".build" / "2026-07-27"
+    deadline = time.monotonic() + 120
+    while len(list(work.glob("*.done"))) < 5:
+        assert proc.poll() is None, "the build finished before it could be killed; make it bigger"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.name: p.stat().st_mtime_ns for p in work.glob("*.done")}
+    assert not (tmp_path / "a" / "bc_data" / "2026-07-27.manifest.json").exists()
+    corpus = build(compose(*args[1:]).dataset)
+    assert corpus.build() == {"2026-07-27": "built"}
+    redone = corpus.encoded["2026-07-27"]
+    assert not {int(n[6:11]) for n in done} & set(redone), "finished shards were not redone"
+    fresh = build(compose(f"dataset.root={tmp_path / 'b'}", *args[2:]).dataset)
+    fresh.build()
+    assert pq.read_table(fresh.files[0]).equals(pq.read_table(corpus.files[0]))
+
+
+@pytest.mark.slow
+def test_5d_corpus_builds_with_full_verification(tmp_path):
+    res = run("tcgexp.data", "dataset=5d", f"dataset.root={tmp_path}", "dataset.verify=full")
+    assert res.returncode == 0, res.stderr
+    again = run("tcgexp.data", "dataset=5d", f"dataset.root={tmp_path}", "dataset.verify=full")
+    assert again.returncode == 0 and again.stdout.count("validated") == 5
+    for m in sorted((tmp_path / "bc_data").glob("*.manifest.json")):
+        manifest = json.loads(m.read_text())
+        assert 30000 <= manifest["rows"] < 30400 and len(manifest["row_groups"]) >= 7
