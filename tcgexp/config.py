@@ -60,6 +60,7 @@ class TbpttConfig:
     chunk: int = 16  # decisions per chunk: the gradient horizon
     batch_size: int = 256  # physical row budget per microbatch
     accum_steps: int = 1
+    lane_order: str = "grouped"  # grouped: few live row groups | naive: global lane shuffle
 
 
 @dataclass
