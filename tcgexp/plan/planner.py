@@ -258,7 +258,7 @@ def working_set_stats(plan: Plan, packed: list[list[Chunk]]) -> dict:
     """How many row groups are live (a lane started there and not finished) per microbatch."""
     live: dict[Key, int] = {}
     sizes = []
-    for chunks in packed:
+    for chunks in packed if plan.tbptt else []:
         for c in chunks:
             if c.dec_start == 0:
                 live[c.lane.key] = live.get(c.lane.key, 0) + 1
@@ -268,6 +268,8 @@ def working_set_stats(plan: Plan, packed: list[list[Chunk]]) -> dict:
                 live[c.lane.key] -= 1
                 if not live[c.lane.key]:
                     del live[c.lane.key]
+    if not plan.tbptt:  # stateless batches: nothing stays open between batches
+        sizes = [len(mb.keys) for mb in plan.microbatches]
     rows = [sum(c.rows for c in chunks) for chunks in packed]
     return {
         "microbatches": len(packed),

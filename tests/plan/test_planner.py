@@ -130,9 +130,9 @@ def test_non_contiguous_step_id_names_file_row_group_and_lane(corpus, tmp_path):
     start = sum(r["rows"] for r in manifest["row_groups"][:1])
     ep, side = table.column("episode_id").to_numpy(), table.column("side").to_numpy()
     step = table.column("step_id").to_numpy().copy()
-    # lane of the row group's first row: its 3rd decision claims step 1 again (repeat, not contiguous)
+    # lane of the row group's first row: its 4th decision claims step 1 again (0, 1, 2, 1: not contiguous)
     lane_rows = np.flatnonzero((ep == ep[start]) & (side == side[start]))
-    later = lane_rows[np.flatnonzero(step[lane_rows] == 2)[0]]
+    later = lane_rows[np.flatnonzero(step[lane_rows] == 3)[0]]
     step[later] = 1
     bad = table.set_column(table.schema.get_field_index("step_id"), "step_id", pa.array(step, pa.int32()))
     path = tmp_path / "bad.parquet"
