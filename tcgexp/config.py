@@ -36,7 +36,7 @@ class DatasetConfig:
     max_turns: int = 60
     would_ko: bool = True  # counterfactual would-KO labels (about 10 % of build time)
     compression: str = "zstd"
-    workers: int = 0  # encoder processes; 0 = one per core
+    workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
 
 
@@ -90,6 +90,8 @@ class OptimizerConfig:
 @dataclass
 class TrainerConfig:
     epochs: int = 2
+    aux_weight: float = 0.25  # weight of the four auxiliary losses beside the policy loss
+    max_steps: int = 0  # stop (resumably) after this many optimizer steps; 0 = run all epochs
 
 
 @dataclass

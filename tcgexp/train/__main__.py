@@ -3,15 +3,15 @@ import hydra
 from omegaconf import DictConfig
 
 from .. import config as _config  # noqa: F401  (registers the schemas)
-from ..data import DataError
-from .run import train
+from . import train
+from .errors import USER_ERRORS
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
         train(cfg)
-    except DataError as exc:
+    except USER_ERRORS as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

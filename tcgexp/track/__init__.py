@@ -1,0 +1,33 @@
+"""Experiment tracking: one Aim run per job (``tracking=aim``), or nothing (``tracking=off``)."""
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+from omegaconf import DictConfig
+
+
+class Tracker(Protocol):
+    hash: Optional[str]
+
+    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullTracker:
+    hash = None
+
+    def track(self, values, *, step, epoch=None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_tracker(cfg: DictConfig, *, experiment: str, resume_hash: Optional[str] = None) -> Tracker:
+    backend = str(cfg.tracking.backend)
+    if backend == "off":
+        return NullTracker()
+    from .aim_run import AimTracker  # Aim is imported only when tracking is on (it takes ~1 s)
+
+    return AimTracker(cfg, experiment=experiment, resume_hash=resume_hash)

@@ -1,0 +1,100 @@
+"""Checkpoints: model.safetensors, optimizer.safetensors, lanes.safetensors, state.json.
+
+Every checkpoint directory is written whole into a temporary sibling, fsynced,
+then renamed into place (the old one is moved aside first and removed only
+after the rename), so a crash at any instant leaves either the previous
+checkpoint or the new one, never a half-written directory where a resume
+would read it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    old = path.with_name(f".{path.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
+    mx.save_safetensors(str(tmp / "lanes.safetensors"), {k: mx.array(v) for k, v in lanes.items()})
+    (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True, default=str))
+    for name in FILES:
+        with open(tmp / name, "rb") as fh:
+            os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def find(resume: str) -> Path:
+    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/)."""
+    p = Path(resume).expanduser()
+    for cand in (p, p / "latest", p / "checkpoints" / "latest"):
+        if (cand / "state.json").exists():
+            return cand
+    # a crash between the two renames leaves only .latest.old: still a complete checkpoint
+    for cand in (p.parent / f".{p.name}.old", p / ".latest.old", p / "checkpoints" / ".latest.old"):
+        if (cand / "state.json").exists():
+            return cand
+    raise CheckpointError(f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
+                          "checkpoints/latest/); pass a run dir or a checkpoint dir")
+
+
+def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
+    """Restore model and optimizer in place; return (state, lane arrays)."""
+    path = Path(path)
+    for name in FILES:
+        if not (path / name).exists():
+            raise CheckpointError(f"{path / name} is missing: the checkpoint is incomplete")
+    try:
+        state = json.loads((path / "state.json").read_text())
+        params = mx.load(str(path / "model.safetensors"))
+        opt = mx.load(str(path / "optimizer.safetensors"))
+        lanes = {k: np.array(v) for k, v in mx.load(str(path / "lanes.safetensors")).items()}
+    except Exception as exc:  # safetensors/JSON parse errors have no common base class
+        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); resume from another "
+                              "checkpoint (epoch_NNNN/ or best/)") from exc
+    expected = dict(tree_flatten(model.parameters()))
+    if set(params) != set(expected) or any(params[k].shape != expected[k].shape for k in expected):
+        raise CheckpointError(f"{path / 'model.safetensors'} does not match the configured model "
+                              "(different model.hidden or feature/action sizes?)")
+    model.update(tree_unflatten(list(params.items())))
+    optimizer.state = tree_unflatten(list(opt.items()))
+    mx.eval(model.parameters(), optimizer.state)
+    return state, lanes
+
+
+def latest_or_none(run_dir: Path) -> Optional[Path]:
+    try:
+        return find(str(run_dir))
+    except CheckpointError:
+        return None

@@ -1,0 +1,7 @@
+"""Errors that are the user's to fix: printed as one line, no traceback."""
+from ..data.errors import DataError
+from .checkpoint import CheckpointError
+from .schedule import ScheduleError
+from .step import PrecisionError
+
+USER_ERRORS = (DataError, CheckpointError, ScheduleError, PrecisionError)

@@ -1,0 +1,187 @@
+"""The training loop: epochs of planned microbatches, validation, checkpoints.
+
+Reads as a sequence: plan the epoch -> stream its microbatches through the
+cache and loader -> compute gradients with each lane's carried memory ->
+apply every ``accum_steps`` (and the last partial window) -> validate ->
+checkpoint. Planned and processed counts are asserted at the end of every
+epoch; a mismatch is an error, never a silently short epoch.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from .batch import Prepared
+from .schedule import Schedule
+from .step import METRICS, Stepper, add_grads, to_mx
+
+
+class LaneMemory:
+    """Each lane's memory between its chunks: [lanes, hidden] float32, reset at epoch start."""
+
+    def __init__(self, lanes: int, hidden: int) -> None:
+        self.h = np.zeros((lanes, hidden), np.float32)
+
+    def reset(self) -> None:
+        self.h[:] = 0.0
+
+    def read(self, prep: Prepared, lanes_pad: int) -> mx.array:
+        h0 = np.zeros((lanes_pad, self.h.shape[1]), np.float32)
+        carried = ~prep.lane_fresh
+        h0[:prep.lanes][carried] = self.h[prep.lane_ids[carried]]
+        return mx.array(h0)
+
+    def write(self, prep: Prepared, carry: mx.array) -> None:
+        self.h[prep.lane_ids] = np.array(carry[:prep.lanes])
+
+
+@dataclass
+class Progress:
+    """Where the run is; saved in state.json so a resume continues exactly here."""
+
+    epoch: int = 0
+    position: int = 0  # next microbatch of this epoch's plan
+    opt_steps: int = 0  # optimizer updates applied, whole run
+    microbatches: int = 0  # microbatches processed, whole run
+    epoch_microbatches: int = 0  # processed in the current epoch (incl. before a resume)
+    epoch_opt_steps: int = 0
+    rows: int = 0
+    best_val_loss: float = float("inf")
+    best_epoch: int = -1
+    history: list = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Hooks:
+    """What the loop reports to; run.py wires display, tracking and checkpoints in."""
+
+    on_step: Callable[[dict], None] = lambda m: None  # after every optimizer update
+    on_validation: Callable[[dict], None] = lambda m: None
+    save: Callable[[str], None] = lambda kind: None  # "latest" | "epoch" | "epoch+best"
+    on_phase: Callable[[str, int], None] = lambda name, total: None
+    on_advance: Callable[[int, dict], None] = lambda n, fields: None
+
+
+class Loop:
+    def __init__(self, *, planner, stepper: Stepper, schedule: Schedule, train_loader, val_loader, train_cache,
+                 val_cache, memory: LaneMemory, val_memory: LaneMemory, accum_steps: int, epochs: int,
+                 latest_every_steps: int, progress: Progress, hooks: Hooks) -> None:
+        self.planner, self.stepper, self.schedule = planner, stepper, schedule
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.train_cache, self.val_cache = train_cache, val_cache
+        self.memory, self.val_memory = memory, val_memory
+        self.accum_steps, self.epochs, self.latest_every = accum_steps, epochs, latest_every_steps
+        self.p, self.hooks = progress, hooks
+        self.step_seconds = 0.0
+
+    # -- one epoch of training -----------------------------------------------------------
+    def train_epoch(self) -> dict:
+        p = self.p
+        plan = self.planner.epoch_plan(p.epoch)
+        self.train_cache.set_trace(plan.trace())
+        if p.position == 0:
+            self.memory.reset()  # every lane starts the epoch from zero memory
+            p.epoch_microbatches = p.epoch_opt_steps = 0
+        self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
+        self.hooks.on_advance(p.position, {})
+        acc, window, sums = None, 0, {k: 0.0 for k in METRICS}
+        rows = 0
+        for prep in self.train_loader.iterate(plan, start=p.position):
+            t0 = time.perf_counter()
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            h0 = self.memory.read(prep, inputs["lane_decisions"].shape[0])
+            with self.train_cache.in_opt_step():
+                loss, parts, carry, g = self.stepper.grads(inputs, targets, h0)
+                acc, window = add_grads(acc, g), window + 1
+                applied = window == self.accum_steps or prep.index == len(plan) - 1
+                if applied:  # the last partial window is applied too, before validation
+                    self.stepper.optimizer.learning_rate = self.schedule.lr()
+                    norm = self.stepper.apply(acc, mx.array(1.0 / window, dtype=mx.float32))
+                    mx.eval(loss, parts, carry, norm, self.stepper.state)
+                    acc, window = None, 0
+                else:
+                    mx.eval(loss, parts, carry, acc)
+            self.memory.write(prep, carry)
+            self.step_seconds += time.perf_counter() - t0
+            p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
+                p.epoch_microbatches + 1
+            p.rows += prep.rows
+            rows += prep.rows
+            for k in METRICS:
+                sums[k] += float(loss if k == "loss" else parts[k]) * prep.rows
+            if applied:
+                lr = self.schedule.lr()
+                self.schedule.step += 1
+                p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
+                self.hooks.on_step({"loss": float(loss), "policy": float(parts["policy"]),
+                                    "accuracy": float(parts["accuracy"]),
+                                    **{k: float(parts[k]) for k in METRICS[3:]},
+                                    "lr": lr, "grad_norm": float(norm), "rows": p.rows})
+                if self.latest_every and p.opt_steps % self.latest_every == 0 and p.position < len(plan):
+                    self.hooks.save("latest")  # at a window boundary: nothing half-accumulated to lose
+            self.hooks.on_advance(1, {"loss": float(loss)})
+        self.assert_counts(plan)
+        return {k: v / max(rows, 1) for k, v in sums.items()}
+
+    def assert_counts(self, plan) -> None:
+        p = self.p
+        want_steps = plan.optimizer_steps(self.accum_steps)
+        if p.epoch_microbatches != len(plan) or p.epoch_opt_steps != want_steps:
+            raise RuntimeError(
+                f"epoch {p.epoch}: planned {len(plan)} microbatches / {want_steps} optimizer steps, processed "
+                f"{p.epoch_microbatches} / {p.epoch_opt_steps}")
+
+    # -- validation ----------------------------------------------------------------------
+    def validate(self) -> dict:
+        plan = self.planner.validation_plan()
+        self.val_cache.set_trace(plan.trace())
+        self.val_memory.reset()
+        self.hooks.on_phase("validation", len(plan))
+        totals: dict[str, float] = {}
+        rows = 0
+        for prep in self.val_loader.iterate(plan):
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
+            loss, parts, carry, sums = self.stepper.evaluate(inputs, targets, h0)
+            mx.eval(loss, parts, carry, sums)
+            self.val_memory.write(prep, carry)
+            for k in METRICS:
+                totals[k] = totals.get(k, 0.0) + float(loss if k == "loss" else parts[k]) * prep.rows
+            for k, v in sums.items():
+                totals["sum_" + k] = totals.get("sum_" + k, 0.0) + float(v)
+            rows += prep.rows
+            self.hooks.on_advance(1, {})
+        if rows != plan.rows:
+            raise RuntimeError(f"validation processed {rows} rows, its plan covers {plan.rows}")
+        self.hooks.on_phase("metric aggregation", 1)
+        out = {k: totals[k] / max(rows, 1) for k in METRICS}
+        for part in ("early", "late"):
+            n = totals.get(f"sum_{part}_rows", 0.0)
+            out[f"policy_{part}"] = totals.get(f"sum_policy_{part}", 0.0) / n if n else float("nan")
+            out[f"accuracy_{part}"] = totals.get(f"sum_accuracy_{part}", 0.0) / n if n else float("nan")
+        out["rows"] = rows
+        self.hooks.on_advance(1, {})
+        return out
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> None:
+        p = self.p
+        while p.epoch < self.epochs:
+            train = self.train_epoch()
+            val = self.validate()
+            p.history.append({"epoch": p.epoch, "train": train, "val": val})
+            improved = val["loss"] < p.best_val_loss
+            if improved:
+                p.best_val_loss, p.best_epoch = val["loss"], p.epoch
+            self.hooks.on_validation({**val, "epoch": p.epoch})
+            p.epoch, p.position = p.epoch + 1, 0
+            self.hooks.on_phase("checkpointing", 1)
+            self.hooks.save("epoch+best" if improved else "epoch")
+            self.hooks.on_advance(1, {})

@@ -1,0 +1,64 @@
+"""What a checkpoint records about where it came from, and what a resume must match."""
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .. import __version__
+from .checkpoint import CheckpointError
+
+PACKAGES = ("mlx", "numpy", "pyarrow", "hydra-core", "omegaconf", "aim")
+# config that changes what the run computes: a resume must not change it
+PINNED = ("tbptt.enabled", "tbptt.chunk", "tbptt.batch_size", "tbptt.accum_steps", "tbptt.lane_order",
+          "model", "optimizer", "seed", "trainer.aux_weight")
+
+
+def code_version() -> str:
+    here = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev, dirty = "", ""
+    return f"tcgexp {__version__}" + (f" ({rev}{'+dirty' if dirty else ''})" if rev else "")
+
+
+def provenance(cfg: DictConfig, manifests: list[dict]) -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "provenance": {"code": code_version(), "python": platform.python_version(), "packages": versions,
+                       "data": {m["date"]: m["fingerprint"] for m in manifests}},
+    }
+
+
+def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: Path) -> None:
+    """Refuse a resume whose data or computation-shaping config differs from the checkpoint's."""
+    data = {m["date"]: m["fingerprint"] for m in manifests}
+    was = saved.get("provenance", {}).get("data", {})
+    if was != data:
+        changed = sorted(set(was) ^ set(data)) or sorted(d for d in data if was.get(d) != data[d])
+        raise CheckpointError(f"resume={path}: the checkpoint was trained on other data (days/fingerprints differ: "
+                              f"{', '.join(changed)}); resume with the dataset config it was trained with")
+    old = OmegaConf.create(saved.get("config", {}))
+    diffs = []
+    for key in PINNED:
+        a, b = OmegaConf.select(old, key), OmegaConf.select(cfg, key)
+        a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
+        b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
+        if a != b:
+            diffs.append(f"{key}: {a!r} -> {b!r}")
+    if diffs:
+        raise CheckpointError(f"resume={path}: these settings differ from the checkpoint's and would change the "
+                              f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)")
