@@ -51,7 +51,10 @@ class CacheConfig:
     high_watermark_pct: float = 85.0
     spill: bool = True
     spill_budget_bytes: int = 2 * 1024**3
-    prefetch_workers: int = 1
+    prefetch_workers: int = 1  # loader threads assembling microbatches ahead in plan order
+    # what in_opt_step() suppresses: "pressure" (the seed's concern: a memory spike mid-step) or "all"
+    # (capacity eviction too; loader threads' misses during a step are then served uncached)
+    opt_step_guard: str = "pressure"
 
 
 @dataclass

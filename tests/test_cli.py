@@ -30,12 +30,19 @@ def test_data_entry_builds_then_validates(tmp_path):
     assert not list(tmp_path.glob("*.log")) and not (tmp_path / ".hydra").exists()
 
 
-def test_train_entry_builds_the_configured_days(tmp_path):
-    res = run("tcgexp.train", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=400",
-              f"hydra.run.dir={tmp_path / 'run'}")
+def test_train_entry_trains_and_leaves_its_outputs(tmp_path):
+    run_dir = tmp_path / "run"
+    res = run("tcgexp.train", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=600",
+              "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8", "model.hidden=16",
+              "trainer.epochs=1", "tracking=off", f"hydra.run.dir={run_dir}")
     assert res.returncode == 0, res.stderr
-    assert "[data] 2026-07-27: built" in res.stdout
-    assert (tmp_path / "run" / ".hydra" / "config.yaml").exists()
+    assert "[cache-train] hits=" in res.stdout and "[cache-val] hits=" in res.stdout
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["planned"] == {**result["planned"], "microbatches": result["processed"]["microbatches"]}
+    for name in ("best", "latest", "epoch_0001"):
+        assert (run_dir / "checkpoints" / name / "model.safetensors").exists(), name
+    assert not list(run_dir.rglob("*.npz")), "no spill outlives the run"
 
 
 def test_errors_reach_the_user_as_one_line(tmp_path):

@@ -1,0 +1,391 @@
+"""RowGroupCache: the thread-safe page cache over Parquet row groups.
+
+Tiers, from cheapest to dearest: RAM (hot + transient, as the policy
+decides), the SSD spill (``spill.py``), and a Parquet decode. The cache never
+changes the bytes handed back: whatever tier serves a key, the arrays equal a
+direct ``read_row_group(i, columns=...)`` of the projection.
+
+Concurrency, and why it is shaped this way:
+
+- One lock guards every mutation (RAM dict, policy, counters, in-flight
+  table), but is *released* around decode and spill I/O, which is where the
+  time goes; holding it there would serialize every reader behind one decode.
+- Concurrent misses of one key decode once: the first caller registers a
+  Future in ``_inflight`` and decodes; later callers wait on it and get the
+  same arrays.
+- An evicted entry sits in ``_spilling`` while its file is written, so a miss
+  that races the write is served from memory instead of decoding again.
+- Decoding lives in ``source.py`` (one ``ParquetFile`` per thread and file).
+- Arrays are marked read-only before anyone sees them: the same objects are
+  handed to every caller, so an in-place edit would silently corrupt the cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+import psutil
+
+from tcgexp.cache import report
+from tcgexp.cache.policy import Policy, _norm_key, admit, make_policy
+from tcgexp.cache.source import Arrays, Key, ParquetSource
+from tcgexp.cache.spill import SpillStore
+
+
+def _default_probe() -> float:
+    return psutil.virtual_memory().percent
+
+
+class RowGroupCache:
+    """Row groups of ``files`` as dicts of numpy arrays projected to ``columns``."""
+
+    def __init__(self, files: Sequence[str | Path], columns: Iterable[str], *, policy: str | Policy = "hot60",
+                 capacity: int = 8, hot_fraction: float = 0.6, promotion_hits: int = 2,
+                 high_watermark_pct: float = 85.0, spill: bool = True, spill_dir: str | Path | None = None,
+                 spill_budget_bytes: int = 2**31, memory_probe: Callable[[], float] | None = None,
+                 name: str = "train", opt_step_guard: str = "all") -> None:
+        self.name = name
+        self._source = ParquetSource(files, columns, name=f"cache-{name}")
+        self.columns = self._source.columns
+
+        self._policy = policy if isinstance(policy, Policy) else make_policy(
+            policy, capacity, hot_fraction=hot_fraction, promotion_hits=promotion_hits)
+        self.policy_name = self._policy.name
+        self.capacity = self._policy.capacity
+        self.high_watermark_pct = float(high_watermark_pct)
+        if opt_step_guard not in ("all", "pressure"):
+            raise ValueError(f"opt_step_guard must be 'all' or 'pressure', got {opt_step_guard!r}")
+        # "all" (the contract): in_opt_step blocks capacity evictions too, so a
+        # miss at capacity is served uncached. "pressure": only pressure
+        # evictions are blocked, for loaders whose workers read while the
+        # trainer is inside a step (see opt_step_skips).
+        self._guard_capacity = opt_step_guard == "all"
+        self._probe = memory_probe or _default_probe
+        self._probe_failed = False
+
+        self._lock = threading.Lock()
+        self._ram: dict[Key, Arrays] = {}
+        self._inflight: dict[Key, Future] = {}
+        self._spilling: dict[Key, Arrays] = {}
+        self._decoding: dict[Key, int] = {}
+        self._depth = 0
+        self._closed = False
+        self._seen: set[Key] = set()
+        self._n = dict.fromkeys(
+            ("accesses", "hits", "misses", "evictions", "pressure_evictions", "bypasses", "opt_step_skips",
+             "shared_misses", "rescues", "decodes", "bytes_loaded", "prefetches", "max_key_decode_concurrency"), 0)
+        self._decode_seconds = 0.0
+        self._memory_pct = 0.0
+
+        # Nothing is ever evicted from a zero-capacity cache, so it never spills.
+        self._spill: SpillStore | None = None
+        if spill and self.capacity > 0 and spill_budget_bytes > 0:
+            directory = spill_dir if spill_dir is not None else tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-")
+            self._spill = SpillStore(directory, spill_budget_bytes)
+
+    # -- keys ---------------------------------------------------------------
+    @property
+    def files(self) -> list[Path]:
+        return list(self._source.paths)
+
+    @property
+    def spill_dir(self) -> Path | None:
+        return self._spill.dir if self._spill is not None else None
+
+    def num_row_groups(self, file_index: int) -> int:
+        return self._source.row_groups[file_index]
+
+    def keys(self) -> list[Key]:
+        """Every valid key, in file then row-group order."""
+        return self._source.keys()
+
+    def is_resident(self, key) -> bool:
+        with self._lock:
+            return _norm_key(key) in self._ram
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ram)
+
+    # -- the access path ----------------------------------------------------
+    def get(self, key, t: int | None = None) -> Arrays:
+        """The arrays of row group ``key`` (one counted access); ``t`` = plan position.
+
+        The dict is the caller's; the arrays in it are shared and read-only.
+        """
+        key = self._source.check(key)
+        pressure = self._under_pressure()  # probed outside the lock: psutil reads /proc
+        spills: list = []
+        rescued = None
+        with self._lock:
+            self._require_open()
+            self._n["accesses"] += 1
+            self._seen.add(key)
+            self._policy.on_access(key, t)
+            data = self._ram.get(key)
+            if data is not None:
+                self._n["hits"] += 1
+                self._policy.on_hit(key)  # the policy counts its own promotions
+                owner, fut = False, None
+            else:
+                self._n["misses"] += 1
+                fut = self._inflight.get(key)
+                owner = fut is None
+                if owner:
+                    fut = self._inflight[key] = Future()
+                    rescued = self._spilling.get(key)
+                else:
+                    self._n["shared_misses"] += 1
+            # After the lookup: the entry being read is already in hand (and, for
+            # recency policies, no longer the victim).
+            self._pressure_evict(pressure, spills)
+        self._flush(spills)
+        if data is not None:
+            return dict(data)
+        if not owner:
+            return dict(fut.result())
+        data = self._fill_and_admit(key, fut, rescued)
+        return dict(data)
+
+    def prefetch(self, keys: Iterable, t: int | None = None) -> int:
+        """Warm the cache with ``keys`` (not counted as accesses); how many were loaded.
+
+        Skips keys already resident or in flight, everything under memory
+        pressure, and keys the policy would not admit now (full inside
+        ``in_opt_step``, no victim, or plan's bypass), so a prefetch never
+        decodes bytes it would throw away. ``t`` is accepted for symmetry with
+        ``get``; it does not move the plan cursor (only consumers do).
+        """
+        loaded = 0
+        for key in keys:
+            key = self._source.check(key)
+            if self._under_pressure():
+                break
+            with self._lock:
+                self._require_open()
+                if key in self._ram or key in self._inflight or not self._admissible(key):
+                    continue
+                fut = self._inflight[key] = Future()
+                rescued = self._spilling.get(key)
+            self._fill_and_admit(key, fut, rescued)
+            with self._lock:
+                self._n["prefetches"] += 1
+            loaded += 1
+        return loaded
+
+    def _admissible(self, key: Key) -> bool:
+        """Under the lock: would ``_admit`` cache ``key`` right now?"""
+        if self.capacity <= 0:
+            return False
+        if len(self._policy) < self.capacity:
+            return True
+        if self._depth > 0 and self._guard_capacity:
+            return False
+        victim = self._policy.victim(key)
+        return victim is not None and victim != key
+
+    def _fill_and_admit(self, key: Key, fut: Future, rescued: Arrays | None) -> Arrays:
+        """Owner of an in-flight key: load it (lock released), admit it, wake waiters."""
+        spills: list = []
+        try:
+            data = rescued if rescued is not None else self._load(key)
+            with self._lock:
+                if rescued is not None:
+                    self._n["rescues"] += 1
+                self._admit(key, data, spills)
+        except BaseException as exc:  # waiters must never hang, whatever happened
+            with self._lock:
+                self._inflight.pop(key, None)
+            # Waiters get the error too; an interrupt stays in the thread it hit.
+            fut.set_exception(exc if isinstance(exc, Exception)
+                              else RuntimeError(f"cache-{self.name}: load of {key} was interrupted"))
+            raise
+        with self._lock:
+            self._inflight.pop(key, None)
+        fut.set_result(data)
+        self._flush(spills)
+        return data
+
+    def _load(self, key: Key) -> Arrays:
+        if self._spill is not None:
+            data = self._spill.load(key, self.columns)
+            if data is not None:
+                for arr in data.values():
+                    arr.flags.writeable = False
+                return data
+        return self._decode(key)
+
+    def _decode(self, key: Key) -> Arrays:
+        with self._lock:
+            active = self._decoding[key] = self._decoding.get(key, 0) + 1
+            self._n["max_key_decode_concurrency"] = max(self._n["max_key_decode_concurrency"], active)
+        try:
+            start = time.perf_counter()
+            data = self._source.read(key)
+            elapsed = time.perf_counter() - start
+        finally:
+            with self._lock:
+                self._decoding[key] -= 1
+                if not self._decoding[key]:
+                    del self._decoding[key]
+        with self._lock:
+            self._n["decodes"] += 1
+            self._n["bytes_loaded"] += sum(arr.nbytes for arr in data.values())
+            self._decode_seconds += elapsed
+        return data
+
+    # -- residency (all under the lock) ---------------------------------------
+    def _admit(self, key: Key, data: Arrays, spills: list) -> None:
+        if self._closed or self.capacity <= 0:
+            self._n["bypasses"] += 1
+            return
+        if self._depth > 0 and self._guard_capacity and len(self._policy) >= self.capacity:
+            # in_opt_step: serve without caching rather than evict.
+            self._n["opt_step_skips"] += 1
+            self._n["bypasses"] += 1
+            return
+        cached, evicted = admit(self._policy, key)
+        for victim in evicted:
+            self._evict(victim, spills)
+        if cached:
+            self._ram[key] = data
+        else:
+            self._n["bypasses"] += 1
+
+    def _pressure_evict(self, pressure: bool, spills: list) -> None:
+        if not pressure or self._depth > 0:
+            return
+        victim = self._policy.victim(None)  # transient only: hot is never evicted by pressure
+        if victim is not None:
+            self._policy.on_remove(victim)
+            self._n["pressure_evictions"] += 1
+            self._evict(victim, spills)
+
+    def _evict(self, key: Key, spills: list) -> None:
+        """Drop ``key`` (already removed from the policy) from RAM; queue its spill."""
+        data = self._ram.pop(key)
+        self._n["evictions"] += 1
+        store = self._spill
+        if store is None or not store.enabled or not self._policy.worth_spilling(key) or key in store:
+            return
+        rank = ranks = None
+        if self._policy.knows_future:  # snapshot: the store must not touch the policy
+            rank = self._policy.next_use(key)
+            ranks = {k: self._policy.next_use(k) for k in store.keys()}
+        self._spilling[key] = data
+        spills.append((key, data, rank, ranks))
+
+    def _flush(self, spills: list) -> None:
+        """Write queued spills, outside the lock."""
+        for key, data, rank, ranks in spills:
+            try:
+                self._spill.put(key, data, rank=rank, ranks=ranks)
+            finally:
+                with self._lock:
+                    if self._spilling.get(key) is data:
+                        del self._spilling[key]
+
+    def _under_pressure(self) -> bool:
+        try:
+            pct = float(self._probe())
+        except Exception as exc:  # a broken probe must not stop training
+            if not self._probe_failed:
+                self._probe_failed = True
+                warnings.warn(f"cache-{self.name}: memory probe failed ({exc}); assuming no pressure",
+                              RuntimeWarning, stacklevel=3)
+            return False
+        self._memory_pct = pct
+        return pct > self.high_watermark_pct
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"cache-{self.name} is closed")
+
+    # -- control ------------------------------------------------------------
+    @contextlib.contextmanager
+    def in_opt_step(self):
+        """Suppress every eviction (pressure and capacity) while a step reads resident data.
+
+        Re-entrant, and cache-wide (other threads' gets are affected too). At
+        capacity inside it a miss is served without being cached
+        (``opt_step_skips``); with ``opt_step_guard="pressure"`` only pressure
+        evictions are suppressed.
+        """
+        with self._lock:
+            self._depth += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._depth = max(0, self._depth - 1)
+
+    def set_trace(self, trace: Sequence[Iterable]) -> None:
+        """The plan's future accesses (``trace[t]`` = keys of position t); plan policy only."""
+        with self._lock:
+            self._policy.set_trace(trace)
+
+    # -- reporting ----------------------------------------------------------
+    def counters(self) -> dict[str, float]:
+        with self._lock:
+            n = dict(self._n)
+            distinct = len(self._seen)
+            n["promotions"] = self._policy.promotions
+            n["resident_hot"] = self._policy.hot_count
+            n["resident_transient"] = len(self._ram) - self._policy.hot_count
+            n["distinct_keys"] = distinct
+            n["decode_seconds"] = round(self._decode_seconds, 6)
+            n["memory_pct"] = self._memory_pct
+        spill = self._spill.counters() if self._spill is not None else {
+            "ssd_hits": 0, "ssd_spills": 0, "ssd_resident": 0, "ssd_bytes": 0, "spill_errors": 0,
+            "spill_skipped": 0, "spill_dropped": 0, "spill_disabled": 0}
+        n.update(spill)
+        n["hit_rate_pct"] = 100.0 * n["hits"] / n["accesses"] if n["accesses"] else 0.0
+        # The first touch of a key can only miss, so it is left out; a miss that
+        # joined another thread's load of the same key cost no load of its own.
+        warm = n["accesses"] - distinct
+        n["warm_hit_rate_pct"] = 100.0 * (n["hits"] + n["shared_misses"]) / warm if warm > 0 else 0.0
+        return n
+
+    def tally(self) -> str:
+        """The seed's end-of-run report, three lines (``report.tally``)."""
+        return report.tally(self.name, self.counters())
+
+    def diagnose(self) -> list[str]:
+        """The seed's rules of thumb, as messages (empty when nothing looks wrong)."""
+        return report.diagnose(self.name, self.counters(), policy=self.policy_name, capacity=self.capacity,
+                               spill_dir=self.spill_dir)
+
+    # -- teardown -----------------------------------------------------------
+    def close(self) -> None:
+        """Drop the RAM tiers, close Parquet handles, remove the spill dir. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for key in self._policy.keys():
+                self._policy.on_remove(key)
+            self._ram.clear()
+            self._spilling.clear()
+        self._source.close()
+        if self._spill is not None:
+            self._spill.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> RowGroupCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"RowGroupCache(name={self.name!r}, policy={self.policy_name!r}, capacity={self.capacity}, "
+                f"resident={len(self._ram)}, spill_dir={str(self.spill_dir) if self._spill else None!r})")

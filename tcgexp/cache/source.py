@@ -1,0 +1,89 @@
+"""The bottom tier: row groups decoded from the day Parquet files.
+
+Kept apart from the cache so the cache only decides *where* bytes come from;
+this module is the one place that knows how to read them, and it reads them
+exactly as a direct ``ParquetFile(f).read_row_group(i, columns=cols)`` followed
+by ``schema.to_numpy`` would (fixed_size_list columns as 2-d arrays).
+
+pyarrow ``ParquetFile`` objects are not shared across threads: each thread
+opens its own per file (``threading.local``) and reuses it, so a decode costs
+no footer re-parse and no thread ever touches another's file handle.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tcgexp.cache.policy import _norm_key
+from tcgexp.data.schema import to_numpy
+
+Key = tuple[int, int]
+Arrays = dict[str, np.ndarray]
+
+
+class ParquetSource:
+    """Validated (file, row group) keys over ``files``, decoded to the ``columns`` projection."""
+
+    def __init__(self, files: Sequence[str | Path], columns: Iterable[str], *, name: str = "cache") -> None:
+        self.name = name
+        self.columns = list(columns)
+        if not self.columns or len(set(self.columns)) != len(self.columns):
+            raise ValueError(f"{name}: columns must be a non-empty list without repeats, got {self.columns}")
+        self.paths = [Path(f) for f in files]
+        # Footers only: row-group counts for key checks, and the projection
+        # checked against every file now rather than at the first decode.
+        self.row_groups: list[int] = []
+        for path in self.paths:
+            meta = pq.read_metadata(path)
+            missing = [c for c in self.columns if c not in meta.schema.to_arrow_schema().names]
+            if missing:
+                raise ValueError(f"{name}: columns {missing} are not in {path}")
+            self.row_groups.append(meta.num_row_groups)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[pq.ParquetFile] = []
+
+    def keys(self) -> list[Key]:
+        """Every valid key, in file then row-group order."""
+        return [(f, rg) for f, n in enumerate(self.row_groups) for rg in range(n)]
+
+    def check(self, key) -> Key:
+        """``key`` as a (file, row group) tuple of ints; KeyError when it names nothing."""
+        key = _norm_key(key)
+        f, rg = key
+        if not (0 <= f < len(self.row_groups) and 0 <= rg < self.row_groups[f]):
+            raise KeyError(f"{self.name}: no row group {key} (files={len(self.paths)}, "
+                           f"row groups per file={self.row_groups})")
+        return key
+
+    def read(self, key: Key) -> Arrays:
+        """Decode one row group; the arrays come back read-only (they will be shared)."""
+        f, rg = key
+        table = self._parquet(f).read_row_group(rg, columns=self.columns)
+        data = to_numpy(table, self.columns)
+        for arr in data.values():
+            arr.flags.writeable = False
+        return data
+
+    def _parquet(self, file_index: int) -> pq.ParquetFile:
+        opened = getattr(self._local, "files", None)
+        if opened is None:
+            opened = self._local.files = {}
+        pf = opened.get(file_index)
+        if pf is None:
+            pf = opened[file_index] = pq.ParquetFile(self.paths[file_index])
+            with self._lock:
+                self._opened.append(pf)  # so close() reaches every thread's handles
+        return pf
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for pf in opened:
+            with contextlib.suppress(Exception):
+                pf.close()

@@ -1,0 +1,283 @@
+"""The SSD spill tier: evicted row groups as ``.npz`` files, under a disk budget.
+
+Why each rule exists:
+
+- Read back only with ``np.load(allow_pickle=False)`` and checked against the
+  column names, dtypes, shapes and a CRC-32 per array recorded in memory at
+  write time: a spill file is a cache, never a source of truth, so a
+  truncated, replaced, pickled or vanished file must be noticed (counted in
+  ``spill_errors``, deleted) and the caller re-decodes from Parquet.
+- Written to a temporary name and renamed: a reader never sees half a file,
+  and a failed write leaves nothing behind.
+- A byte budget covering finished files *and* writes in progress (reserved
+  with a safe upper-bound estimate before writing): the seed's spill dirs once
+  filled a disk mid-run, so the total is never allowed past the budget.
+- The directory is wiped when the store is created (a killed run leaves its
+  files behind) and removed by ``close()`` or, if that is forgotten, by a
+  ``weakref.finalize`` (garbage collection or interpreter exit).
+- A write error (disk full) disables spilling for this store with one warning:
+  the cache keeps working, only slower.
+
+Thread safety: a private lock guards the index and the counters; file I/O runs
+outside it. A load racing a budget drop of the same file is not an error.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+import warnings
+import weakref
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MARKER = ".tcgexp-spill"  # proves a directory is ours to wipe
+_ARRAY_OVERHEAD = 512  # bound on one .npy header + its zip local/central entries
+_ARCHIVE_OVERHEAD = 1024  # bound on the zip end records
+
+
+def estimate_bytes(arrays: dict[str, np.ndarray]) -> int:
+    """An upper bound on the size of ``np.savez(**arrays)`` (uncompressed zip)."""
+    total = _ARCHIVE_OVERHEAD
+    for name, arr in arrays.items():
+        total += arr.nbytes + _ARRAY_OVERHEAD + 2 * len(name.encode()) + 24 * arr.ndim
+    return total
+
+
+def _crc(arr: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).reshape(-1))
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: Path
+    size: int
+    meta: tuple[tuple[str, str, tuple[int, ...], int], ...]  # (name, dtype.str, shape, crc32)
+
+
+class SpillStore:
+    """``put`` / ``load`` / ``close`` over one private directory of .npz files."""
+
+    def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
+        self.dir = Path(directory)
+        self.budget = int(budget_bytes)
+        _prepare_dir(self.dir)
+        self._finalizer = weakref.finalize(self, _remove_tree, str(self.dir))
+        self._lock = threading.Lock()
+        self._index: OrderedDict[object, _Entry] = OrderedDict()  # oldest write first
+        self._writing: set = set()
+        self._reserved = 0  # estimated bytes of writes in progress
+        self._bytes = 0  # bytes of finished files
+        self.enabled = self.budget > 0
+        self.closed = False
+        self.hits = 0
+        self.spills = 0
+        self.errors = 0
+        self.skipped = 0  # not written: larger than the budget or no room worth making
+        self.dropped = 0  # deleted to stay within the budget
+
+    # -- queries ------------------------------------------------------------
+    def __contains__(self, key) -> bool:
+        with self._lock:
+            return key in self._index
+
+    def keys(self) -> list:
+        with self._lock:
+            return list(self._index)
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "ssd_hits": self.hits,
+                "ssd_spills": self.spills,
+                "ssd_resident": len(self._index),
+                "ssd_bytes": self._bytes,
+                "spill_errors": self.errors,
+                "spill_skipped": self.skipped,
+                "spill_dropped": self.dropped,
+                "spill_disabled": int(not self.enabled),
+            }
+
+    # -- write --------------------------------------------------------------
+    def put(self, key, arrays: dict[str, np.ndarray], *, rank: float | None = None,
+            ranks: dict | None = None) -> bool:
+        """Spill ``arrays`` for ``key``; True when a file now holds them.
+
+        Room is made oldest file first, or, when ``ranks`` (key -> next use,
+        the plan policy's snapshot) is given, furthest next use first and only
+        among files needed later than this one (``rank``): dropping a file
+        needed sooner than the newcomer would be the wrong trade, so the
+        newcomer is skipped instead.
+        """
+        if any(a.dtype.hasobject for a in arrays.values()):
+            return False  # never write anything that would need pickle to read
+        need = estimate_bytes(arrays)
+        with self._lock:
+            if not self.enabled or self.closed or key in self._index or key in self._writing:
+                return False  # the row group's bytes never change: one file suffices
+            if need > self.budget or not self._make_room(need, rank, ranks):
+                self.skipped += 1
+                return False
+            self._reserved += need
+            self._writing.add(key)
+        stem = f"rg-{'-'.join(str(part) for part in key)}" if isinstance(key, tuple) else f"rg-{key}"
+        final = self.dir / f"{stem}.npz"
+        tmp = self.dir / f".{stem}.{uuid.uuid4().hex}.tmp"
+        try:
+            meta = tuple((name, a.dtype.str, tuple(a.shape), _crc(a)) for name, a in arrays.items())
+            with open(tmp, "wb") as fh:  # a file object: savez must not append its own suffix
+                np.savez(fh, **arrays)  # object dtypes were refused above
+            size = tmp.stat().st_size
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            with self._lock:
+                self._reserved -= need
+                self._writing.discard(key)
+                self._disable(exc)
+            return False
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            with self._lock:
+                self._reserved -= need
+                self._writing.discard(key)
+            raise
+        with self._lock:
+            self._reserved -= need
+            self._writing.discard(key)
+            # size <= need by construction of the estimate; the check keeps the
+            # budget exact even if that bound were ever wrong.
+            if self.closed or self._bytes + self._reserved + size > self.budget:
+                final.unlink(missing_ok=True)
+                return False
+            self._index[key] = _Entry(final, size, meta)
+            self._bytes += size
+            self.spills += 1
+        return True
+
+    def _make_room(self, need: int, rank: float | None, ranks: dict | None) -> bool:
+        """Under the lock: drop files until ``need`` more bytes fit, or change nothing."""
+        excess = self._bytes + self._reserved + need - self.budget
+        if excess <= 0:
+            return True
+        if ranks is None:
+            order = list(self._index)
+        else:
+            inf = float("inf")
+            order = sorted(self._index, key=lambda k: ranks.get(k, inf), reverse=True)
+            if rank is not None:
+                order = [k for k in order if ranks.get(k, inf) > rank]
+        chosen, freed = [], 0
+        for key in order:
+            if freed >= excess:
+                break
+            chosen.append(key)
+            freed += self._index[key].size
+        if freed < excess:
+            return False
+        for key in chosen:
+            self._drop(key)
+            self.dropped += 1
+        return True
+
+    def _drop(self, key) -> None:
+        entry = self._index.pop(key)
+        self._bytes -= entry.size
+        try:
+            entry.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def _disable(self, exc: BaseException) -> None:
+        if self.enabled and not self.closed:
+            warnings.warn(f"row-group spill to {self.dir} disabled after a write error ({exc}); "
+                          "evicted row groups will be re-decoded from Parquet", RuntimeWarning, stacklevel=4)
+            log.warning("spill to %s disabled: %s", self.dir, exc)
+        self.enabled = False
+
+    # -- read ---------------------------------------------------------------
+    def load(self, key, columns: list[str] | None = None) -> dict[str, np.ndarray] | None:
+        """The spilled arrays of ``key``, verified; None when absent or bad (then deleted)."""
+        with self._lock:
+            entry = self._index.get(key)
+        if entry is None:
+            return None
+        try:
+            out = _read_verified(entry, columns)
+        except Exception as exc:  # any failure at all means "not usable": re-decode
+            with self._lock:
+                if self._index.get(key) is entry:  # not a concurrent budget drop
+                    self._drop(key)
+                    self.errors += 1
+                    log.warning("spill file %s unusable (%s: %s); re-decoding", entry.path, type(exc).__name__, exc)
+            return None
+        with self._lock:
+            self.hits += 1
+        return out
+
+    def discard(self, key) -> None:
+        with self._lock:
+            if key in self._index:
+                self._drop(key)
+
+    # -- teardown -----------------------------------------------------------
+    def close(self) -> None:
+        """Forget every file and remove the directory; safe to call twice."""
+        with self._lock:
+            self.closed = True
+            self._index.clear()
+            self._bytes = 0
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"SpillStore({str(self.dir)!r}, files={len(self._index)}, bytes={self._bytes}/{self.budget})"
+
+
+def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.ndarray]:
+    if entry.path.stat().st_size != entry.size:
+        raise ValueError("size changed since it was written")
+    names = [m[0] for m in entry.meta]
+    if columns is not None and list(columns) != names:
+        raise ValueError(f"columns {names} != expected {list(columns)}")
+    out: dict[str, np.ndarray] = {}
+    with np.load(entry.path, allow_pickle=False) as npz:
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        if sorted(npz.files) != sorted(names):
+            raise ValueError(f"members {sorted(npz.files)} != {sorted(names)}")
+        for name, dtype, shape, crc in entry.meta:
+            arr = npz[name]
+            if arr.dtype.str != dtype or tuple(arr.shape) != shape:
+                raise ValueError(f"{name}: {arr.dtype.str}{arr.shape} != {dtype}{shape}")
+            if _crc(arr) != crc:
+                raise ValueError(f"{name}: checksum mismatch")
+            out[name] = arr
+    return out
+
+
+def _prepare_dir(path: Path) -> None:
+    """Create ``path`` empty, wiping a stale spill dir but never a foreign one."""
+    if path.exists() or path.is_symlink():
+        if not path.is_dir() or path.is_symlink():
+            raise ValueError(f"spill dir {path} exists and is not a directory")
+        entries = list(path.iterdir())
+        ours = (path / MARKER).exists() or all(
+            e.is_file() and (e.name.endswith(".npz") or e.name.endswith(".tmp")) for e in entries)
+        if entries and not ours:
+            raise ValueError(f"spill dir {path} holds files that are not spill files (no {MARKER} marker); "
+                             "refusing to delete it - pass a dedicated directory such as <run dir>/.cache_spill/train")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    (path / MARKER).touch()

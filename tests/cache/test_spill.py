@@ -1,0 +1,227 @@
+"""The SSD spill tier: round trip, corruption recovery, budget, cleanup, disk-full."""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import gc
+import io
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from tcgexp.cache import RowGroupCache
+from tcgexp.cache.spill import MARKER, SpillStore, estimate_bytes
+from tests.cache.conftest import COLUMNS, Probe, assert_same, spill_dir_bytes
+
+
+def make(files, spill_dir, **kw):
+    kw.setdefault("policy", "lru")
+    kw.setdefault("capacity", 1)
+    return RowGroupCache(files, COLUMNS, spill=True, spill_dir=spill_dir, memory_probe=Probe(), **kw)
+
+
+def test_round_trip_through_disk(corpus_files, all_keys, reference, tmp_path):
+    a, b = all_keys[0], all_keys[1]
+    with make(corpus_files, tmp_path / "spill") as cache:
+        cache.get(a)
+        cache.get(b)  # capacity 1: a is evicted to disk
+        assert (tmp_path / "spill" / "rg-0-0.npz").exists()
+        loaded = cache.counters()["bytes_loaded"]
+        got = cache.get(a)
+        assert_same(got, reference[a])
+        assert all(not arr.flags.writeable for arr in got.values())
+        c = cache.counters()
+    assert c["ssd_hits"] == 1 and c["decodes"] == 2
+    assert c["bytes_loaded"] == loaded, "a disk read is not a Parquet decode"
+    assert c["evictions"] == 2 and c["ssd_spills"] == 2 and c["ssd_resident"] == 2
+    assert c["hits"] + c["misses"] == c["accesses"] == 3
+
+
+def _corrupt(path, kind):
+    if kind == "deleted":
+        path.unlink()
+    elif kind == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "garbage":
+        path.write_bytes(random.Random(0).randbytes(path.stat().st_size))
+    elif kind == "pickle":
+        with np.load(path) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        arrays["label"] = np.array([object(), {"x": 1}], dtype=object)  # needs pickle to load
+        np.savez(path, **arrays)
+    elif kind == "other_values":
+        with np.load(path) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        arrays["features"] = arrays["features"] + 1.0  # a valid npz, same shapes and size
+        np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("same_size", [False, True], ids=["as_is", "size_matched"])
+@pytest.mark.parametrize("kind", ["deleted", "truncated", "garbage", "pickle", "other_values"])
+def test_corrupt_spill_is_detected_and_redecoded(kind, same_size, corpus_files, all_keys, reference, tmp_path):
+    a, b = all_keys[0], all_keys[1]
+    with make(corpus_files, tmp_path / "spill") as cache:
+        cache.get(a)
+        cache.get(b)
+        path = tmp_path / "spill" / "rg-0-0.npz"
+        _corrupt(path, kind)
+        if same_size and path.exists():
+            # Defeat the cheap size check so np.load and the checksums are what catch it.
+            store = cache._spill
+            store._index[a] = dataclasses.replace(store._index[a], size=path.stat().st_size)
+        got = cache.get(a)
+        assert_same(got, reference[a])
+        c = cache.counters()
+        assert c["spill_errors"] == 1 and c["ssd_hits"] == 0 and c["decodes"] == 3
+        assert not path.exists(), "the bad file is deleted"
+        assert a not in cache._spill
+        assert any("unreadable or altered" in m for m in cache.diagnose())
+
+
+def test_estimate_bounds_the_real_file_size(reference):
+    for arrays in list(reference.values())[:5]:
+        for cols in (COLUMNS, ["features"], ["side", "terminal"]):
+            buf = io.BytesIO()
+            sub = {c: arrays[c] for c in cols}
+            np.savez(buf, **sub)
+            assert len(buf.getvalue()) <= estimate_bytes(sub)
+
+
+def test_budget_is_never_exceeded(corpus_files, all_keys, reference, tmp_path):
+    one = max(estimate_bytes(arrays) for arrays in reference.values())
+    budget = int(3.5 * one)
+    rng = random.Random(3)
+    spill_dir = tmp_path / "spill"
+    with make(corpus_files, spill_dir, capacity=2, spill_budget_bytes=budget) as cache:
+        for _ in range(150):
+            key = rng.choice(all_keys[:10])
+            assert_same(cache.get(key), reference[key])
+            assert spill_dir_bytes(spill_dir) <= budget
+            assert cache.counters()["ssd_bytes"] <= budget
+        c = cache.counters()
+    assert c["spill_dropped"] > 0 and c["ssd_hits"] > 0
+
+
+def test_a_file_larger_than_the_budget_is_not_written(corpus_files, all_keys, tmp_path):
+    with make(corpus_files, tmp_path / "spill", spill_budget_bytes=4096) as cache:
+        for key in all_keys[:4]:
+            cache.get(key)
+        assert [p.name for p in (tmp_path / "spill").iterdir()] == [MARKER]
+        c = cache.counters()
+    assert c["ssd_spills"] == 0 and c["spill_skipped"] == 3
+
+
+def test_plan_ranks_drop_the_furthest_and_never_a_sooner_one(tmp_path):
+    arrays = {"x": np.arange(1000, dtype=np.int64)}
+    store = SpillStore(tmp_path / "s", 2 * estimate_bytes(arrays))
+    try:
+        assert store.put("a", arrays, rank=10, ranks={})
+        assert store.put("b", arrays, rank=5, ranks={"a": 10})
+        # Full. c (next use 7) may push out a (10) but not b (5).
+        assert store.put("c", arrays, rank=7, ranks={"a": 10, "b": 5})
+        assert sorted(store.keys()) == ["b", "c"]
+        # d is needed after everything on disk: it is the one not written.
+        assert not store.put("d", arrays, rank=20, ranks={"b": 5, "c": 7})
+        assert sorted(store.keys()) == ["b", "c"]
+        # Without ranks: oldest first.
+        assert store.put("e", arrays)
+        assert sorted(store.keys()) == ["c", "e"]
+        assert np.array_equal(store.load("c")["x"], arrays["x"])
+    finally:
+        store.close()
+
+
+def _fill(cache, keys):
+    for key in keys:
+        cache.get(key)
+    assert len(list(cache.spill_dir.glob("*.npz"))) == len(keys) - 1
+
+
+def test_spill_dir_removed_on_close(corpus_files, all_keys, tmp_path):
+    cache = make(corpus_files, tmp_path / "spill")
+    _fill(cache, all_keys[:3])
+    cache.close()
+    assert not (tmp_path / "spill").exists()
+    cache.close()  # idempotent
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_spill_dir_removed_when_a_with_block_raises(exc, corpus_files, all_keys, tmp_path):
+    with pytest.raises(exc):
+        with make(corpus_files, tmp_path / "spill") as cache:
+            _fill(cache, all_keys[:3])
+            raise exc()
+    assert not (tmp_path / "spill").exists()
+
+
+def test_spill_dir_removed_when_close_is_forgotten(corpus_files, all_keys, tmp_path):
+    cache = make(corpus_files, tmp_path / "spill")
+    _fill(cache, all_keys[:3])
+    del cache
+    gc.collect()
+    assert not (tmp_path / "spill").exists()
+
+
+def test_default_spill_dir_is_private_and_removed(corpus_files, all_keys):
+    cache = RowGroupCache(corpus_files, COLUMNS, policy="lru", capacity=1, memory_probe=Probe())
+    spill_dir = cache.spill_dir
+    _fill(cache, all_keys[:2])
+    cache.close()
+    assert not spill_dir.exists()
+
+
+def test_stale_files_of_a_killed_run_are_removed(corpus_files, all_keys, reference, tmp_path):
+    spill_dir = tmp_path / "spill"
+    killed = SpillStore(spill_dir, 2**30)
+    assert killed.put(all_keys[0], reference[all_keys[0]])
+    killed._finalizer.detach()  # as if the process died before cleanup
+    (spill_dir / ".rg-0-1.deadbeef.tmp").write_bytes(b"half a file")
+    del killed
+    with make(corpus_files, spill_dir) as cache:
+        assert sorted(p.name for p in spill_dir.iterdir()) == [MARKER]
+        assert_same(cache.get(all_keys[0]), reference[all_keys[0]])
+        assert cache.counters()["ssd_hits"] == 0
+
+
+def test_stray_spill_files_without_marker_are_removed(corpus_files, tmp_path):
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    (spill_dir / "rg-0-3.npz").write_bytes(b"old")
+    (spill_dir / ".rg-0-4.abc.tmp").write_bytes(b"old")
+    with make(corpus_files, spill_dir):
+        assert sorted(p.name for p in spill_dir.iterdir()) == [MARKER]
+
+
+def test_a_foreign_directory_is_never_wiped(corpus_files, tmp_path):
+    spill_dir = tmp_path / "run"
+    spill_dir.mkdir()
+    (spill_dir / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(ValueError, match="refusing to delete"):
+        make(corpus_files, spill_dir)
+    assert (spill_dir / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_disk_full_warns_once_and_stops_spilling(corpus_files, all_keys, reference, tmp_path, monkeypatch):
+    import tcgexp.cache.spill as spill_mod
+
+    def disk_full(fh, **arrays):
+        fh.write(b"PK\x03\x04 half an archive")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spill_mod.np, "savez", disk_full)
+    spill_dir = tmp_path / "spill"
+    with make(corpus_files, spill_dir) as cache:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for key in all_keys[:5]:
+                assert_same(cache.get(key), reference[key])
+        runtime = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert len(runtime) == 1 and "disabled" in runtime[0]
+        assert sorted(p.name for p in spill_dir.iterdir()) == [MARKER], "no partial file left"
+        assert_same(cache.get(all_keys[0]), reference[all_keys[0]])  # re-decoded
+        c = cache.counters()
+        assert c["spill_disabled"] == 1 and c["ssd_spills"] == 0 and c["evictions"] == 5
+        assert any("disabled after a write error" in m for m in cache.diagnose())
