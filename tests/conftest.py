@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tcgexp.config import CONF_DIR as CONF
-from tcgexp.config import compose
+from tcgexp.config import build, compose
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
         "dataset.workers=1"]
 
@@ -24,3 +24,11 @@ def cfg_factory(tmp_path):
         return compose_config(f"dataset.root={root}", *TINY, *overrides, config_name=config_name)
 
     return make
+
+
+def make_corpus(root: Path, *overrides: str, build_now: bool = False):
+    """The real dataset config, tiny (TINY), rooted at `root`; later overrides win."""
+    corpus = build(compose(f"dataset.root={root}", *TINY, *overrides).dataset)
+    if build_now:
+        corpus.build()
+    return corpus

@@ -5,8 +5,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tcgexp.config import build, compose
 from tcgexp.data.schema import to_numpy
+from tests.conftest import make_corpus
 
 # Scalars of several dtypes and both 2-d list columns (float32 and bool).
 COLUMNS = ["episode_id", "side", "substep", "terminal", "features", "action_mask", "label", "aux_return"]
@@ -15,9 +15,8 @@ COLUMNS = ["episode_id", "side", "substep", "terminal", "features", "action_mask
 @pytest.fixture(scope="session")
 def corpus_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache_corpus") / "data"
-    corpus = build(compose(f"dataset.root={root}", "dataset.days=2", "dataset.rows_per_day=3000",
-                           "dataset.row_group_rows=256", "dataset.workers=1").dataset)
-    corpus.build()
+    corpus = make_corpus(root, "dataset.days=2", "dataset.rows_per_day=3000", "dataset.row_group_rows=256",
+                         build_now=True)
     return list(corpus.files)
 
 

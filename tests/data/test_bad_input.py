@@ -6,15 +6,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from tcgexp.config import build as instantiate
 
 from tcgexp.data import DataError
 from tcgexp.data.lanes import check_lanes
-from tests.conftest import TINY, compose_config
+from tests.conftest import make_corpus
 
-
-def make_corpus(root, *overrides):
-    return instantiate(compose_config(f"dataset.root={root}", *TINY, *overrides).dataset)
 
 
 @pytest.fixture

@@ -6,18 +6,14 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from tcgexp.config import build as instantiate
 
 from tcgexp import sim
 from tcgexp.data import BuildRefused, Corpus
 from tcgexp.data.lanes import check_lanes
 from tcgexp.data.replay import DayZip
 from tcgexp.data.schema import COLUMN_ORDER, arrow_schema, to_numpy
-from tests.conftest import TINY, compose_config
+from tests.conftest import make_corpus
 
-
-def make_corpus(root, *overrides) -> Corpus:
-    return instantiate(compose_config(f"dataset.root={root}", *TINY, *overrides).dataset)
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tcgexp.config import build, compose
 from tcgexp.data import DataError
 from tcgexp.plan import LaneIndex, Planner
+from tests.conftest import make_corpus
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("plan") / "data"
-    c = build(compose(f"dataset.root={root}", "dataset.rows_per_day=3000", "dataset.row_group_rows=256",
-                      "dataset.days=2", "dataset.workers=1").dataset)
-    c.build()
-    return c
+    return make_corpus(root, "dataset.rows_per_day=3000", "dataset.row_group_rows=256", "dataset.days=2",
+                       build_now=True)
 
 
 @pytest.fixture(scope="module")
