@@ -8,7 +8,7 @@ entry point imports it before ``@hydra.main`` composes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -188,3 +188,21 @@ def compose(*overrides: str, config_name: str = "config") -> DictConfig:
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+@dataclass
+class ReplayConfig:
+    """``python -m tcgexp.cache.replay``: miss-ratio curves of a configured plan's access trace."""
+
+    dataset: DatasetConfig = MISSING
+    tbptt: TbpttConfig = MISSING
+    seed: int = 0
+    epochs: int = 1  # epochs of the plan to replay back to back
+    split: str = "train"  # train | val
+    capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
+    policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])
+    hot_fraction: float = 0.6
+    promotion_hits: int = 2
+
+
+ConfigStore.instance().store(name="base_replay", node=ReplayConfig)

@@ -3,7 +3,9 @@
 ``RowGroupCache`` serves ``(file_index, row_group_index)`` keys as dicts of
 read-only numpy arrays, with a pluggable residency policy (``POLICIES``:
 off, fifo, lru, hot60, plan) and an optional SSD spill tier. ``from_config``
-builds one from the ``cache`` config group.
+builds one from the ``cache`` config group. ``tcgexp.cache.replay`` replays
+a plan's access trace through the policies offline (``python -m
+tcgexp.cache.replay``); it is not imported here so it can run as ``-m``.
 """
 from __future__ import annotations
 
@@ -11,11 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tcgexp.cache.policy import POLICIES, Policy, admit, make_policy
-from tcgexp.cache.replay import replay
 from tcgexp.cache.rowgroup import RowGroupCache
 from tcgexp.cache.spill import SpillStore
 
-__all__ = ["POLICIES", "Policy", "RowGroupCache", "SpillStore", "admit", "from_config", "make_policy", "replay"]
+__all__ = ["POLICIES", "Policy", "RowGroupCache", "SpillStore", "admit", "from_config", "make_policy"]
 
 
 def from_config(cfg_cache, files: Sequence[str | Path], columns: Iterable[str], spill_dir: str | Path | None,

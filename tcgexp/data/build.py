@@ -254,7 +254,19 @@ def split_val(episode_ids: np.ndarray, spec: DaySpec) -> np.ndarray:
     return np.sort(rng.choice(episode_ids, size=k, replace=False)) if k else np.empty(0, np.int64)
 
 
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def diff_config(old: dict, new: dict) -> str:
+    """The settings that differ, as dotted keys: 'encoder.SIM_VERSION: 'a' -> 'b''."""
+    old, new = _flat(old), _flat(new)
     keys = sorted(set(old) | set(new))
     changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
     return "; ".join(changed) if changed else "same settings, different code version"

@@ -28,18 +28,16 @@ class RowGroupSource(Protocol):
     def get(self, key: Key, t: Optional[int] = None) -> dict[str, np.ndarray]: ...
 
 
-class ParquetSource:
+class DirectSource:
     """Row groups read straight from Parquet, no cache: the reference every cache must equal."""
 
-    def __init__(self, files: Sequence) -> None:
-        import pyarrow.parquet as pq
+    def __init__(self, files: Sequence, columns: Sequence[str] = TRAIN_COLUMNS) -> None:
+        from ..cache.source import ParquetSource  # per-thread file handles: safe under workers
 
-        self._files = [pq.ParquetFile(f) for f in files]
+        self._source = ParquetSource(files, columns, name="direct")
 
     def get(self, key: Key, t: Optional[int] = None) -> dict[str, np.ndarray]:
-        from ..data.schema import to_numpy
-
-        return to_numpy(self._files[key[0]].read_row_group(key[1]))
+        return self._source.read(key)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from ..cache import from_config as make_cache
 from ..config import build
 from ..data import Corpus
 from ..plan import LaneIndex, Planner
-from ..plan.loader import TRAIN_COLUMNS, Loader, ParquetSource, assemble
+from ..plan.loader import TRAIN_COLUMNS, Loader, DirectSource, assemble
 from ..progress import report_console, stage_progress
 from ..track import make_tracker
 from . import checkpoint as ckpt
@@ -116,7 +116,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
         # FP32 check on the batch the run starts with (read directly: the caches' counters stay clean)
         start_plan = planner.epoch_plan(min(state.epoch, epochs - 1))
         first = transform(assemble(start_plan[min(state.position, len(start_plan) - 1)],
-                                   ParquetSource(corpus.files), TRAIN_COLUMNS))
+                                   DirectSource(corpus.files), TRAIN_COLUMNS))
         inputs = to_mx(first.inputs)
         stepper.check_precision(inputs, to_mx(first.targets), memory.read(first, inputs["lane_decisions"].shape[0]))
 
