@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from . import corpus
+from . import corpus, loader
 
-BENCHES = {"corpus": corpus}
+BENCHES = {"corpus": corpus, "loader": loader}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -38,8 +38,24 @@ from tcgexp.cache.source import Arrays, Key, ParquetSource
 from tcgexp.cache.spill import SpillStore
 
 
-def _default_probe() -> float:
-    return psutil.virtual_memory().percent
+class MemoryProbe:
+    """psutil's system memory percent, read at most every `interval` seconds.
+
+    A psutil read costs ~35 us (it parses /proc/meminfo), more than a cache hit
+    itself; memory pressure does not change on a microsecond scale, so a
+    reading a few milliseconds old is as good and keeps hits cheap.
+    """
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self._at = -1.0
+        self._pct = 0.0
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if now - self._at >= self.interval:
+            self._pct, self._at = psutil.virtual_memory().percent, now
+        return self._pct
 
 
 class RowGroupCache:
@@ -66,7 +82,7 @@ class RowGroupCache:
         # evictions are blocked, for loaders whose workers read while the
         # trainer is inside a step (see opt_step_skips).
         self._guard_capacity = opt_step_guard == "all"
-        self._probe = memory_probe or _default_probe
+        self._probe = memory_probe or MemoryProbe()
         self._probe_failed = False
 
         self._lock = threading.Lock()

@@ -1,0 +1,115 @@
+"""Loader throughput: decode-every-time, cold and warm cache, beside raw pyarrow and memcpy.
+
+    python -m tcgexp.bench loader                 # the 5d corpus under data/ (built if missing)
+    python -m tcgexp.bench loader --dataset demo
+
+All rows are measured in one run on the same files and the same epoch plan.
+"Raw pyarrow" decodes each train row group once (read_row_group + to_numpy);
+"cache cold" does the same through RowGroupCache misses; the loader rows
+assemble every planned microbatch (rows gathered per row group); "memcpy"
+copies the same number of bytes as the loader delivers, batch by batch.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from ..cache import RowGroupCache
+from ..config import build, compose
+from ..data.schema import to_numpy
+from ..plan import LaneIndex, Planner
+from ..plan.loader import TRAIN_COLUMNS, Loader
+from .table import markdown_table
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="5d")
+    p.add_argument("--root", default="data", help="dataset.root (built there if missing)")
+    p.add_argument("--chunk", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=0, help="loader threads (0: assemble in the consumer)")
+    p.add_argument("--repeat", type=int, default=3, help="best of N for each row")
+
+
+def best_of(n: int, fn) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def run(args: argparse.Namespace) -> None:
+    corpus = build(compose(f"dataset={args.dataset}", f"dataset.root={args.root}").dataset)
+    corpus.build()
+    index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
+    plan = Planner(index, chunk=args.chunk, batch_size=args.batch_size, seed=0).epoch_plan(0)
+    keys = sorted({k for ks in plan.trace() for k in ks})
+    files = [pq.ParquetFile(f) for f in corpus.files]
+    rg_rows = sum(files[f].metadata.row_group(rg).num_rows for f, rg in keys)
+    sample = to_numpy(files[0].read_row_group(0, columns=TRAIN_COLUMNS))
+    row_bytes = sum(a[0].nbytes for a in sample.values())
+    plan_rows = plan.rows
+    rows_out = []
+
+    def add(name, seconds, rows, note=""):
+        rows_out.append([name, f"{rows / seconds:,.0f}", f"{rows * row_bytes / seconds / 1e9:.2f}", note])
+        return rows / seconds
+
+    raw = add("raw pyarrow read_row_group + to_numpy", best_of(args.repeat, lambda: [
+        to_numpy(files[f].read_row_group(rg, columns=TRAIN_COLUMNS)) for f, rg in keys]), rg_rows,
+        f"{len(keys)} row groups")
+    spill = Path(tempfile.mkdtemp(prefix="tcgexp-bench-spill-"))
+    try:
+        def cold_decode():
+            with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="lru", capacity=len(keys), spill=False) as c:
+                for k in keys:
+                    c.get(k)
+        cold = add("cache cold: every row group missed once", best_of(args.repeat, cold_decode), rg_rows)
+        rows_out[-1][3] = f"{100 * (cold / raw - 1):+.1f}% vs raw decode"
+
+        def epoch(cache) -> None:
+            for _ in Loader(cache, TRAIN_COLUMNS, workers=args.workers).iterate(plan):
+                pass
+
+        def off_epoch():
+            with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="off", capacity=0, spill=False) as c:
+                epoch(c)
+        add("loader, cache=off (decode every access)", best_of(args.repeat, off_epoch), plan_rows,
+            f"{len(plan)} microbatches")
+
+        def cold_epoch():
+            with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="plan", capacity=4, spill=False) as c:
+                c.set_trace(plan.trace())
+                epoch(c)
+        add("loader, cache=plan capacity 4, cold", best_of(args.repeat, cold_epoch), plan_rows)
+
+        warm_cache = RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="lru", capacity=len(keys), spill=False)
+        with warm_cache:
+            epoch(warm_cache)  # fill
+            warm = add("loader, warm cache (all resident)", best_of(args.repeat, lambda: epoch(warm_cache)),
+                       plan_rows)
+        sizes = [mb.rows for mb in plan]
+        src = {k: np.ascontiguousarray(np.broadcast_to(v[:1], (args.batch_size,) + v.shape[1:]))
+               for k, v in sample.items()}
+        dst = {k: np.empty_like(v) for k, v in src.items()}
+
+        def memcpy():
+            for n in sizes:
+                for k in src:
+                    np.copyto(dst[k][:n], src[k][:n])
+        mem = add("memcpy of the same bytes, batch by batch", best_of(args.repeat, memcpy), plan_rows)
+        rows_out[-2][3] = f"{mem / warm:.2f}x slower than memcpy"
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    print(f"## Loader throughput: dataset={corpus.name}, {len(keys)} train row groups, plan of {len(plan)} "
+          f"microbatches x <= {args.batch_size} rows (chunk {args.chunk}), {row_bytes} bytes/row "
+          f"({len(TRAIN_COLUMNS)} columns), loader workers={args.workers}, best of {args.repeat}\n")
+    print(markdown_table(["path", "rows/s", "GB/s", "note"], rows_out))
