@@ -7,7 +7,8 @@ from functools import lru_cache
 
 import pytest
 
-from tcgexp.cache import POLICIES, admit, make_policy, replay
+from tcgexp.cache import POLICIES, admit, make_policy
+from tcgexp.cache.replay import replay
 from tcgexp.cache.policy import Hot60Policy, PlanPolicy
 
 
