@@ -72,7 +72,7 @@ class SchedulerConfig:
     warmup_steps: int = 0
     total_steps: int = 0  # 0 = this run's real optimizer-step horizon
     min_lr_ratio: float = 0.0
-    reset: bool = True
+    reset: bool = False  # on resume: false = keep the checkpoint's schedule (exact continuation); true = start a new one
 
 
 @dataclass

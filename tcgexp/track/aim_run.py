@@ -14,8 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 
 class AimTracker:
     def __init__(self, cfg: DictConfig, *, experiment: str, resume_hash: Optional[str] = None) -> None:
+        import logging
+
         import aim
 
+        logging.getLogger("aim").setLevel(logging.WARNING)  # its INFO chatter would drown the run's report
         repo = Path(str(cfg.tracking.repo or ".")).expanduser().absolute()
         repo.mkdir(parents=True, exist_ok=True)
         self.run = aim.Run(run_hash=resume_hash, repo=str(repo), experiment=experiment)

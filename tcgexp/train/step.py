@@ -32,7 +32,8 @@ def check_fp32(tree, what: str, *, skip_integers: bool = False) -> None:
         if skip_integers and not mx.issubdtype(leaf.dtype, mx.floating):
             continue  # the optimizer's update counter is an integer, not a moment
         if leaf.dtype != mx.float32:
-            raise PrecisionError(f"{what} {name} is {leaf.dtype}, expected float32 (strict FP32 run)")
+            dtype = str(leaf.dtype).removeprefix("mlx.core.")
+            raise PrecisionError(f"{what} {name} is {dtype}, expected float32 (strict FP32 run)")
 
 
 def to_mx(d: dict) -> dict:

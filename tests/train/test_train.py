@@ -1,0 +1,129 @@
+"""train(cfg) end to end on a tiny real corpus: accounting, outputs, resume, determinism."""
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from tcgexp.train import train
+from tcgexp.train import checkpoint as ckpt
+from tcgexp.train.checkpoint import CheckpointError
+from tcgexp.train.schedule import ScheduleError
+
+
+def weights(result) -> dict[str, bytes]:
+    return {k: np.array(v).tobytes() for k, v in tree_flatten(result["model"].parameters())}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("train_data")
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, data_root):
+    """An uninterrupted 2-epoch run that the other runs are compared with."""
+    from tests.train.conftest import TINY_TRAIN, compose_config
+
+    cfg = compose_config(f"dataset.root={data_root}", *TINY_TRAIN)
+    run_dir = tmp_path_factory.mktemp("baseline")
+    return train(cfg, run_dir=run_dir), run_dir
+
+
+def test_outputs_of_a_run(baseline):
+    result, run_dir = baseline
+    on_disk = json.loads((run_dir / "result.json").read_text())
+    assert on_disk["planned"]["microbatches"] == on_disk["processed"]["microbatches"] > 0
+    assert on_disk["planned"]["optimizer_steps"] == on_disk["processed"]["optimizer_steps"]
+    assert set(on_disk["cache"]) == {"train", "val"}
+    for counters in on_disk["cache"].values():
+        assert counters["hits"] + counters["misses"] == counters["accesses"]
+    for key in ("wall_seconds", "rows_per_second", "data_stall_seconds", "data_stall_share", "final", "best"):
+        assert key in on_disk
+    final = on_disk["final"]
+    for key in ("loss", "policy", "accuracy", "aux_ko", "policy_early", "policy_late", "accuracy_early"):
+        assert np.isfinite(final[key]), key
+    for name in ("best", "latest", "epoch_0001", "epoch_0002"):
+        assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted(ckpt.FILES)
+    assert not (run_dir / ".cache_spill").exists()
+
+
+@pytest.mark.parametrize("batch, accum", [(64, 1), (64, 3), (96, 2), (48, 5)], ids=lambda v: str(v))
+def test_exact_step_accounting(train_cfg, data_root, tmp_path, batch, accum):
+    r = train(train_cfg(f"tbptt.batch_size={batch}", f"tbptt.accum_steps={accum}", "trainer.epochs=1",
+                        data=data_root), run_dir=tmp_path / "run")
+    mb = r["planned"]["per_epoch_microbatches"]
+    assert r["processed"]["microbatches"] == sum(mb)
+    assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"] == sum(-(-m // accum) for m in mb)
+
+
+def test_epoch_snapshots_every_n_and_final_always(train_cfg, data_root, tmp_path):
+    train(train_cfg("trainer.epochs=3", "checkpoint.every_epochs=2", data=data_root), run_dir=tmp_path / "r")
+    names = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+    assert names == ["best", "epoch_0002", "epoch_0003", "latest"]
+
+
+@pytest.mark.parametrize("stop_at", [5, 9], ids=["mid-epoch-0", "in-epoch-1"])
+def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at):
+    full, _ = baseline
+    first = train(train_cfg(f"trainer.max_steps={stop_at}", data=data_root), run_dir=tmp_path / "a")
+    assert first["stopped_early"] and first["processed"]["optimizer_steps"] == stop_at
+    state = json.loads((tmp_path / "a" / "checkpoints" / "latest" / "state.json").read_text())
+    assert state["progress"]["opt_steps"] == stop_at
+    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "b")
+    assert resumed["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
+    assert weights(resumed) == weights(full), "final weights equal an uninterrupted run's, bit for bit"
+
+
+@pytest.mark.parametrize("overrides", [["cache=off"], ["cache=plan"], ["cache=plan", "cache.prefetch_workers=0"],
+                                       ["cache=lru", "cache.prefetch_workers=3"], ["cache=hot60", "cache.capacity=1"]],
+                         ids=lambda o: ",".join(o))
+def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, data_root, tmp_path, overrides):
+    full, _ = baseline
+    assert weights(train(train_cfg(*overrides, data=data_root), run_dir=tmp_path / "r")) == weights(full)
+
+
+def test_resume_past_the_scheduler_horizon_is_refused(train_cfg, data_root, tmp_path):
+    train(train_cfg("trainer.epochs=1", data=data_root), run_dir=tmp_path / "a")
+    with pytest.raises(ScheduleError, match="only 0 of its"):
+        train(train_cfg("trainer.epochs=2", "scheduler.reset=false", f"resume={tmp_path / 'a'}", data=data_root),
+              run_dir=tmp_path / "b")
+    # a new schedule for the extension is fine
+    r = train(train_cfg("trainer.epochs=2", "scheduler.reset=true", f"resume={tmp_path / 'a'}", data=data_root),
+              run_dir=tmp_path / "c")
+    assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"]
+
+
+def test_resume_on_other_data_or_model_is_refused(train_cfg, data_root, tmp_path):
+    train(train_cfg("trainer.max_steps=3", data=data_root), run_dir=tmp_path / "a")
+    with pytest.raises(CheckpointError, match="other data"):
+        train(train_cfg("dataset.seed=9", f"resume={tmp_path / 'a'}", data=tmp_path / "other"),
+              run_dir=tmp_path / "b")
+    with pytest.raises(CheckpointError, match="tbptt.chunk"):
+        train(train_cfg("tbptt.chunk=4", f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "c")
+
+
+def test_latest_is_atomic_a_crash_mid_write_keeps_the_previous(train_cfg, data_root, tmp_path, monkeypatch):
+    train(train_cfg("trainer.max_steps=4", data=data_root), run_dir=tmp_path / "a")
+    latest = tmp_path / "a" / "checkpoints" / "latest"
+    before = {p.name: p.read_bytes() for p in latest.iterdir()}
+    calls = {"n": 0}
+    real = mx.save_safetensors
+
+    def dies_on_second_file(path, arrays):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("simulated crash while writing optimizer.safetensors")
+        real(path, arrays)
+
+    monkeypatch.setattr(mx, "save_safetensors", dies_on_second_file)
+    with pytest.raises(OSError, match="simulated crash"):
+        train(train_cfg("trainer.max_steps=8", f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "a")
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in latest.iterdir()} == before
+    assert ckpt.find(str(tmp_path / "a")) == latest
+    r = train(train_cfg(f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "b")
+    assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"]
