@@ -92,7 +92,7 @@ class OptimizerConfig:
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 2
+    epochs: int = 3
     aux_weight: float = 0.25  # weight of the four auxiliary losses beside the policy loss
     max_steps: int = 0  # stop (resumably) after this many optimizer steps; 0 = run all epochs
 

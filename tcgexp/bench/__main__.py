@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from . import corpus, loader
+from . import corpus, loader, train
 
-BENCHES = {"corpus": corpus, "loader": loader}
+BENCHES = {"corpus": corpus, "loader": loader, "train": train}
 
 
 def main(argv: list[str] | None = None) -> None:

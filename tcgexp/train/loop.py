@@ -92,22 +92,28 @@ class Loop:
         self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
         self.hooks.on_advance(p.position, {})
         acc, window, sums = None, 0, {k: 0.0 for k in METRICS}
-        rows = 0
+        rows, stall0, busy0 = 0, self.train_loader.stall_seconds, self.step_seconds
         for prep in self.train_loader.iterate(plan, start=p.position):
             t0 = time.perf_counter()
             inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
             h0 = self.memory.read(prep, inputs["lane_decisions"].shape[0])
             with self.train_cache.in_opt_step():
-                loss, parts, carry, g = self.stepper.grads(inputs, targets, h0)
-                acc, window = add_grads(acc, g), window + 1
-                applied = window == self.accum_steps or prep.index == len(plan) - 1
-                if applied:  # the last partial window is applied too, before validation
+                if self.accum_steps == 1:  # one compiled graph: gradients and update together
                     self.stepper.optimizer.learning_rate = self.schedule.lr()
-                    norm = self.stepper.apply(acc, mx.array(1.0 / window, dtype=mx.float32))
+                    loss, parts, carry, norm = self.stepper.step(inputs, targets, h0)
                     mx.eval(loss, parts, carry, norm, self.stepper.state)
-                    acc, window = None, 0
+                    applied = True
                 else:
-                    mx.eval(loss, parts, carry, acc)
+                    loss, parts, carry, g = self.stepper.grads(inputs, targets, h0)
+                    acc, window = add_grads(acc, g), window + 1
+                    applied = window == self.accum_steps or prep.index == len(plan) - 1
+                    if applied:  # the last partial window is applied too, before validation
+                        self.stepper.optimizer.learning_rate = self.schedule.lr()
+                        norm = self.stepper.apply(acc, mx.array(1.0 / window, dtype=mx.float32))
+                        mx.eval(loss, parts, carry, norm, self.stepper.state)
+                        acc, window = None, 0
+                    else:
+                        mx.eval(loss, parts, carry, acc)
             self.memory.write(prep, carry)
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
@@ -128,7 +134,9 @@ class Loop:
                     self.hooks.save("latest")  # at a window boundary: nothing half-accumulated to lose
             self.hooks.on_advance(1, {"loss": float(loss)})
         self.assert_counts(plan)
-        return {k: v / max(rows, 1) for k, v in sums.items()}
+        stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
+        return {**{k: v / max(rows, 1) for k, v in sums.items()},
+                "rows_per_second": rows / max(stall + busy, 1e-9), "data_stall_share": stall / max(stall + busy, 1e-9)}
 
     def assert_counts(self, plan) -> None:
         p = self.p

@@ -65,6 +65,17 @@ class Stepper:
             optimizer.update(model, g)
             return norm
 
+        @partial(mx.compile, inputs=self.state, outputs=self.state)
+        def step(inputs, targets, h0):
+            """accum_steps=1: gradients and update in one graph (one dispatch, no grads handed back)."""
+            (loss, (parts, carry)), g = loss_and_grad(model, inputs, targets, h0)
+            if self.grad_clip > 0:
+                g, norm = optim.clip_grad_norm(g, self.grad_clip)
+            else:
+                norm = mx.sqrt(sum((x * x).sum() for _, x in tree_flatten(g)))
+            optimizer.update(model, g)
+            return loss, parts, carry, norm
+
         @partial(mx.compile, inputs=[model.state])
         def evaluate(inputs, targets, h0):
             logits, aux, carry = model(h0=h0, **inputs)
@@ -79,7 +90,7 @@ class Stepper:
                     "accuracy_early": (hit * early).sum(), "accuracy_late": (hit * late).sum()}
             return loss, parts, carry, sums
 
-        self.grads, self.apply, self.evaluate = grads, apply, evaluate
+        self.grads, self.apply, self.step, self.evaluate = grads, apply, step, evaluate
 
     def _loss(self, model, inputs, targets, h0):
         logits, aux, carry = model(h0=h0, **inputs)
