@@ -90,3 +90,14 @@ def test_5d_corpus_builds_with_full_verification(tmp_path):
     for m in sorted((tmp_path / "bc_data").glob("*.manifest.json")):
         manifest = json.loads(m.read_text())
         assert 30000 <= manifest["rows"] < 30400 and len(manifest["row_groups"]) >= 7
+
+
+def test_multirun_sweeps_with_the_basic_launcher(tmp_path):
+    sweep = tmp_path / "sweep"
+    res = run("tcgexp.train", "--multirun", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=500",
+              "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8", "trainer.epochs=1",
+              "tracking=off", "model.hidden=8,16", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in range(2)]
+    assert [r["processed"]["optimizer_steps"] > 0 for r in results] == [True, True]
+    assert (sweep / "multirun.yaml").exists()

@@ -33,3 +33,19 @@ class AimTracker:
         if self.run is not None:
             self.run.close()
             self.run = None
+
+
+def open_repo(path: str | Path):
+    """The Aim repo at `path` with every run indexed, so ``iter_runs()`` sees runs just written.
+
+    Aim indexes runs in the background of ``aim up``/``aim server``; a script reading a
+    repo right after a sweep has to index them itself.
+    """
+    import aim
+    from aim.sdk.index_manager import RepoIndexManager
+
+    repo = aim.Repo(str(Path(path).expanduser().absolute()))
+    manager = RepoIndexManager.get_index_manager(repo)
+    for run_hash in repo.list_all_runs():
+        manager.index(run_hash)
+    return repo

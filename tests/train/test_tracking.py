@@ -1,0 +1,29 @@
+"""tracking=aim: the run is a real Aim run, read back with Aim's own SDK."""
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+
+from tcgexp.track.aim_run import open_repo
+from tcgexp.train import train
+
+
+def test_run_is_tracked_in_aim(train_cfg, tmp_path):
+    cfg = train_cfg("tracking=aim", f"tracking.repo={tmp_path / 'aimrepo'}", "tracking.experiment=unit",
+                    "trainer.epochs=1")
+    result = train(cfg, run_dir=tmp_path / "run")
+    repo = open_repo(tmp_path / "aimrepo")
+    runs = list(repo.iter_runs())
+    assert [r.hash for r in runs] == [result["aim_hash"]]
+    run = runs[0]
+    assert run.experiment == "unit"
+    assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True)))
+    metrics = {(m.name): m for m in run.metrics()}
+    steps = result["processed"]["optimizer_steps"]
+    for name in ("train/loss", "train/policy", "lr", "train/grad_norm", "cache_train/hits", "cache_train/misses",
+                 "cache_train/hit_rate_pct", "cache_train/bytes_loaded"):
+        assert name in metrics, name
+        assert len(metrics[name].values.values_list()) == steps, name
+    for name in ("val/loss", "val/accuracy", "val/policy_early", "cache_val/hits"):
+        assert len(metrics[name].values.values_list()) == 1, name
