@@ -106,8 +106,9 @@ class CheckpointConfig:
 @dataclass
 class TrackingConfig:
     backend: str = MISSING  # aim | aim_remote | off
-    repo: Optional[str] = None
-    experiment: Optional[str] = None
+    repo: Optional[str] = None  # aim: the folder holding .aim/
+    uri: Optional[str] = None  # aim_remote: aim://host:port of a running `aim server`
+    experiment: Optional[str] = None  # default: named after the sweep (or the single run)
 
 
 @dataclass

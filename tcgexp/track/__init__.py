@@ -1,9 +1,11 @@
-"""Experiment tracking: one Aim run per job (``tracking=aim``), or nothing (``tracking=off``)."""
+"""Experiment tracking: one Aim run per job (``tracking=aim`` / ``aim_remote``), or nothing (``off``)."""
 from __future__ import annotations
 
 from typing import Optional, Protocol
 
 from omegaconf import DictConfig
+
+from .context import JobContext, job_context
 
 
 class Tracker(Protocol):
@@ -24,10 +26,13 @@ class NullTracker:
         pass
 
 
-def make_tracker(cfg: DictConfig, *, experiment: str, resume_hash: Optional[str] = None) -> Tracker:
+def make_tracker(cfg: DictConfig, *, context: JobContext, resume_hash: Optional[str] = None) -> Tracker:
     backend = str(cfg.tracking.backend)
     if backend == "off":
         return NullTracker()
     from .aim_run import AimTracker  # Aim is imported only when tracking is on (it takes ~1 s)
 
-    return AimTracker(cfg, experiment=experiment, resume_hash=resume_hash)
+    return AimTracker(cfg, context=context, resume_hash=resume_hash)
+
+
+__all__ = ["Tracker", "NullTracker", "make_tracker", "JobContext", "job_context"]

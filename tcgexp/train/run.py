@@ -25,7 +25,7 @@ from ..data import Corpus
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS, Loader, DirectSource, assemble
 from ..progress import report_console, stage_progress
-from ..track import make_tracker
+from ..track import job_context, make_tracker
 from . import checkpoint as ckpt
 from .batch import prepare
 from .blas import load_fast_blas
@@ -120,8 +120,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
         inputs = to_mx(first.inputs)
         stepper.check_precision(inputs, to_mx(first.targets), memory.read(first, inputs["lane_decisions"].shape[0]))
 
-        experiment = str(cfg.tracking.experiment or run_dir.parent.name)
-        tracker = make_tracker(cfg, experiment=experiment, resume_hash=aim_hash)
+        tracker = make_tracker(cfg, context=job_context(run_dir), resume_hash=aim_hash)
         display = RunDisplay()
         val_memory = LaneMemory(len(index.lanes), int(cfg.model.hidden))
         ckpt_dir = run_dir / "checkpoints"
