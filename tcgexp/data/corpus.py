@@ -6,6 +6,7 @@ knob of the ``dataset`` config group is one of its constructor arguments.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -76,7 +77,18 @@ class Corpus:
 
     # -- build ---------------------------------------------------------------------------
     def build(self, progress: Optional[Progress] = None) -> dict[str, str]:
-        """Build missing days, validate finished ones; returns {date: "built" | "validated"}."""
+        """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
+
+        Holds an exclusive lock on ``<root>/.build.lock`` throughout: the jobs of a parallel
+        sweep all build-or-validate the same days, and only one may write them; the others
+        wait, then find the days finished and validate them.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".build.lock", "a") as lock:  # "a": taking the lock touches nothing
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._build(progress)
+
+    def _build(self, progress: Optional[Progress]) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]

@@ -33,9 +33,7 @@ class AimTracker:
         if self.remote:
             self.where = str(cfg.tracking.uri)
         else:
-            repo = Path(str(cfg.tracking.repo or ".")).expanduser().absolute()
-            repo.mkdir(parents=True, exist_ok=True)
-            self.where = str(repo)
+            self.where = str(ensure_repo(cfg.tracking.repo))
         self.run = None
         self.hash: Optional[str] = None
         self._checked = time.monotonic()
@@ -95,6 +93,26 @@ class AimTracker:
                 run.close()
             except Exception as exc:  # noqa: BLE001
                 print(f"[tracking] closing the Aim run at {self.where} failed ({exc})", file=sys.stderr)
+
+
+def ensure_repo(path: Optional[str | Path]) -> Path:
+    """Create the Aim repo once, under a file lock.
+
+    Parallel jobs of a sweep all start by opening the repo; two that find it
+    missing would both initialise it, and one then reads a half-written repo
+    ("out of date"). The lock serialises the check-and-create.
+    """
+    import fcntl
+
+    import aim
+
+    root = Path(str(path or ".")).expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".tcgexp-aim-init.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".aim" / "VERSION").exists():
+            aim.Repo.from_path(str(root), init=True)
+    return root
 
 
 def open_repo(path: str | Path):

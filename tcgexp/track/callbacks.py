@@ -1,0 +1,46 @@
+"""Hydra callbacks for every job and sweep (``conf/hydra/callbacks/``, on by default).
+
+On job end, whether the job succeeded or failed: remove the job's spill dir
+and record its status (``job_status.json``), then refresh the sweep report, so
+that a sweep whose failed job makes Hydra stop before ``on_multirun_end`` still
+leaves a report with every row. On multirun end: the final report.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from .summary import write_summary
+
+
+class SweepReport(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.get("tracking") and str(config.tracking.backend) == "aim":
+            from .aim_run import ensure_repo
+
+            ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        job_dir = Path(config.hydra.runtime.output_dir)
+        shutil.rmtree(job_dir / ".cache_spill", ignore_errors=True)  # whatever the job did or did not
+        error = None
+        if job_return.status == JobStatus.FAILED:
+            exc = job_return._return_value  # the exception; .return_value would re-raise it
+            error = f"{type(exc).__name__}: {exc}"
+        status = {"status": job_return.status.name, "error": error, "job_num": config.hydra.job.get("num"),
+                  "overrides": list(config.hydra.overrides.task)}
+        (job_dir / "job_status.json").write_text(json.dumps(status, indent=2))
+        if config.hydra.mode == RunMode.MULTIRUN:
+            write_summary(Path(config.hydra.sweep.dir))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if sweep_dir.exists():
+            write_summary(sweep_dir)

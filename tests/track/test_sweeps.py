@@ -1,0 +1,139 @@
+"""Real --multirun sweeps: Aim runs per job read back with Aim's SDK, sweep reports, launchers."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from omegaconf import OmegaConf
+
+from tcgexp.track.aim_run import open_repo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000"]
+
+
+def sweep(tmp_path, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tcgexp.train", "--multirun", *SMOKE,
+                           f"dataset.root={tmp_path / 'data'}", f"hydra.sweep.dir={tmp_path / 'sweep'}", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_two_job_sweep_tracks_to_aim_and_reports(tmp_path):
+    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = list(open_repo(tmp_path / "aim").iter_runs())
+    assert len(runs) == 2
+    assert len({r["sweep"]["id"] for r in runs}) == 1 and len({r.experiment for r in runs}) == 1
+    for run in runs:
+        job_dir = tmp_path / "sweep" / str(run["job_num"])
+        job_cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+        assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(job_cfg, resolve=True)))
+        assert run["overrides"] == OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
+        result = json.loads((job_dir / "result.json").read_text())
+        steps, evals = result["processed"]["optimizer_steps"], len(result["history"])
+        metrics = {m.name: len(m.values.values_list()) for m in run.metrics()}
+        for name in result["cache"]["train"]:
+            assert metrics[f"cache_train/{name}"] == steps, name
+            assert metrics[f"cache_val/{name}"] == evals, name
+        assert metrics["train/loss"] == steps and metrics["val/loss"] == evals
+    rows = list(csv.DictReader(open(tmp_path / "sweep" / "summary.csv")))
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert (tmp_path / "sweep" / "summary.md").read_text().count("| COMPLETED |") == 2
+    assert (tmp_path / "sweep" / "summary.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.rglob(".cache_spill")), "no spill outlives its job"
+
+
+def test_a_failed_job_still_leaves_the_others_row_and_no_spill(tmp_path):
+    # job 1's row budget is smaller than the largest decision: refused before training
+    res = sweep(tmp_path, "tracking=off", "cache=plan", "tbptt.batch_size=64,2")
+    assert res.returncode != 0, "Hydra reports the failed job"
+    rows = {r["job"]: r for r in csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))}
+    assert rows["0"]["status"] == "COMPLETED" and float(rows["0"]["val_loss"]) > 0
+    assert rows["1"]["status"] == "FAILED" and "tbptt.batch_size>=" in rows["1"]["error"]
+    assert "## Failed jobs" in (tmp_path / "sweep" / "summary.md").read_text()
+    assert not list(tmp_path.rglob(".cache_spill"))
+
+
+@pytest.mark.slow
+def test_joblib_runs_jobs_in_parallel_without_aim_errors(tmp_path):
+    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                "cache=off,plan,lru,hot60")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "[tracking]" not in res.stderr and "ERROR" not in res.stderr
+    runs = list(open_repo(tmp_path / "aim").iter_runs())
+    assert sorted(r["job_num"] for r in runs) == [0, 1, 2, 3]
+    spans = []  # [start, end] of each job: result.json is written at the end, after wall_seconds
+    for i in range(4):
+        path = tmp_path / "sweep" / str(i) / "result.json"
+        end = path.stat().st_mtime
+        spans.append((end - json.loads(path.read_text())["wall_seconds"], end))
+    spans.sort()
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), f"no two jobs overlapped: {spans}"
+    assert len(list(csv.DictReader(open(tmp_path / "sweep" / "summary.csv")))) == 4
+
+
+def test_submitit_local_runs_a_job(tmp_path):
+    res = sweep(tmp_path, "tracking=off", "hydra/launcher=submitit_local", "cache=plan")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["processed"]["optimizer_steps"] > 0
+    assert list((tmp_path / "sweep").rglob("*.submitit*")) or (tmp_path / "sweep" / ".submitit").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def aim_server(tmp_path):
+    repo = tmp_path / "server_repo"
+    repo.mkdir()
+    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen(["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "aim server did not start"
+            time.sleep(0.3)
+    yield repo, port, proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_tracks_to_a_real_aim_server(tmp_path, aim_server):
+    repo, port, _ = aim_server
+    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *SMOKE[1:], "+experiment=smoke", "cache=plan",
+                          f"dataset.root={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
+                          "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{port}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    runs = list(open_repo(repo).iter_runs())
+    assert [r.hash for r in runs] == [result["aim_hash"]]
+    metrics = {m.name: len(m.values.values_list()) for m in runs[0].metrics()}
+    assert metrics["train/loss"] == result["processed"]["optimizer_steps"] and metrics["cache_val/hits"] == 1
+
+
+def test_unreachable_server_costs_tracking_not_training(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *SMOKE[1:], "+experiment=smoke", "cache=plan",
+                          f"dataset.root={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
+                          "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{free_port()}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stderr.count("[tracking]") == 1 and "training continues without tracking" in res.stderr
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["aim_hash"] is None
