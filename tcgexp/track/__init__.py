@@ -30,8 +30,14 @@ def make_tracker(cfg: DictConfig, *, context: JobContext, resume_hash: Optional[
     backend = str(cfg.tracking.backend)
     if backend == "off":
         return NullTracker()
-    from .aim_run import AimTracker  # Aim is imported only when tracking is on (it takes ~1 s)
+    from .aim_run import AimTracker, experiment_name, run_attributes  # Aim loads only when tracking is on
 
+    if backend == "aim_remote":
+        from .remote import RemoteAimTracker
+
+        return RemoteAimTracker(str(cfg.tracking.uri), {
+            "experiment": experiment_name(cfg, context), "resume_hash": resume_hash,
+            "attrs": run_attributes(cfg, context)})
     return AimTracker(cfg, context=context, resume_hash=resume_hash)
 
 

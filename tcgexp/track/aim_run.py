@@ -4,17 +4,13 @@
 ``cache_val/*`` each validation. ``run["overrides"]``, ``run["sweep"]`` and
 ``run["job_num"]`` let the UI group and filter a sweep, whose jobs share an
 Aim experiment named after it. A resumed job continues the same Aim run (its
-hash travels in the checkpoint). With ``tracking=aim_remote`` an unreachable
-or vanished ``aim server`` costs the run its tracking, never its training:
-it is said once, on stderr.
+hash travels in the checkpoint). ``tracking=aim_remote`` runs the same in a
+child process (``remote.py``).
 """
 from __future__ import annotations
 
 import logging
-import socket
 import sys
-import time
-from urllib.parse import urlparse
 from pathlib import Path
 from typing import Optional
 
@@ -29,57 +25,29 @@ class AimTracker:
 
         logging.getLogger("aim").setLevel(logging.WARNING)  # its INFO chatter would drown the run's report
         logging.getLogger("aim.ext.transport").setLevel(logging.CRITICAL)  # we say it once, ourselves
-        self.remote = str(cfg.tracking.backend) == "aim_remote"
-        if self.remote:
-            self.where = str(cfg.tracking.uri)
-        else:
-            self.where = str(ensure_repo(cfg.tracking.repo))
+        self.where = str(ensure_repo(cfg.tracking.repo))
         self.run = None
         self.hash: Optional[str] = None
-        self._checked = time.monotonic()
         try:
             self.run = aim.Run(run_hash=resume_hash, repo=self.where,
-                               experiment=str(cfg.tracking.experiment or context.experiment or "tcgexp"))
-            self.run["hparams"] = OmegaConf.to_container(cfg, resolve=True)
-            self.run["overrides"] = list(context.overrides)
-            if context.in_sweep:
-                self.run["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
-                self.run["job_num"] = context.job_num
+                               experiment=experiment_name(cfg, context))
+            for key, value in run_attributes(cfg, context).items():
+                self.run[key] = value
             self.hash = self.run.hash
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
 
-    def _give_up(self, why: str, *, close: bool = True) -> None:
+    def _give_up(self, why: str) -> None:
         print(f"[tracking] {why}; training continues without tracking", file=sys.stderr, flush=True)
         run, self.run = self.run, None
-        if run is not None and close:
+        if run is not None:
             try:
                 run.close()
             except Exception:  # noqa: BLE001
                 pass
-        # else: the server is gone; closing would wait on it (see the README's note on aim_remote)
-
-    SERVER_CHECK_SECONDS = 5.0
-
-    def _server_alive(self) -> bool:
-        """Aim's remote client retries silently when the server goes away, and each track call
-        then stalls; a TCP connect every few seconds is how the run notices, and stops tracking."""
-        now = time.monotonic()
-        if not self.remote or now - self._checked < self.SERVER_CHECK_SECONDS:
-            return True
-        self._checked = now
-        url = urlparse(self.where)
-        try:
-            with socket.create_connection((url.hostname or "127.0.0.1", url.port or 53800), timeout=1.0):
-                return True
-        except OSError:
-            return False
 
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
         if self.run is None:
-            return
-        if not self._server_alive():
-            self._give_up(f"lost the Aim server at {self.where}", close=False)
             return
         try:  # one call for the whole dict: one message to a remote server, not one per metric
             self.run.track({name: float(value) for name, value in values.items()}, step=step, epoch=epoch)
@@ -93,6 +61,19 @@ class AimTracker:
                 run.close()
             except Exception as exc:  # noqa: BLE001
                 print(f"[tracking] closing the Aim run at {self.where} failed ({exc})", file=sys.stderr)
+
+
+def run_attributes(cfg: DictConfig, context: JobContext) -> dict:
+    """What a job's Aim run records beside its metrics: config, overrides, sweep membership."""
+    attrs = {"hparams": OmegaConf.to_container(cfg, resolve=True), "overrides": list(context.overrides)}
+    if context.in_sweep:
+        attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
+        attrs["job_num"] = context.job_num
+    return attrs
+
+
+def experiment_name(cfg: DictConfig, context: JobContext) -> str:
+    return str(cfg.tracking.experiment or context.experiment or "tcgexp")
 
 
 def ensure_repo(path: Optional[str | Path]) -> Path:

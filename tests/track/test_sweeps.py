@@ -137,3 +137,23 @@ def test_unreachable_server_costs_tracking_not_training(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stderr.count("[tracking]") == 1 and "training continues without tracking" in res.stderr
     assert json.loads((tmp_path / "run" / "result.json").read_text())["aim_hash"] is None
+
+
+@pytest.mark.slow
+def test_server_stopped_mid_run_and_the_job_still_finishes(tmp_path, aim_server):
+    _, port, server = aim_server
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "tcgexp.train", "+experiment=smoke", "dataset.rows_per_day=3000",
+                            "trainer.epochs=12", "cache=plan", f"dataset.root={tmp_path / 'data'}",
+                            f"hydra.run.dir={run_dir}", "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{port}"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "epoch_0001").exists():
+        assert job.poll() is None and time.monotonic() < deadline, "the job ended before the server could stop"
+        time.sleep(0.1)
+    os.killpg(server.pid, signal.SIGKILL)  # the server and its uvicorn worker
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err[-3000:]
+    assert err.count("[tracking]") == 1 and "lost the Aim server" in err
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["processed"]["optimizer_steps"] == result["planned"]["optimizer_steps"]

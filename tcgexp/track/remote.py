@@ -1,0 +1,141 @@
+"""Tracking to a remote ``aim server`` from a child process, so the server can never stall training.
+
+Aim's remote client queues every message and retries a failed send forever,
+and its exit-time cleanup waits for that queue: a job whose server went away
+would finish training and then hang at exit. So the Aim run lives in a child
+process (``python -m tcgexp.track.remote``) fed JSON lines through a bounded
+queue; the job checks the server with a TCP connect every few seconds, and
+when it is gone says so once and kills the child. Training never waits on it.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+from urllib.parse import urlparse
+
+CHECK_SECONDS = 5.0
+START_SECONDS = 60.0
+
+
+class RemoteAimTracker:
+    def __init__(self, uri: str, init: dict) -> None:
+        self.uri = uri
+        url = urlparse(uri)
+        self.address = (url.hostname or "127.0.0.1", url.port or 53800)
+        self.hash: Optional[str] = None
+        self.proc: Optional[subprocess.Popen] = None
+        self._lines: queue.Queue = queue.Queue(maxsize=100_000)
+        self._checked = time.monotonic()
+        if not self._alive():
+            self._say(f"no Aim server answers at {uri}")
+            return
+        self.proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc.stdin.write(json.dumps({"uri": uri, **init}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_SECONDS)
+        reply = json.loads(self.proc.stdout.readline() or "{}") if ready else {}
+        if "hash" not in reply:
+            self._stop(f"could not start an Aim run at {uri} ({reply.get('error', 'no answer')})")
+            return
+        self.hash = reply["hash"]
+        self._writer = threading.Thread(target=self._write, daemon=True, name="tcgexp-aim-remote")
+        self._writer.start()
+
+    def _write(self) -> None:
+        while True:
+            line = self._lines.get()
+            try:
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                return
+            if line is _CLOSE:
+                return
+
+    def _alive(self) -> bool:
+        try:
+            with socket.create_connection(self.address, timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    def _say(self, why: str) -> None:
+        print(f"[tracking] {why}; training continues without tracking", file=sys.stderr, flush=True)
+
+    def _stop(self, why: str) -> None:
+        self._say(why)
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
+        if self.proc is None:
+            return
+        now = time.monotonic()
+        if now - self._checked >= CHECK_SECONDS:
+            self._checked = now
+            if not self._alive() or self.proc.poll() is not None:
+                self._stop(f"lost the Aim server at {self.uri}")
+                return
+        try:
+            self._lines.put_nowait(json.dumps({"values": values, "step": step, "epoch": epoch}) + "\n")
+        except queue.Full:
+            pass  # the child is far behind; dropping a point beats stalling the step
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        self._lines.put(_CLOSE)
+        deadline = time.monotonic() + 120
+        while self.proc.poll() is None:  # flushing: fine while the server is there to take it
+            if not self._alive():
+                self._stop(f"lost the Aim server at {self.uri}")
+                return
+            if time.monotonic() > deadline:
+                self._stop(f"the Aim run at {self.uri} did not finish flushing in 120 s")
+                return
+            try:
+                self.proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
+
+
+_CLOSE = json.dumps({"close": True}) + "\n"
+
+
+def child() -> None:
+    """The child: one Aim run, fed from stdin."""
+    import logging
+
+    import aim
+
+    logging.getLogger("aim").setLevel(logging.CRITICAL)
+    init = json.loads(sys.stdin.readline())
+    try:
+        run = aim.Run(run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"])
+        for key, value in init["attrs"].items():
+            run[key] = value
+    except Exception as exc:  # noqa: BLE001
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return
+    print(json.dumps({"hash": run.hash}), flush=True)
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg.get("close"):
+            break
+        run.track(msg["values"], step=msg["step"], epoch=msg["epoch"])
+    run.close()
+
+
+if __name__ == "__main__":
+    child()
