@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -157,3 +158,17 @@ def test_server_stopped_mid_run_and_the_job_still_finishes(tmp_path, aim_server)
     assert err.count("[tracking]") == 1 and "lost the Aim server" in err
     result = json.loads((run_dir / "result.json").read_text())
     assert result["processed"]["optimizer_steps"] == result["planned"]["optimizer_steps"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (apt-get install chromium)")
+def test_aim_ui_shows_the_sweep_in_headless_chromium(tmp_path):
+    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    shot = subprocess.run([sys.executable, "-m", "tcgexp.track.screenshot", "--repo", str(tmp_path / "aim"),
+                           "--out", str(tmp_path / "shots"), "--settle", "8"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert shot.returncode == 0, shot.stderr[-3000:]
+    for name in ("aim_runs.png", "aim_metrics.png"):
+        data = (tmp_path / "shots" / name).read_bytes()
+        assert data[:4] == b"\x89PNG" and len(data) > 20_000, name
