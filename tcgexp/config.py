@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -207,3 +207,43 @@ class ReplayConfig:
 
 
 ConfigStore.instance().store(name="base_replay", node=ReplayConfig)
+
+
+class ConfigError(ValueError):
+    """A composed config whose values cannot work together: named key, what to change."""
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse impossible values before any work starts (types were checked at composition)."""
+    from .cache.policy import POLICIES
+    from .train.schedule import NAMES as SCHEDULES
+
+    rules = [
+        ("cache.policy", cfg.cache.policy in POLICIES, f"one of {sorted(POLICIES)}"),
+        ("cache.capacity", cfg.cache.capacity >= 0, ">= 0 row groups"),
+        ("cache.hot_fraction", 0.0 <= cfg.cache.hot_fraction <= 1.0, "in [0, 1]"),
+        ("cache.promotion_hits", cfg.cache.promotion_hits >= 0, ">= 0"),
+        ("cache.high_watermark_pct", 0.0 < cfg.cache.high_watermark_pct <= 100.0, "in (0, 100]"),
+        ("cache.spill_budget_bytes", cfg.cache.spill_budget_bytes >= 0, ">= 0"),
+        ("cache.prefetch_workers", cfg.cache.prefetch_workers >= 0, ">= 0"),
+        ("cache.opt_step_guard", cfg.cache.opt_step_guard in ("pressure", "all"), "'pressure' or 'all'"),
+        ("tbptt.chunk", cfg.tbptt.chunk >= 1, ">= 1 decisions"),
+        ("tbptt.batch_size", cfg.tbptt.batch_size >= 1, ">= 1 rows"),
+        ("tbptt.accum_steps", cfg.tbptt.accum_steps >= 1, ">= 1"),
+        ("tbptt.lane_order", cfg.tbptt.lane_order in ("grouped", "naive"), "'grouped' or 'naive'"),
+        ("scheduler.name", cfg.scheduler.name in SCHEDULES, f"one of {list(SCHEDULES)}"),
+        ("scheduler.warmup_steps", cfg.scheduler.warmup_steps >= 0, ">= 0"),
+        ("scheduler.total_steps", cfg.scheduler.total_steps >= 0, ">= 0 (0 = this run's horizon)"),
+        ("model.hidden", cfg.model.hidden >= 1, ">= 1"),
+        ("optimizer.lr", cfg.optimizer.lr > 0, "> 0"),
+        ("trainer.epochs", cfg.trainer.epochs >= 1, ">= 1"),
+        ("trainer.max_steps", cfg.trainer.max_steps >= 0, ">= 0 (0 = no limit)"),
+        ("checkpoint.every_epochs", cfg.checkpoint.every_epochs >= 1, ">= 1"),
+        ("checkpoint.latest_every_steps", cfg.checkpoint.latest_every_steps >= 0, ">= 0 (0 = only at epoch ends)"),
+        ("tracking.backend", cfg.tracking.backend in ("aim", "aim_remote", "off"), "aim, aim_remote or off"),
+    ]
+    for key, ok, want in rules:
+        if not ok:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r} is impossible: it must be {want}")
+    if cfg.tracking.backend == "aim_remote" and not str(cfg.tracking.uri or "").startswith("aim://"):
+        raise ConfigError(f"tracking.uri={cfg.tracking.uri!r}: tracking=aim_remote needs aim://host:port")

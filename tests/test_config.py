@@ -62,3 +62,22 @@ def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
     with pytest.raises(DataError) as err:
         instantiate(cfg.dataset)
     assert override.split("=")[0] in str(err.value)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("cache.hot_fraction=1.5", "cache.hot_fraction"), ("cache.hot_fraction=-0.1", "cache.hot_fraction"),
+    ("cache.policy=mru", "cache.policy"), ("tbptt.accum_steps=0", "tbptt.accum_steps"),
+    ("tbptt.chunk=0", "tbptt.chunk"), ("scheduler.name=step", "scheduler.name"), ("optimizer.lr=0", "optimizer.lr"),
+    ("cache.high_watermark_pct=150", "cache.high_watermark_pct"), ("trainer.epochs=0", "trainer.epochs"),
+    ("tracking=aim_remote tracking.uri=http://x", "tracking.uri"),
+], ids=lambda v: v if "=" in v else None)
+def test_impossible_values_are_refused_before_any_work(override, key, tmp_path):
+    from tcgexp.config import ConfigError
+    from tcgexp.train import train
+
+    cfg = compose_config(*override.split(), f"dataset.root={tmp_path / 'data'}", "tracking=off"
+                         if "tracking" not in override else "seed=0")
+    with pytest.raises(ConfigError) as err:
+        train(cfg, run_dir=tmp_path / "run")
+    assert key in str(err.value) and "must be" in str(err.value) or "needs" in str(err.value)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists(), "refused before any work"

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from .. import sim
 from ..cache import from_config as make_cache
-from ..config import build
+from ..config import build, validate
 from ..data import Corpus
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS, Loader, DirectSource, assemble
@@ -46,6 +46,7 @@ def run_dir_from_hydra() -> Path:
 def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None) -> dict[str, Any]:
     """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json)."""
     console = console or report_console()
+    validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     run_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -60,8 +61,6 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     manifests = [corpus.manifests[d] for d in corpus.dates]
     index = LaneIndex(corpus.files, manifests)
     tb = cfg.tbptt
-    if tb.accum_steps < 1 or cfg.trainer.epochs < 1:
-        raise ValueError(f"tbptt.accum_steps={tb.accum_steps} and trainer.epochs={cfg.trainer.epochs} must be >= 1")
     planner = Planner(index, chunk=tb.chunk if tb.enabled else 1, batch_size=tb.batch_size, seed=int(cfg.seed),
                       enabled=tb.enabled, order=tb.lane_order)
     epochs = int(cfg.trainer.epochs)

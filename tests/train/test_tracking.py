@@ -27,3 +27,15 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
         assert len(metrics[name].values.values_list()) == steps, name
     for name in ("val/loss", "val/accuracy", "val/policy_early", "cache_val/hits"):
         assert len(metrics[name].values.values_list()) == 1, name
+
+
+def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
+    repo = tmp_path / "aimrepo"
+    first = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.max_steps=5"), run_dir=tmp_path / "a")
+    second = train(train_cfg("tracking=aim", f"tracking.repo={repo}", f"resume={tmp_path / 'a'}"),
+                   run_dir=tmp_path / "b")
+    assert second["aim_hash"] == first["aim_hash"]
+    runs = list(open_repo(repo).iter_runs())
+    assert len(runs) == 1
+    points = {m.name: m.values.values_list() for m in runs[0].metrics()}
+    assert len(points["train/loss"]) == second["processed"]["optimizer_steps"], "steps 1..5, then 6..end"
