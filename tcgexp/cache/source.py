@@ -26,6 +26,30 @@ Key = tuple[int, int]
 Arrays = dict[str, np.ndarray]
 
 
+def check_values(data: Arrays, *, path: Path, row_group: int) -> None:
+    """What the trainer must never be handed silently: non-finite features, illegal labels.
+
+    Runs once per decode (a few % of its cost); the day's manifest checksum covers the
+    rest, but a file can be rewritten with its manifest, or written by another tool.
+    """
+    from tcgexp.data.errors import DataError
+
+    fix = "rebuild the day from its replay ZIP (delete its .parquet and .manifest.json)"
+    feats = data.get("features")
+    if feats is not None and not np.isfinite(feats).all():
+        row = int(np.argwhere(~np.isfinite(feats))[0][0])
+        raise DataError(f"row {row} has non-finite features", path=path, row_group=row_group, fix=fix)
+    labels, mask = data.get("label"), data.get("action_mask")
+    if labels is not None and mask is not None:
+        bad = (labels < 0) | (labels >= mask.shape[1])
+        if not bad.any():
+            bad = ~mask[np.arange(len(labels)), labels]
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise DataError(f"row {row} has label {int(labels[row])}, not a legal action under its action_mask",
+                            path=path, row_group=row_group, fix=fix)
+
+
 class ParquetSource:
     """Validated (file, row group) keys over ``files``, decoded to the ``columns`` projection."""
 
@@ -66,6 +90,7 @@ class ParquetSource:
         f, rg = key
         table = self._parquet(f).read_row_group(rg, columns=self.columns)
         data = to_numpy(table, self.columns)
+        check_values(data, path=self.paths[f], row_group=rg)
         for arr in data.values():
             arr.flags.writeable = False
         return data

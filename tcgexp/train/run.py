@@ -83,6 +83,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
         resumed_from = ckpt.find(str(cfg.resume))
         saved, lanes = ckpt.load(resumed_from, model=model, optimizer=optimizer)
         check_resumable(saved, cfg, manifests, resumed_from)
+        if saved.get("blas") != blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
+            console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
+                          f"{blas}; the continuation will not be bit-identical")
         state = Progress(**saved["progress"])
         memory.h[:] = lanes["train"]
         aim_hash = saved.get("aim_hash")
