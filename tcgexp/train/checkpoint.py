@@ -25,6 +25,10 @@ class CheckpointError(ValueError):
     pass
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, I/O error): loud, and the previous one is kept."""
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -36,7 +40,23 @@ def _fsync_dir(path: Path) -> None:
 def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        _write(tmp, model=model, optimizer=optimizer, lanes=lanes, state=state)
+    except Exception as exc:  # MLX reports a full disk as RuntimeError, json/os as OSError
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = "the previous one is kept" if path.exists() else "there is no earlier one"
+        raise CheckpointWriteError(f"writing checkpoint {path} failed ({type(exc).__name__}: {exc}); {kept}; "
+                                   "free disk space and resume") from exc
     old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(tmp: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
@@ -47,12 +67,6 @@ def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: d
         with open(tmp / name, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def find(resume: str) -> Path:

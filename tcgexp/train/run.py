@@ -11,7 +11,7 @@ import shutil
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import mlx.core as mx
 import mlx.optimizers as optim
@@ -43,8 +43,13 @@ def run_dir_from_hydra() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None) -> dict[str, Any]:
-    """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json)."""
+def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None,
+          memory_probe: Optional[Callable[[], float]] = None) -> dict[str, Any]:
+    """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json).
+
+    `memory_probe` replaces the caches' psutil probe (a percent): how tests drive memory
+    pressure without exhausting the machine.
+    """
     console = console or report_console()
     validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
@@ -107,8 +112,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
 
     # -- caches and loaders: spill lives and dies with this run ----------------------------
     spill_root = run_dir / ".cache_spill"
-    train_cache = make_cache(cfg.cache, corpus.files, TRAIN_COLUMNS, spill_root / "train", "train")
-    val_cache = make_cache(cfg.cache, corpus.files, TRAIN_COLUMNS, spill_root / "val", "val")
+    train_cache = make_cache(cfg.cache, corpus.files, TRAIN_COLUMNS, spill_root / "train", "train", memory_probe)
+    val_cache = make_cache(cfg.cache, corpus.files, TRAIN_COLUMNS, spill_root / "val", "val", memory_probe)
     tracker = None
     try:
         transform = partial(prepare, rows_pad=int(tb.batch_size), decisions_pad=planner.chunk)

@@ -120,7 +120,7 @@ def test_latest_is_atomic_a_crash_mid_write_keeps_the_previous(train_cfg, data_r
         real(path, arrays)
 
     monkeypatch.setattr(mx, "save_safetensors", dies_on_second_file)
-    with pytest.raises(OSError, match="simulated crash"):
+    with pytest.raises(OSError, match="simulated crash"):  # CheckpointWriteError is an OSError
         train(train_cfg("trainer.max_steps=8", f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "a")
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in latest.iterdir()} == before

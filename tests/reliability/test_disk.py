@@ -1,0 +1,55 @@
+"""A really full disk (a small tmpfs this test mounts): spilling stops, training goes on; checkpoints fail loudly."""
+from __future__ import annotations
+
+import subprocess
+import warnings
+
+import pytest
+
+from tcgexp.train import train
+from tcgexp.train.checkpoint import CheckpointWriteError
+from tests.conftest import compose_config
+from tests.train.conftest import TINY_TRAIN
+
+
+@pytest.fixture
+def tmpfs():
+    mounted = []
+
+    def mount(path, size: str):
+        path.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+        if res.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({res.stderr.decode().strip()})")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_full_disk_stops_spilling_and_training_goes_on(tmp_path, tmpfs):
+    run_dir = tmp_path / "run"
+    tmpfs(run_dir / ".cache_spill", "600k")  # room for about one spilled row group
+    overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "cache=hot60", "cache.capacity=2",
+                 "cache.hot_fraction=0.0", "cache.spill_budget_bytes=1000000000"]
+    calm = train(compose_config(*overrides, "cache.spill=false"), run_dir=tmp_path / "nospill")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = train(compose_config(*overrides), run_dir=run_dir)
+    c = result["cache"]["train"]
+    assert c["spill_disabled"] == 1 and c["evictions"] > 0
+    assert any("disabled" in str(w.message) for w in caught)
+    assert result["processed"]["optimizer_steps"] == calm["processed"]["optimizer_steps"]
+    assert not [p for p in (run_dir / ".cache_spill").rglob("*") if p.is_file() and p.suffix in (".npz", ".tmp")]
+
+
+def test_full_disk_makes_checkpoints_fail_loudly_never_half_written(tmp_path, tmpfs):
+    run_dir = tmp_path / "run"
+    ckpt = tmpfs(run_dir / "checkpoints", "40k")  # smaller than one checkpoint
+    with pytest.raises(CheckpointWriteError) as err:
+        train(compose_config(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "model.hidden=32"), run_dir=run_dir)
+    assert str(ckpt / "latest") in str(err.value) and "free disk space" in str(err.value)
+    assert not (ckpt / "latest").exists(), "no latest/ at all rather than a broken one"
+    assert not list(ckpt.iterdir()), "and no partial temporary directory either"
