@@ -83,8 +83,15 @@ class Corpus:
         sweep all build-or-validate the same days, and only one may write them; the others
         wait, then find the days finished and validate them.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".build.lock", "a") as lock:  # "a": taking the lock touches nothing
+        if self.root.exists() and not self.root.is_dir():
+            raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock = open(self.root / ".build.lock", "a")  # "a": taking the lock touches nothing
+        except OSError as exc:
+            raise DataError(f"dataset.root cannot be written ({exc.strerror})", path=self.root,
+                            fix="point dataset.root at a folder you can write") from exc
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             return self._build(progress)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -101,3 +102,23 @@ def test_damaged_checkpoint_is_refused_naming_it(tmp_path, damage):
     with pytest.raises(CheckpointError) as err:
         train(cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b")
     assert str(latest) in str(err.value)
+
+
+@pytest.mark.parametrize("what", ["resume-elsewhere", "root-is-a-file", "root-unwritable"])
+def test_paths_outside_the_project_get_one_clear_error(tmp_path, what):
+    if what == "resume-elsewhere":
+        with pytest.raises(CheckpointError, match=r"resume=/etc: no checkpoint there"):
+            train(cfg(tmp_path / "data", "resume=/etc"), run_dir=tmp_path / "run")
+        return
+    root = tmp_path / "file" if what == "root-is-a-file" else tmp_path / "ro" / "data"
+    if what == "root-is-a-file":
+        root.write_text("not a folder")
+    else:
+        root.parent.mkdir()
+        root.parent.chmod(0o500)
+        import os
+        if os.geteuid() == 0:
+            root = Path("/proc/tcgexp-data")  # root ignores permission bits; /proc refuses everyone
+    with pytest.raises(DataError) as err:
+        train(cfg(root), run_dir=tmp_path / "run")
+    assert str(root) in str(err.value) and "dataset.root" in str(err.value)
