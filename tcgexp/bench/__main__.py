@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from . import corpus, loader, train
+from . import corpus, loader, scan, train
 
-BENCHES = {"corpus": corpus, "loader": loader, "train": train}
+BENCHES = {"corpus": corpus, "loader": loader, "scan": scan, "train": train}
 
 
 def main(argv: list[str] | None = None) -> None:
