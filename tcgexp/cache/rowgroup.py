@@ -33,7 +33,7 @@ from pathlib import Path
 from tcgexp.cache import report
 from tcgexp.cache.policy import Policy, _norm_key, admit, make_policy
 from tcgexp.cache.probe import MemoryProbe
-from tcgexp.cache.source import Arrays, Key, ParquetSource
+from tcgexp.cache.source import Arrays, Key, ParquetSource, pack, packed_records
 from tcgexp.cache.spill import SpillStore
 
 
@@ -142,6 +142,13 @@ class RowGroupCache:
             self._pressure_evict(pressure, spills)
         self._flush(spills)
         if data is not None:
+            if packed_records(data) is None:
+                # Second touch: the entry is worth packing row-major now (one gather per
+                # microbatch afterwards); a first touch, the cold path, stays at decode cost.
+                packed = pack(data)
+                with self._lock:
+                    if self._ram.get(key) is data:
+                        self._ram[key] = data = packed
             return dict(data)
         if not owner:
             return dict(fut.result())

@@ -50,6 +50,42 @@ def check_values(data: Arrays, *, path: Path, row_group: int) -> None:
                             path=path, row_group=row_group, fix=fix)
 
 
+def pack(data: Arrays) -> Arrays:
+    """The same columns, stored row-major in one read-only byte buffer (each column a view of it).
+
+    A microbatch takes a few hundred scattered rows of a row group; packed per row, that is
+    one gather of whole records instead of one per column (13 us against ~85 us for a
+    256-row microbatch of the ten train columns), for one copy of the row group (~12 % of
+    a decode), which the cache makes on an entry's second touch, never on the cold path.
+    Values, dtypes and shapes are unchanged: the views equal a direct read. The copies go
+    through [rows, bytes] uint8 views: numpy's structured-field assignment is far slower.
+    """
+    n = len(next(iter(data.values())))
+    dtype = np.dtype([(name, a.dtype, a.shape[1:]) for name, a in data.items()])
+    raw = np.empty((n, dtype.itemsize), np.uint8)
+    for name, a in data.items():
+        offset, width = dtype.fields[name][1], a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+        raw[:, offset:offset + width] = np.ascontiguousarray(a).view(np.uint8).reshape(n, width)
+    raw.flags.writeable = False  # before the views are made: they inherit it
+    records = raw.view(dtype).reshape(n)
+    return {name: records[name] for name in data}
+
+
+def packed_records(arrays: Arrays) -> tuple[np.ndarray, np.dtype] | None:
+    """(the [rows, record bytes] buffer, the record dtype) when `arrays` came from ``pack``.
+
+    numpy collapses view chains, so every column's ``.base`` is the byte buffer itself; the
+    record dtype is rebuilt from the columns in order, exactly as ``pack`` built it.
+    """
+    raw = getattr(next(iter(arrays.values()), None), "base", None)
+    if not (isinstance(raw, np.ndarray) and raw.ndim == 2 and raw.dtype == np.uint8):
+        return None
+    if any(a.base is not raw for a in arrays.values()):
+        return None
+    dtype = np.dtype([(name, a.dtype, a.shape[1:]) for name, a in arrays.items()])
+    return (raw, dtype) if dtype.itemsize == raw.shape[1] else None
+
+
 class ParquetSource:
     """Validated (file, row group) keys over ``files``, decoded to the ``columns`` projection."""
 
@@ -92,7 +128,7 @@ class ParquetSource:
         data = to_numpy(table, self.columns)
         check_values(data, path=self.paths[f], row_group=rg)
         for arr in data.values():
-            arr.flags.writeable = False
+            arr.flags.writeable = False  # shared by every reader from here on
         return data
 
     def _parquet(self, file_index: int) -> pq.ParquetFile:

@@ -51,15 +51,31 @@ class Batch:
 
 
 def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> Batch:
+    """Gather the microbatch's rows from each row group it touches, in microbatch row order."""
+    from ..cache.source import packed_records
+
+    got = {key: source.get(key, t=mb.index) for key in mb.take}
+    packed = [packed_records(arrays) for arrays in got.values()]
+    if all(p is not None for p in packed) and len({p[1] for p in packed}) == 1:
+        # fast path: whole records, one gather per row group (the cache packs what it decodes)
+        dtype = packed[0][1]
+        if len(mb.take) == 1:
+            (rows, _), = mb.take.values()
+            raw = packed[0][0].take(rows, axis=0)
+        else:
+            raw = np.empty((mb.rows, dtype.itemsize), np.uint8)
+            for (rows, pos), (src, _) in zip(mb.take.values(), packed):
+                raw[pos] = src.take(rows, axis=0)
+        records = raw.view(dtype).reshape(mb.rows)
+        return Batch(mb, {col: records[col] for col in columns})
     out: dict[str, np.ndarray] = {}
-    for key, (rows, pos) in mb.take.items():
-        arrays = source.get(key, t=mb.index)
+    for (rows, pos), arrays in zip(mb.take.values(), got.values()):
         for col in columns:
             src = arrays[col]
             if col not in out:
                 out[col] = np.empty((mb.rows,) + src.shape[1:], dtype=src.dtype)
             if len(mb.take) == 1:
-                np.take(src, rows, axis=0, out=out[col])  # the common case: one gather, no scatter
+                np.take(src, rows, axis=0, out=out[col])
             else:
                 out[col][pos] = src[rows]
     return Batch(mb, out)

@@ -66,8 +66,10 @@ def test_hit_serves_the_same_read_only_arrays(corpus_files, all_keys, reference)
     key = all_keys[0]
     with make(corpus_files, policy="lru", capacity=2) as cache:
         first = cache.get(key)
-        second = cache.get(key)
-        assert all(second[name] is first[name] for name in COLUMNS), "a hit costs no copy"
+        second = cache.get(key)  # the second touch packs the entry row-major, once
+        assert_same(second, reference[key])
+        third = cache.get(key)
+        assert all(third[name] is second[name] for name in COLUMNS), "a hit costs no copy"
         for arr in first.values():
             assert not arr.flags.writeable
             with pytest.raises(ValueError):
@@ -291,3 +293,14 @@ def test_opt_step_guard_pressure_still_admits_at_capacity(corpus_files, all_keys
             assert c["evictions"] == 2 and cache.is_resident(all_keys[3])
     with pytest.raises(ValueError, match="opt_step_guard"):
         make(corpus_files, opt_step_guard="none")
+
+
+def test_pack_keeps_values_and_is_read_only(corpus_files, all_keys, reference):
+    from tcgexp.cache.source import pack, packed_records
+
+    packed = pack(dict(reference[all_keys[0]]))
+    assert_same(packed, reference[all_keys[0]])
+    raw, dtype = packed_records(packed)
+    assert raw.shape == (len(packed["label"]), dtype.itemsize) and not raw.flags.writeable
+    assert all(not a.flags.writeable for a in packed.values())
+    assert packed_records(reference[all_keys[0]]) is None
