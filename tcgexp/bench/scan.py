@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> None:
     from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     import mlx.core as mx
 
-    from ..train.model import SCAN_BLOCK, Z_MAX, hard_sigmoid
+    from ..train.model import Z_MAX, hard_sigmoid, linear_scan
 
     def loop(k, c, h0):
         z, cand = hard_sigmoid(k), mx.clip(c, -1.0, 1.0)
@@ -37,14 +37,7 @@ def run(args: argparse.Namespace) -> None:
     def scan(k, c, h0, smooth=False):
         z = Z_MAX * mx.sigmoid(k) if smooth else hard_sigmoid(k)
         cand = mx.tanh(c) if smooth else mx.clip(c, -1.0, 1.0)
-        out, h = [h0[:, None]], h0
-        for s in range(0, z.shape[1], SCAN_BLOCK):
-            zb, cb = z[:, s:s + SCAN_BLOCK], cand[:, s:s + SCAN_BLOCK]
-            keep = mx.cumprod(1.0 - zb, axis=1)
-            hb = keep * (h[:, None] + mx.cumsum(zb * cb / keep, axis=1))
-            out.append(hb)
-            h = hb[:, -1]
-        return mx.concatenate(out, axis=1)
+        return linear_scan(z, cand, h0)
 
     variants = [("loop over decisions, hard gates", loop), ("prefix scan, hard gates (the model)", scan),
                 ("prefix scan, sigmoid/tanh gates", lambda k, c, h0: scan(k, c, h0, smooth=True))]

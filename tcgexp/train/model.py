@@ -40,6 +40,22 @@ def hard_sigmoid(x: mx.array) -> mx.array:
     return mx.clip(0.25 * x + 0.5, 0.0, Z_MAX)
 
 
+def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
+    """h[t+1] = (1 - z[t]) h[t] + z[t] cand[t] for every t at once: [L, T+1, H], h[:, 0] = h0.
+
+    Blocks of SCAN_BLOCK decisions keep the running product above float32's smallest normal
+    (z <= Z_MAX); the state is carried from block to block.
+    """
+    out, h = [h0[:, None]], h0
+    for s in range(0, z.shape[1], SCAN_BLOCK):
+        zb, cb = z[:, s:s + SCAN_BLOCK], cand[:, s:s + SCAN_BLOCK]
+        keep = mx.cumprod(1.0 - zb, axis=1)
+        hb = keep * (h[:, None] + mx.cumsum(zb * cb / keep, axis=1))
+        out.append(hb)
+        h = hb[:, -1]
+    return mx.concatenate(out, axis=1)
+
+
 class RecurrentPolicy(nn.Module):
     def __init__(self, feature_dim: int, action_dim: int, hidden: int = 128, memory: bool = True) -> None:
         super().__init__()
@@ -55,15 +71,7 @@ class RecurrentPolicy(nn.Module):
         """Memory before each decision and after the last: [L, T+1, H]; h[:, 0] = h0."""
         dec_in = mx.concatenate([enc[first_row], label_hot], axis=-1)  # [L, T, H+A]
         k, c = mx.split(self.gates(dec_in), 2, axis=-1)
-        z, cand = hard_sigmoid(k), mx.clip(c, -1.0, 1.0)
-        out, h = [h0[:, None]], h0
-        for s in range(0, z.shape[1], SCAN_BLOCK):
-            zb, cb = z[:, s:s + SCAN_BLOCK], cand[:, s:s + SCAN_BLOCK]
-            keep = mx.cumprod(1.0 - zb, axis=1)
-            hb = keep * (h[:, None] + mx.cumsum(zb * cb / keep, axis=1))
-            out.append(hb)
-            h = hb[:, -1]
-        return mx.concatenate(out, axis=1)
+        return linear_scan(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
 
     def __call__(self, x: mx.array, row_lane: mx.array, row_dec: mx.array, first_row: mx.array,
                  label_hot: mx.array, h0: mx.array, lane_decisions: mx.array):
