@@ -63,19 +63,21 @@ def baseline(tmp_path_factory):
     return root, weights(root / "base"), result
 
 
-def resume(root, run_dir, new_dir):
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES,
+def resume(root, run_dir, new_dir, *more):
+    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES, *more,
                           f"resume={run_dir}", f"hydra.run.dir={new_dir}"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads((new_dir / "result.json").read_text())
 
 
-def test_killed_mid_epoch(baseline, tmp_path):
+@pytest.mark.parametrize("tracking", ["off", "aim"])
+def test_killed_mid_epoch(baseline, tmp_path, tracking):
     root, want, full = baseline
     run_dir = tmp_path / "a"
+    aim = [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}"] if tracking == "aim" else []
     proc = subprocess.Popen([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES,
-                             f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             *aim, f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     state = run_dir / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 120
@@ -89,9 +91,16 @@ def test_killed_mid_epoch(baseline, tmp_path):
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    result = resume(root, run_dir, tmp_path / "b")
+    result = resume(root, run_dir, tmp_path / "b", *aim)
     assert result["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
     assert weights(tmp_path / "b") == want
+    if tracking == "aim":  # the killed job's Aim run is the one that continues, with every step
+        from tcgexp.track.aim_run import open_repo
+
+        runs = list(open_repo(tmp_path / "aim").iter_runs())
+        assert [r.hash for r in runs] == [result["aim_hash"]]
+        points = {m.name: len(m.values.values_list()) for m in runs[0].metrics()}
+        assert points["train/loss"] == result["processed"]["optimizer_steps"]
 
 
 @pytest.mark.parametrize("fault", ["validation", "checkpoint"])
