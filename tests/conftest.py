@@ -10,7 +10,7 @@ from tcgexp.train.blas import load_fast_blas
 # before any test module imports mlx.core: every test then runs the BLAS a user's run does
 BLAS = load_fast_blas()
 
-from tcgexp.config import CONF_DIR as CONF  # noqa: E402
+from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
 from tcgexp.config import build, compose  # noqa: E402
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
         "dataset.workers=1"]

@@ -5,7 +5,6 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from tcgexp.config import build as instantiate
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 from tcgexp.config import GROUPS
 from tcgexp.data import Corpus, DataError

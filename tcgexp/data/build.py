@@ -7,6 +7,7 @@ last, and a finished day is only ever validated, never rebuilt.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import time
 from concurrent.futures import Executor
@@ -273,7 +274,6 @@ def diff_config(old: dict, new: dict) -> str:
 
 
 def read_manifest_loose(path: Path) -> dict:
-    import json
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:

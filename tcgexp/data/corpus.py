@@ -110,11 +110,6 @@ class Corpus:
                 self.encoded[spec.date] = builder.encoded
         return outcome
 
-    def manifest(self, date: str) -> dict:
-        if date not in self.manifests:
-            self.build()
-        return self.manifests[date]
-
     def clean_derived(self, date: str) -> None:
         """Delete a day's derived files; refused while the replay ZIP (its source) is missing."""
         p = self.paths(date)

@@ -129,9 +129,6 @@ class DayZip:
             raise DataError(f"replay ZIP lists {len(self.members)} shards, its {META} says {self.meta.get('shards')}",
                             path=self.path, fix="the ZIP is incomplete; restore it or move it away")
 
-    def read(self, member: str) -> list[dict]:
-        return list(self.iter_records(member))
-
     def iter_records(self, member: str) -> Iterator[dict]:
         with self._zf.open(member) as fh:
             for lineno, line in enumerate(fh, 1):

@@ -158,6 +158,11 @@ class Planner:
     def epoch_plan(self, epoch: int) -> Plan:
         return self._plan("train", epoch)
 
+    def microbatches_per_epoch(self, epoch: int) -> int:
+        """len(epoch_plan(epoch)) without building the microbatches' arrays (~30x cheaper)."""
+        lanes = self.lane_order("train", epoch)
+        return len(self._pack(lanes) if self.enabled else self._rows_plan(lanes, epoch))
+
     def validation_plan(self) -> Plan:
         plan = self._plan("val", None)
         plan.check_coverage(self.split_row_ids("val"))

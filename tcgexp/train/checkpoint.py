@@ -12,8 +12,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Optional
-
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
@@ -106,9 +104,3 @@ def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
     mx.eval(model.parameters(), optimizer.state)
     return state, lanes
 
-
-def latest_or_none(run_dir: Path) -> Optional[Path]:
-    try:
-        return find(str(run_dir))
-    except CheckpointError:
-        return None

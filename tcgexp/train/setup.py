@@ -43,7 +43,7 @@ def prepare_data(cfg: DictConfig) -> DataParts:
     tb = cfg.tbptt
     planner = Planner(index, chunk=tb.chunk if tb.enabled else 1, batch_size=tb.batch_size, seed=int(cfg.seed),
                       enabled=tb.enabled, order=tb.lane_order)
-    lengths = [len(planner.epoch_plan(e)) for e in range(int(cfg.trainer.epochs))]
+    lengths = [planner.microbatches_per_epoch(e) for e in range(int(cfg.trainer.epochs))]
     steps = [-(-n // int(tb.accum_steps)) for n in lengths]
     return DataParts(corpus, manifests, index, planner, lengths, steps)
 

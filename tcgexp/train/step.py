@@ -15,7 +15,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
-from .model import RecurrentPolicy, losses
+from .model import RecurrentPolicy, losses, masked_logits
 
 METRICS = ("loss", "policy", "accuracy", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
 
@@ -82,9 +82,10 @@ class Stepper:
             loss, parts = losses(logits, aux, targets, self.aux_weight)
             early = targets["row_early"] * targets["row_weight"]
             late = (1.0 - targets["row_early"]) * targets["row_weight"]
-            logp = logits - mx.logsumexp(mx.where(targets["action_mask"], logits, -1e9), axis=-1, keepdims=True)
+            masked = masked_logits(logits, targets["action_mask"])  # once, for both the loss and the argmax
+            logp = masked - mx.logsumexp(masked, axis=-1, keepdims=True)
             nll = -mx.take_along_axis(logp, targets["label"][:, None], axis=-1)[:, 0]
-            hit = (mx.argmax(mx.where(targets["action_mask"], logits, -1e9), axis=-1) == targets["label"])
+            hit = mx.argmax(masked, axis=-1) == targets["label"]
             sums = {"early_rows": early.sum(), "late_rows": late.sum(),
                     "policy_early": (nll * early).sum(), "policy_late": (nll * late).sum(),
                     "accuracy_early": (hit * early).sum(), "accuracy_late": (hit * late).sum()}

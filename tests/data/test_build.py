@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tcgexp import sim
-from tcgexp.data import BuildRefused, Corpus
+from tcgexp.data import BuildRefused
 from tcgexp.data.lanes import check_lanes
 from tcgexp.data.replay import DayZip
 from tcgexp.data.schema import COLUMN_ORDER, arrow_schema, to_numpy

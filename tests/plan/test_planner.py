@@ -45,6 +45,7 @@ def chunk_rows_ok(plan, chunk, budget):
 def test_bounds_packing_and_exact_coverage(index, chunk, budget):
     planner = Planner(index, chunk=chunk, batch_size=budget, seed=3)
     plan = planner.epoch_plan(0)
+    assert planner.microbatches_per_epoch(0) == len(plan)
     chunk_rows_ok(plan, chunk, budget)
     plan.check_coverage(planner.split_row_ids("train"))
     assert plan.rows == index.split_rows("train") == plan.stats["rows"]
@@ -149,6 +150,7 @@ def test_non_contiguous_step_id_names_file_row_group_and_lane(corpus, tmp_path):
 def test_plain_batch_plan_without_tbptt(index, decision_of_row):
     planner = Planner(index, chunk=16, batch_size=100, seed=0, enabled=False)
     plan = planner.epoch_plan(0)
+    assert planner.microbatches_per_epoch(0) == len(plan)
     plan.check_coverage(planner.split_row_ids("train"))
     assert all(mb.rows <= 100 for mb in plan)
     assert all(mb.rows > 100 - 8 for mb in plan.microbatches[:-1]), "batches are full up to a decision"
