@@ -8,6 +8,7 @@ entry point imports it before ``@hydra.main`` composes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -209,6 +210,18 @@ class ReplayConfig:
 ConfigStore.instance().store(name="base_replay", node=ReplayConfig)
 
 
+def _leaves(cfg: DictConfig, prefix: str = ""):
+    """(dotted key, value) for every leaf of the composed config (the hydra node excluded)."""
+    for key in cfg:
+        if key == "hydra":
+            continue
+        node, name = cfg[key], f"{prefix}{key}"
+        if isinstance(node, DictConfig):
+            yield from _leaves(node, name + ".")
+        else:
+            yield name, node
+
+
 class ConfigError(ValueError):
     """A composed config whose values cannot work together: named key, what to change."""
 
@@ -218,6 +231,9 @@ def validate(cfg: DictConfig) -> None:
     from .cache.policy import POLICIES
     from .train.schedule import NAMES as SCHEDULES
 
+    for key, value in _leaves(cfg):  # NaN or infinity in any number trains garbage: refuse it by name
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value} is impossible: it must be a finite number")
     rules = [
         ("cache.policy", cfg.cache.policy in POLICIES, f"one of {sorted(POLICIES)}"),
         ("cache.capacity", cfg.cache.capacity >= 0, ">= 0 row groups"),
@@ -236,6 +252,10 @@ def validate(cfg: DictConfig) -> None:
         ("scheduler.total_steps", cfg.scheduler.total_steps >= 0, ">= 0 (0 = this run's horizon)"),
         ("model.hidden", cfg.model.hidden >= 1, ">= 1"),
         ("optimizer.lr", cfg.optimizer.lr > 0, "> 0"),
+        ("optimizer.weight_decay", cfg.optimizer.weight_decay >= 0, ">= 0"),
+        ("optimizer.grad_clip", cfg.optimizer.grad_clip >= 0, ">= 0 (0 = no clipping)"),
+        ("trainer.aux_weight", cfg.trainer.aux_weight >= 0, ">= 0"),
+        ("scheduler.min_lr_ratio", 0.0 <= cfg.scheduler.min_lr_ratio <= 1.0, "in [0, 1]"),
         ("trainer.epochs", cfg.trainer.epochs >= 1, ">= 1"),
         ("trainer.max_steps", cfg.trainer.max_steps >= 0, ">= 0 (0 = no limit)"),
         ("checkpoint.every_epochs", cfg.checkpoint.every_epochs >= 1, ">= 1"),

@@ -13,6 +13,10 @@ class Tracker(Protocol):
 
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None: ...
 
+    def finish(self, status: str) -> None: ...  # run["status"] = "completed" | "stopped"
+
+    def fail(self, reason: str) -> None: ...  # run["status"] = "failed", run["error"] = reason, tag "failed"
+
     def close(self) -> None: ...
 
 
@@ -20,6 +24,12 @@ class NullTracker:
     hash = None
 
     def track(self, values, *, step, epoch=None) -> None:
+        pass
+
+    def finish(self, status: str) -> None:
+        pass
+
+    def fail(self, reason: str) -> None:
         pass
 
     def close(self) -> None:

@@ -54,6 +54,26 @@ class AimTracker:
         except Exception as exc:  # noqa: BLE001
             self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")
 
+    def _mark(self, attrs: dict, tag: Optional[str] = None, untag: Optional[str] = None) -> None:
+        if self.run is None:
+            return
+        try:
+            for key, value in attrs.items():
+                self.run[key] = value
+            if tag:
+                self.run.add_tag(tag)
+            if untag and untag in (self.run.props.tags or []):
+                self.run.remove_tag(untag)
+        except Exception as exc:  # noqa: BLE001
+            self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")
+
+    def finish(self, status: str) -> None:
+        self._mark({"status": status, "error": None}, untag="failed")  # a resumed run that failed before
+
+    def fail(self, reason: str) -> None:
+        """Visible in the UI as such: run["status"] = "failed", the reason in run["error"], tag "failed"."""
+        self._mark({"status": "failed", "error": reason}, tag="failed")
+
     def close(self) -> None:
         if self.run is not None:
             run, self.run = self.run, None
@@ -65,7 +85,8 @@ class AimTracker:
 
 def run_attributes(cfg: DictConfig, context: JobContext) -> dict:
     """What a job's Aim run records beside its metrics: config, overrides, sweep membership."""
-    attrs = {"hparams": OmegaConf.to_container(cfg, resolve=True), "overrides": list(context.overrides)}
+    attrs = {"hparams": OmegaConf.to_container(cfg, resolve=True), "overrides": list(context.overrides),
+             "status": "running"}
     if context.in_sweep:
         attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
         attrs["job_num"] = context.job_num

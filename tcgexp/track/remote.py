@@ -91,6 +91,20 @@ class RemoteAimTracker:
         except queue.Full:
             pass  # the child is far behind; dropping a point beats stalling the step
 
+    def _send(self, msg: dict) -> None:
+        if self.proc is None:
+            return
+        try:
+            self._lines.put_nowait(json.dumps(msg) + "\n")
+        except queue.Full:
+            pass
+
+    def finish(self, status: str) -> None:
+        self._send({"attrs": {"status": status, "error": None}, "untag": "failed"})
+
+    def fail(self, reason: str) -> None:
+        self._send({"attrs": {"status": "failed", "error": reason}, "tag": "failed"})
+
     def close(self) -> None:
         if self.proc is None:
             return
@@ -133,6 +147,14 @@ def child() -> None:
         msg = json.loads(line)
         if msg.get("close"):
             break
+        if "attrs" in msg:  # finish / fail
+            for key, value in msg["attrs"].items():
+                run[key] = value
+            if msg.get("tag"):
+                run.add_tag(msg["tag"])
+            if msg.get("untag") in (run.props.tags or []):
+                run.remove_tag(msg["untag"])
+            continue
         run.track(msg["values"], step=msg["step"], epoch=msg["epoch"])
     run.close()
 

@@ -41,8 +41,11 @@ def job_row(job_dir: Path) -> dict:
         except (OSError, ValueError):
             overrides = []
     row = {c: "" for c in COLUMNS}
+    # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended
+    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "diverged": "FAILED"}.get(result.get("status"))
     row.update(job=int(job_dir.name), overrides=" ".join(overrides),
-               status=status.get("status") or ("COMPLETED" if result else "UNKNOWN"), error=status.get("error") or "")
+               status=status.get("status") or ended or ("COMPLETED" if result else "UNKNOWN"),
+               error=status.get("error") or result.get("error") or "")
     if result:
         final = result.get("final") or {}
         row.update(val_loss=final.get("loss", ""), best_val_loss=result.get("best", {}).get("val_loss", ""),
@@ -58,6 +61,8 @@ def job_row(job_dir: Path) -> dict:
 
 
 def _fmt(v) -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.1f}"
     return str(v).replace("|", "\\|")

@@ -16,6 +16,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from .diverge import strict
+
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
 
 
@@ -35,8 +37,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def check_finite_weights(model, path: Path) -> None:
+    """Never write a checkpoint from NaN/inf weights: a resume from it could only train garbage."""
+    for name, value in tree_flatten(model.parameters()):
+        if not bool(mx.all(mx.isfinite(value)).item()):
+            raise CheckpointError(f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "
+                                  "(the run diverged); the previous checkpoint is kept")
+
+
 def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
     path = Path(path)
+    check_finite_weights(model, path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         _write(tmp, model=model, optimizer=optimizer, lanes=lanes, state=state)
@@ -60,7 +71,7 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: 
     mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
     mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
     mx.save_safetensors(str(tmp / "lanes.safetensors"), {k: mx.array(v) for k, v in lanes.items()})
-    (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True, default=str))
+    (tmp / "state.json").write_text(json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False))
     for name in FILES:
         with open(tmp / name, "rb") as fh:
             os.fsync(fh.fileno())

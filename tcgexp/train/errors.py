@@ -1,8 +1,10 @@
 """Errors that are the user's to fix: printed as one line, no traceback."""
 from ..config import ConfigError
 from ..data.errors import DataError
+from .diverge import DivergenceError
 from .checkpoint import CheckpointError, CheckpointWriteError
 from .schedule import ScheduleError
 from .step import PrecisionError
 
-USER_ERRORS = (ConfigError, DataError, CheckpointError, CheckpointWriteError, ScheduleError, PrecisionError)
+USER_ERRORS = (ConfigError, DataError, CheckpointError, CheckpointWriteError, ScheduleError, PrecisionError,
+               DivergenceError)

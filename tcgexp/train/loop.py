@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import mlx.core as mx
 import numpy as np
 
+from . import diverge
 from .batch import Prepared
 from .schedule import Schedule
 from .step import METRICS, Stepper, add_grads, to_mx
@@ -50,12 +51,19 @@ class Progress:
     epoch_microbatches: int = 0  # processed in the current epoch (incl. before a resume)
     epoch_opt_steps: int = 0
     rows: int = 0
-    best_val_loss: float = float("inf")
-    best_epoch: int = -1
+    best_val_loss: Optional[float] = None  # None until a finite validation loss exists
+    best_epoch: Optional[int] = None
     history: list = field(default_factory=list)
 
     def state_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_state(cls, saved: dict) -> "Progress":
+        p = cls(**saved)
+        if p.best_val_loss is not None and not np.isfinite(p.best_val_loss):  # checkpoints before strict JSON
+            p.best_val_loss, p.best_epoch = None, None
+        return p
 
 
 @dataclass
@@ -72,13 +80,14 @@ class Hooks:
 class Loop:
     def __init__(self, *, planner, stepper: Stepper, schedule: Schedule, train_loader, val_loader, train_cache,
                  val_cache, memory: LaneMemory, val_memory: LaneMemory, accum_steps: int, epochs: int,
-                 latest_every_steps: int, progress: Progress, hooks: Hooks) -> None:
+                 latest_every_steps: int, progress: Progress, hooks: Hooks, divergence_hint: str = "") -> None:
         self.planner, self.stepper, self.schedule = planner, stepper, schedule
         self.train_loader, self.val_loader = train_loader, val_loader
         self.train_cache, self.val_cache = train_cache, val_cache
         self.memory, self.val_memory = memory, val_memory
         self.accum_steps, self.epochs, self.latest_every = accum_steps, epochs, latest_every_steps
         self.p, self.hooks = progress, hooks
+        self.hint = divergence_hint or "a learning rate or loss weight too large"
         self.step_seconds = 0.0
 
     # -- one epoch of training -----------------------------------------------------------
@@ -114,6 +123,12 @@ class Loop:
                         acc, window = None, 0
                     else:
                         mx.eval(loss, parts, carry, acc)
+            # before anything reads these numbers or the weights they came with: stop on NaN/inf
+            values = {"loss": float(loss), **{k: float(parts[k]) for k in METRICS[1:]}}
+            if applied:
+                values["grad_norm"] = float(norm)
+            diverge.check(values, where=f"epoch {p.epoch}, optimizer step {p.opt_steps + 1} (microbatch "
+                          f"{prep.index} of {len(plan)})", hint=self.hint)
             self.memory.write(prep, carry)
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
@@ -121,18 +136,16 @@ class Loop:
             p.rows += prep.rows
             rows += prep.rows
             for k in METRICS:
-                sums[k] += float(loss if k == "loss" else parts[k]) * prep.rows
+                sums[k] += values[k] * prep.rows
             if applied:
                 lr = self.schedule.lr()
                 self.schedule.step += 1
                 p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
-                self.hooks.on_step({"loss": float(loss), "policy": float(parts["policy"]),
-                                    "accuracy": float(parts["accuracy"]),
-                                    **{k: float(parts[k]) for k in METRICS[3:]},
-                                    "lr": lr, "grad_norm": float(norm), "rows": p.rows})
+                self.hooks.on_step({**{k: values[k] for k in METRICS}, "lr": lr, "grad_norm": values["grad_norm"],
+                                    "rows": p.rows})
                 if self.latest_every and p.opt_steps % self.latest_every == 0 and p.position < len(plan):
                     self.hooks.save("latest")  # at a window boundary: nothing half-accumulated to lose
-            self.hooks.on_advance(1, {"loss": float(loss)})
+            self.hooks.on_advance(1, {"loss": values["loss"]})
         self.assert_counts(plan)
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
         return {**{k: v / max(rows, 1) for k, v in sums.items()},
@@ -172,9 +185,11 @@ class Loop:
         out = {k: totals[k] / max(rows, 1) for k in METRICS}
         for part in ("early", "late"):
             n = totals.get(f"sum_{part}_rows", 0.0)
-            out[f"policy_{part}"] = totals.get(f"sum_policy_{part}", 0.0) / n if n else float("nan")
-            out[f"accuracy_{part}"] = totals.get(f"sum_accuracy_{part}", 0.0) / n if n else float("nan")
+            out[f"policy_{part}"] = totals.get(f"sum_policy_{part}", 0.0) / n if n else None  # no such rows
+            out[f"accuracy_{part}"] = totals.get(f"sum_accuracy_{part}", 0.0) / n if n else None
         out["rows"] = rows
+        diverge.check(out, where=f"validation after epoch {self.p.epoch} (optimizer step {self.p.opt_steps})",
+                      hint=self.hint)
         self.hooks.on_advance(1, {})
         return out
 
@@ -185,7 +200,7 @@ class Loop:
             train = self.train_epoch()
             val = self.validate()
             p.history.append({"epoch": p.epoch, "train": train, "val": val})
-            improved = val["loss"] < p.best_val_loss
+            improved = p.best_val_loss is None or val["loss"] < p.best_val_loss  # val["loss"] is finite
             if improved:
                 p.best_val_loss, p.best_epoch = val["loss"], p.epoch
             self.hooks.on_validation({**val, "epoch": p.epoch})

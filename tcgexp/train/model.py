@@ -3,17 +3,16 @@
 Memory is a minimal GRU (minGRU, Feng et al. 2024, "Were RNNs All We
 Needed?"): the update gate z and candidate h~ depend on the decision's input
 only, not on the previous state, so  h[t+1] = (1 - z[t]) h[t] + z[t] h~[t]
-is a linear recurrence and a whole chunk runs as a handful of large ops:
-
-    A[t] = prod_{u<=t} (1 - z[u])          (cumprod)
-    h[t+1] = A[t] (h[0] + sum_{s<=t} z[s] h~[s] / A[s])   (cumsum)
+is a linear recurrence and a whole chunk runs as a handful of large ops
+(``linear_scan``): inside blocks of ``SCAN_BLOCK`` decisions a cumprod/cumsum
+prefix scan, across blocks one small step per block.
 
 Why this shape: on MLX's Linux CPU backend every op costs ~20 us of dispatch
 and exp/sigmoid/tanh run ~25x slower than numpy's, so one small op per
-decision, or smooth gates, dominate the step. Gates are therefore piecewise
-linear (hard sigmoid, hard tanh) and z <= 0.9, so A stays above 0.1^32 (a
-normal float32) inside a block of 32 decisions; longer chunks run block by
-block, carrying h between blocks.
+decision, smooth gates, or a log-space scan dominate the step. Gates are
+therefore piecewise linear (hard sigmoid capped at Z_MAX, hard tanh), and the
+block length is derived from that cap so that forward *and* backward stay
+inside float32 at any chunk length (see ``block_length``).
 
 Layout of one microbatch (built by ``batch.py`` from the plan):
   rows      x [R, F+A+1]  (features, would-KO where valid, would-KO-valid flag)
@@ -32,8 +31,26 @@ import mlx.core as mx
 import mlx.nn as nn
 
 AUX_NAMES = ("ko", "prize_delta", "terminal", "return")
-SCAN_BLOCK = 32  # 0.1 ** 32 = 1e-32 > float32's smallest normal (1.2e-38)
-Z_MAX = 0.9
+Z_MAX = 0.9  # the update gate's cap: every decision keeps >= 10 % of the memory it had
+
+
+def block_length(z_max: float = Z_MAX, headroom: float = 1e16) -> int:
+    """Decisions per block of the division-form scan, from the gate bound.
+
+    Inside a block the running product keep[t] = prod (1 - z) is >= (1 - z_max)^B. The forward
+    pass divides by keep (terms up to keep^-1); the backward pass of that division forms
+    cotangent * a / keep^2, i.e. terms up to keep^-2 = (1 - z_max)^(-2B) times the incoming
+    gradient. Requiring (1 - z_max)^(-2B) <= headroom = 1e16 leaves 22 decades below float32's
+    largest value (3.4e38) for the gradient itself, and keep >= 1e-8 stays far above the
+    smallest normal (1.2e-38). z_max = 0.9 gives B = 8. (The old 32-decision blocks formed
+    keep^-2 = 1e64 in the backward pass: finite forward, NaN gradients from ~24 decisions.)
+    """
+    import math
+
+    return max(1, int(math.log10(headroom) / (-2.0 * math.log10(1.0 - z_max))))
+
+
+SCAN_BLOCK = block_length()
 
 
 def hard_sigmoid(x: mx.array) -> mx.array:
@@ -43,17 +60,27 @@ def hard_sigmoid(x: mx.array) -> mx.array:
 def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
     """h[t+1] = (1 - z[t]) h[t] + z[t] cand[t] for every t at once: [L, T+1, H], h[:, 0] = h0.
 
-    Blocks of SCAN_BLOCK decisions keep the running product above float32's smallest normal
-    (z <= Z_MAX); the state is carried from block to block.
+    Needs 0 <= z <= Z_MAX. The T decisions are cut into blocks of SCAN_BLOCK (the last padded
+    with z = 0, which keeps h as it is). Every block is scanned at once from a zero state in the
+    division form (cumprod, cumsum; bounded by ``block_length``); then the state entering each
+    block is carried block to block, h_in[b+1] = keep[b, -1] h_in[b] + local[b, -1], one small
+    [L, H] step per block, which has no division and so no bound on the number of blocks.
     """
-    out, h = [h0[:, None]], h0
-    for s in range(0, z.shape[1], SCAN_BLOCK):
-        zb, cb = z[:, s:s + SCAN_BLOCK], cand[:, s:s + SCAN_BLOCK]
-        keep = mx.cumprod(1.0 - zb, axis=1)
-        hb = keep * (h[:, None] + mx.cumsum(zb * cb / keep, axis=1))
-        out.append(hb)
-        h = hb[:, -1]
-    return mx.concatenate(out, axis=1)
+    L, T, H = z.shape
+    B = min(SCAN_BLOCK, T)
+    nb = -(-T // B)
+    if nb * B != T:
+        pad = [(0, 0), (0, nb * B - T), (0, 0)]
+        z, cand = mx.pad(z, pad), mx.pad(cand, pad)
+    z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
+    keep = mx.cumprod(1.0 - z4, axis=2)  # >= (1 - Z_MAX)^B
+    local = keep * mx.cumsum(z4 * c4 / keep, axis=2)  # each block from a zero state
+    h_in, h = [h0], h0
+    for b in range(nb - 1):
+        h = keep[:, b, -1] * h + local[:, b, -1]
+        h_in.append(h)
+    hs = keep * mx.stack(h_in, axis=1)[:, :, None] + local
+    return mx.concatenate([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], axis=1)
 
 
 class RecurrentPolicy(nn.Module):
@@ -66,12 +93,13 @@ class RecurrentPolicy(nn.Module):
         self.trunk = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, action_dim)
         self.aux = nn.Linear(hidden, len(AUX_NAMES))
+        self.scan_fn = linear_scan  # the benchmark swaps in the old scan to compare, nothing else does
 
     def scan(self, enc: mx.array, first_row: mx.array, label_hot: mx.array, h0: mx.array) -> mx.array:
         """Memory before each decision and after the last: [L, T+1, H]; h[:, 0] = h0."""
         dec_in = mx.concatenate([enc[first_row], label_hot], axis=-1)  # [L, T, H+A]
         k, c = mx.split(self.gates(dec_in), 2, axis=-1)
-        return linear_scan(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
+        return self.scan_fn(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
 
     def __call__(self, x: mx.array, row_lane: mx.array, row_dec: mx.array, first_row: mx.array,
                  label_hot: mx.array, h0: mx.array, lane_decisions: mx.array):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import DictConfig
 from rich.console import Console
 
 from . import checkpoint as ckpt
+from .diverge import strict
 from .display import RunDisplay
 from .provenance import provenance
 from .setup import DataParts, Learner
@@ -60,18 +62,25 @@ class RunHooks:
             raise StopRun
 
     def on_validation(self, m: dict) -> None:
-        values = {f"val/{k}": v for k, v in m.items() if k != "epoch"}
+        values = {f"val/{k}": v for k, v in m.items() if k != "epoch" and v is not None}
         values.update({f"cache_val/{k}": v for k, v in self.val_cache.counters().items()})
         self.tracker.track(values, step=self.learner.progress.opt_steps, epoch=m["epoch"])
 
 
 def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, step_seconds: float,
-           stall_seconds: float, wall: float, stopped: bool, blas: str, aim_hash, console: Console) -> dict:
+           stall_seconds: float, wall: float, status: str, blas: str, aim_hash, console: Console,
+           error: Optional[str] = None) -> dict:
+    """result.json (strict JSON: what is unknown is null) and the end-of-run report.
+
+    status: "completed", "stopped" (trainer.max_steps: resumable) or "diverged" (with `error`).
+    """
     p = learner.progress
     train_cache, val_cache = caches
     busy = max(step_seconds + stall_seconds, 1e-9)
     result = {
-        "run_dir": str(run_dir), "stopped_early": stopped, "resumed_from": str(learner.resumed_from or ""),
+        "status": status, "error": error,
+        "run_dir": str(run_dir), "stopped_early": status == "stopped",
+        "resumed_from": str(learner.resumed_from or ""),
         "final": p.history[-1]["val"] if p.history else None,
         "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},
         "history": p.history,
@@ -83,12 +92,13 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
         "data_stall_seconds": stall_seconds, "data_stall_share": stall_seconds / busy,
         "blas": blas, "aim_hash": aim_hash,
     }
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=float))
+    result = strict(result)
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=float, allow_nan=False))
     console.print(train_cache.tally())
     console.print(val_cache.tally())
     for line in train_cache.diagnose() + val_cache.diagnose():
         console.print(f"[cache] {line}")
-    if result["final"]:
+    if result["final"] and status != "diverged":
         f = result["final"]
         console.print(f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}); "
                       f"best {p.best_val_loss:.4f} at epoch {p.best_epoch}; {result['rows_per_second']:,.0f} rows/s, "

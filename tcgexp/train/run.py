@@ -24,6 +24,7 @@ from ..progress import report_console
 from ..track import job_context, make_tracker
 from .batch import prepare
 from .blas import load_fast_blas
+from .diverge import DivergenceError
 from .display import RunDisplay
 from .loop import Hooks, LaneMemory, Loop
 from .outputs import RunHooks, StopRun, finish
@@ -76,24 +77,40 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
                     accum_steps=int(tb.accum_steps), epochs=int(cfg.trainer.epochs),
                     latest_every_steps=int(cfg.checkpoint.latest_every_steps), progress=learner.progress,
                     hooks=Hooks(on_step=hooks.on_step, on_validation=hooks.on_validation, save=hooks.save,
-                                on_phase=display.phase, on_advance=display.advance))
-        stopped = False
+                                on_phase=display.phase, on_advance=display.advance),
+                    divergence_hint=divergence_hint(cfg))
+        status, error = "completed", None
         with display:
             try:
                 loop.run()
             except StopRun:
-                stopped = True
+                status = "stopped"
+            except DivergenceError as exc:
+                status, error = "diverged", str(exc)
         result = finish(run_dir, data=data, learner=learner, caches=caches, step_seconds=loop.step_seconds,
                         stall_seconds=loaders[0].stall_seconds, wall=time.perf_counter() - t_start,
-                        stopped=stopped, blas=blas, aim_hash=tracker.hash, console=console)
+                        status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console)
+        if error:
+            raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
+        tracker.finish(status)
         result["model"] = learner.model
         return result
+    except BaseException as exc:
+        if tracker is not None:  # the Aim run ends marked failed, with the reason
+            tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        raise
     finally:
         if tracker is not None:
             tracker.close()
         for cache in caches:
             cache.close()
         shutil.rmtree(spill_root, ignore_errors=True)
+
+
+def divergence_hint(cfg: DictConfig) -> str:
+    """The knobs that usually make a run diverge, with this run's values."""
+    return (f"optimizer.lr={cfg.optimizer.lr}, trainer.aux_weight={cfg.trainer.aux_weight}, "
+            f"optimizer.grad_clip={cfg.optimizer.grad_clip} (0 = no clipping)")
 
 
 def check_precision(stepper: Stepper, learner, data, transform) -> None:

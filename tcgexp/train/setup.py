@@ -81,7 +81,7 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
     if saved.get("blas") != blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
         console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
                       f"{blas}; the continuation will not be bit-identical")
-    progress = Progress(**saved["progress"])
+    progress = Progress.from_state(saved["progress"])
     memory.h[:] = lanes["train"]
     epochs = int(cfg.trainer.epochs)
     remaining = sum(data.planned_steps[progress.epoch:]) - progress.epoch_opt_steps if progress.epoch < epochs else 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import json
 import os
 import shutil
@@ -172,3 +173,13 @@ def test_aim_ui_shows_the_sweep_in_headless_chromium(tmp_path):
     for name in ("aim_runs.png", "aim_metrics.png"):
         data = (tmp_path / "shots" / name).read_bytes()
         assert data[:4] == b"\x89PNG" and len(data) > 20_000, name
+
+
+def test_a_diverged_job_is_failed_with_its_reason_in_the_report(tmp_path):
+    res = sweep(tmp_path, "tracking=off", "optimizer.lr=1e-3,1e6")
+    assert res.returncode != 0, "a sweep with a diverged job does not look like a result"
+    rows = {r["job"]: r for r in csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))}
+    assert rows["0"]["status"] == "COMPLETED" and math.isfinite(float(rows["0"]["val_loss"]))
+    assert rows["1"]["status"] == "FAILED" and "training diverged at epoch 0" in rows["1"]["error"]
+    assert rows["1"]["val_loss"] == "" and rows["1"]["best_val_loss"] == ""
+    assert "DivergenceError" in (tmp_path / "sweep" / "summary.md").read_text()
