@@ -75,11 +75,15 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
     keep = mx.cumprod(1.0 - z4, axis=2)  # >= (1 - Z_MAX)^B
     local = keep * mx.cumsum(z4 * c4 / keep, axis=2)  # each block from a zero state
-    h_in, h = [h0], h0
-    for b in range(nb - 1):
-        h = keep[:, b, -1] * h + local[:, b, -1]
-        h_in.append(h)
-    hs = keep * mx.stack(h_in, axis=1)[:, :, None] + local
+    # block ends as [L, nb, H], split once: slicing the big arrays per block would cost one
+    # full-size scatter per block in the backward pass
+    h, h_in = h0[:, None], [h0[:, None]]
+    if nb > 1:
+        for decay, last in zip(mx.split(keep[:, :-1, -1], nb - 1, axis=1),
+                               mx.split(local[:, :-1, -1], nb - 1, axis=1)):
+            h = decay * h + last
+            h_in.append(h)
+    hs = keep * mx.concatenate(h_in, axis=1)[:, :, None] + local
     return mx.concatenate([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], axis=1)
 
 
