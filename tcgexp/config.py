@@ -26,7 +26,7 @@ class DatasetConfig:
 
     _target_: str = "tcgexp.data.corpus.Corpus"
     name: str = MISSING
-    root: str = "data"  # relative paths resolve against the launch directory
+    root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
     start_date: str = "2026-07-27"  # first day; days are consecutive dates
     days: int = 1
     rows_per_day: int = 3000

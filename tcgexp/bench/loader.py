@@ -22,12 +22,12 @@ from ..config import build, compose
 from ..data.schema import to_numpy
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS, Loader
-from .table import markdown_table
+from .table import markdown_table, root_override
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="5d")
-    p.add_argument("--root", default="data", help="dataset.root (built there if missing)")
+    p.add_argument("--root", default=None, help="dataset.root (default: the dataset option's own; built if missing)")
     p.add_argument("--chunk", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=0, help="loader threads (0: assemble in the consumer)")
@@ -48,7 +48,7 @@ def best_of(n: int, fn, setup=None, teardown=None) -> float:
 
 
 def run(args: argparse.Namespace) -> None:
-    corpus = build(compose(f"dataset={args.dataset}", f"dataset.root={args.root}").dataset)
+    corpus = build(compose(f"dataset={args.dataset}", *root_override(args)).dataset)
     corpus.build()
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     plan = Planner(index, chunk=args.chunk, batch_size=args.batch_size, seed=0).epoch_plan(0)

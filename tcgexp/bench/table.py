@@ -8,3 +8,8 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
                      + [line(r) for r in cells[1:]])
+
+
+def root_override(args) -> list[str]:
+    """``dataset.root=...`` when the benchmark was given ``--root``; else the dataset option's own root."""
+    return [f"dataset.root={args.root}"] if getattr(args, "root", None) else []

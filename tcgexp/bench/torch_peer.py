@@ -1,7 +1,7 @@
 """The same TBPTT model and step in PyTorch (CPU), as the speed peer for the MLX trainer.
 
 Mirrors tcgexp.train.model and step exactly in structure: row encoder, minGRU
-memory with hard gates as a blocked cumprod/cumsum scan, masked policy head,
+memory with hard gates as the same blocked cumprod/cumsum scan, masked policy head,
 aux heads, the same losses, AdamW with global-norm clipping. Used only by
 ``python -m tcgexp.bench train``; needs ``pip install torch==2.13.0``.
 """
@@ -12,7 +12,26 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-SCAN_BLOCK, Z_MAX = 32, 0.9
+Z_MAX = 0.9
+SCAN_BLOCK = 8  # tcgexp.train.model.block_length(Z_MAX): the same bound, the same formulation
+
+
+def linear_scan(z, cand, h0):
+    """tcgexp.train.model.linear_scan in PyTorch: division form inside blocks, blocks carried."""
+    L, T, H = z.shape
+    B = min(SCAN_BLOCK, T)
+    nb = -(-T // B)
+    if nb * B != T:
+        z, cand = F.pad(z, (0, 0, 0, nb * B - T)), F.pad(cand, (0, 0, 0, nb * B - T))
+    z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
+    keep = torch.cumprod(1.0 - z4, dim=2)
+    local = keep * torch.cumsum(z4 * c4 / keep, dim=2)
+    h, h_in = h0, [h0]
+    for b in range(nb - 1):
+        h = keep[:, b, -1] * h + local[:, b, -1]
+        h_in.append(h)
+    hs = keep * torch.stack(h_in, dim=1)[:, :, None] + local
+    return torch.cat([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], dim=1)
 
 
 class TorchPolicy(nn.Module):
@@ -31,14 +50,7 @@ class TorchPolicy(nn.Module):
         if self.memory:
             k, c = self.gates(torch.cat([enc[first_row], label_hot], dim=-1)).chunk(2, dim=-1)
             z, cand = torch.clamp(0.25 * k + 0.5, 0.0, Z_MAX), torch.clamp(c, -1.0, 1.0)
-            out, h = [h0[:, None]], h0
-            for s in range(0, z.shape[1], SCAN_BLOCK):
-                zb, cb = z[:, s:s + SCAN_BLOCK], cand[:, s:s + SCAN_BLOCK]
-                keep = torch.cumprod(1.0 - zb, dim=1)
-                hb = keep * (h[:, None] + torch.cumsum(zb * cb / keep, dim=1))
-                out.append(hb)
-                h = hb[:, -1]
-            hs = torch.cat(out, dim=1)
+            hs = linear_scan(z, cand, h0)
             h_row = hs[row_lane, row_dec]
             carry = hs[torch.arange(hs.shape[0]), lane_decisions].detach()
         else:

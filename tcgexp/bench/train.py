@@ -1,14 +1,17 @@
 """Training throughput: each cache policy end to end, and MLX vs a PyTorch peer on the same microbatches.
 
-    python -m tcgexp.bench train                     # 5d corpus under data/, 2 epochs per policy
-    python -m tcgexp.bench train --dataset 1d --policies off plan
+    python -m tcgexp.bench train                     # 5d corpus (its own root, data/5d), 2 epochs per policy
+    python -m tcgexp.bench train --dataset 1d --policies off plan --chunks 16 32
 
 Part 1 runs the real trainer (``train(cfg)``, tracking off) once per cache
 policy and reports the second (warm) epoch's rows/s and data-stall share
 (time the step waited for its microbatch / step + wait). Part 2 times the
-bare training step on the same prepared microbatches: MLX with MKL (the
-default), MLX with its bundled reference BLAS (a subprocess, since the BLAS
-is bound when MLX is first imported), and the same model and step in PyTorch.
+bare training step on the same prepared microbatches at each TBPTT horizon
+(``--chunks``): MLX with MKL (the default), the same MLX step with the old
+32-decision scan (the reference the stable scan is held to; chunk 16 only,
+where it still had finite gradients), MLX with its bundled reference BLAS (a
+subprocess, since the BLAS is bound when MLX is first imported), and the same
+model and step in PyTorch. Children run interleaved, twice each, best kept.
 """
 from __future__ import annotations
 
@@ -24,16 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .table import markdown_table
+from .table import markdown_table, root_override
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="5d")
-    p.add_argument("--root", default="data")
+    p.add_argument("--root", default=None, help="dataset.root (default: the dataset option's own; built if missing)")
     p.add_argument("--policies", nargs="+", default=["off", "fifo", "lru", "hot60", "plan"])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--steps", type=int, default=150, help="microbatches for the step comparison")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--chunks", type=int, nargs="+", default=[16, 32, 64, 128], help="tbptt.chunk values")
+    p.add_argument("--chunk", type=int, default=16, help=argparse.SUPPRESS)
+    p.add_argument("--old-scan", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--only-steps", choices=["mlx", "torch"], help=argparse.SUPPRESS)
 
 
@@ -43,14 +49,14 @@ def prepared_batches(args) -> list:
     from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
     from ..train.batch import prepare
 
-    cfg = compose(f"dataset={args.dataset}", f"dataset.root={args.root}")
+    cfg = compose(f"dataset={args.dataset}", *root_override(args))
     corpus = build(cfg.dataset)
     corpus.build()
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     tb = cfg.tbptt
-    plan = Planner(index, chunk=tb.chunk, batch_size=tb.batch_size, seed=0).epoch_plan(0)
+    plan = Planner(index, chunk=args.chunk, batch_size=tb.batch_size, seed=0).epoch_plan(0)
     loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
-                    transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=tb.chunk))
+                    transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=args.chunk))
     out = []
     for prep in loader.iterate(plan):
         out.append(prep)
@@ -70,7 +76,7 @@ def best_pass(batches, one, passes: int = 4) -> float:
     return best
 
 
-def time_mlx(batches, lanes: int, hidden: int) -> float:
+def time_mlx(batches, lanes: int, hidden: int, old_scan: bool = False) -> float:
     from ..train import BLAS  # noqa: F401  (loads MKL unless TCGEXP_BLAS=reference)
     import mlx.core as mx
     import mlx.optimizers as optim
@@ -82,6 +88,10 @@ def time_mlx(batches, lanes: int, hidden: int) -> float:
 
     mx.random.seed(0)
     model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden)
+    if old_scan:
+        from .scan import division_scan_32
+
+        model.scan_fn = division_scan_32
     opt = optim.AdamW(1e-3, weight_decay=0.01)
     opt.init(model.trainable_parameters())
     stepper = Stepper(model, opt, aux_weight=0.25, grad_clip=1.0)
@@ -130,7 +140,7 @@ def policy_rows(args) -> list[list]:
     rows = []
     for policy in args.policies:
         with tempfile.TemporaryDirectory(prefix="tcgexp-bench-") as run_dir:
-            cfg = compose(f"dataset={args.dataset}", f"dataset.root={args.root}", f"cache={policy}",
+            cfg = compose(f"dataset={args.dataset}", *root_override(args), f"cache={policy}",
                           f"trainer.epochs={args.epochs}", "tracking=off", f"model.hidden={args.hidden}")
             quiet = report_console()
             quiet.quiet = True
@@ -145,36 +155,51 @@ def policy_rows(args) -> list[list]:
 def run(args: argparse.Namespace) -> None:
     if args.only_steps:  # child process: one step timing, printed as JSON
         batches, lanes = prepared_batches(args)
-        fn = time_mlx if args.only_steps == "mlx" else time_torch
-        print(json.dumps({"rows_per_s": fn(batches, lanes, args.hidden)}))
+        if args.only_steps == "mlx":
+            rate = time_mlx(batches, lanes, args.hidden, old_scan=args.old_scan)
+        else:
+            rate = time_torch(batches, lanes, args.hidden)
+        print(json.dumps({"rows_per_s": rate}))
         return
     print(f"## Training throughput: dataset={args.dataset}, model.hidden={args.hidden}, defaults otherwise\n")
     rows = policy_rows(args)
     print(markdown_table(["cache", "rows/s (epoch 2)", "data stall (epoch 2)", "train hit rate", "misses",
                           "ssd hits", "MiB decoded"], rows))
 
-    def child(kind: str, env: dict) -> str:
-        cmd = [sys.executable, "-m", "tcgexp.bench", "train", "--dataset", args.dataset, "--root", args.root,
-               "--steps", str(args.steps), "--hidden", str(args.hidden), "--only-steps", kind]
+    def child(kind: str, chunk: int, extra: list, env: dict) -> str:
+        cmd = [sys.executable, "-m", "tcgexp.bench", "train", "--dataset", args.dataset, *(["--root", args.root] if args.root else []),
+               "--steps", str(args.steps), "--hidden", str(args.hidden), "--only-steps", kind,
+               "--chunk", str(chunk), *extra]
         res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
         if res.returncode != 0:
             return f"failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}"
         return f"{json.loads(res.stdout.strip().splitlines()[-1])['rows_per_s']:,.0f}"
 
     # interleaved, twice each, best kept: neighbours on a shared machine come and go
-    kinds = [("MLX, MKL BLAS (default)", "mlx", {}), ("PyTorch CPU, same model and step", "torch", {}),
-             ("MLX, bundled reference BLAS (TCGEXP_BLAS=reference)", "mlx", {"TCGEXP_BLAS": "reference"})]
-    best: dict[str, float] = {}
+    kinds = []
+    for chunk in args.chunks:
+        kinds.append((chunk, "MLX, MKL BLAS (default)", "mlx", [], {}))
+        if chunk == 16:
+            kinds.append((chunk, "MLX, old 32-decision scan (reference)", "mlx", ["--old-scan"], {}))
+        kinds.append((chunk, "PyTorch CPU, same model and step", "torch", [], {}))
+        if chunk == 16:
+            kinds.append((chunk, "MLX, bundled reference BLAS (TCGEXP_BLAS=reference)", "mlx", [],
+                          {"TCGEXP_BLAS": "reference"}))
+    best: dict[tuple, float | str] = {}
     for rnd in range(2):
-        for label, kind, env in kinds:
-            if rnd and "reference" in label:
+        for chunk, label, kind, extra, env in kinds:
+            if rnd and "reference BLAS" in label:
                 continue  # 10x slower either way; one round is enough
-            got = child(kind, env)
+            got = child(kind, chunk, extra, env)
             if got.startswith("failed"):
-                best[label] = got
-            elif not isinstance(best.get(label), str):
-                best[label] = max(best.get(label, 0.0), float(got.replace(",", "")))
-    steps = [[label, v if isinstance(v, str) else f"{v:,.0f}"] for label, v in best.items()]
-    print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; "
-          "best of 4 passes x 2 interleaved processes)\n")
-    print(markdown_table(["implementation", "rows/s"], steps))
+                best[(chunk, label)] = got
+            elif not isinstance(best.get((chunk, label)), str):
+                best[(chunk, label)] = max(best.get((chunk, label), 0.0), float(got.replace(",", "")))
+    steps = []
+    for (chunk, label), v in best.items():
+        base = best.get((chunk, "MLX, MKL BLAS (default)"))
+        ratio = f"{v / base:.2f}x" if isinstance(v, float) and isinstance(base, float) else ""
+        steps.append([chunk, label, v if isinstance(v, str) else f"{v:,.0f}", ratio])
+    print(f"\n### The bare training step on the same {args.steps} microbatches per horizon (data prepared in "
+          "advance; best of 4 passes x 2 interleaved processes)\n")
+    print(markdown_table(["tbptt.chunk", "implementation", "rows/s", "vs MLX default"], steps))

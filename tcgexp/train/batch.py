@@ -1,8 +1,11 @@
 """Loader batch -> fixed-shape numpy inputs for the compiled step.
 
-Shapes are padded to a few buckets (rows to the row budget, decisions to the
-chunk, lanes to a power of two) so ``mx.compile`` traces a handful of graphs
-instead of one per microbatch. Padding rows have weight 0 and padding
+Shapes are padded to a few buckets (rows to the row budget, decisions and
+lanes to a power of two, decisions at most to the chunk) so ``mx.compile``
+traces a handful of graphs instead of one per microbatch; with long chunks
+(``tbptt.chunk=128``) most microbatches hold far fewer decisions per lane than
+the chunk allows (the row budget binds first), and the scan need not run over
+the difference. Padding rows have weight 0 and padding
 decisions come after a lane's last real decision, so neither reaches a loss
 or a carried memory.
 """
@@ -35,7 +38,8 @@ class Prepared:
 def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
     mb, a = batch.mb, batch.arrays
     R, L = mb.rows, mb.lanes
-    Lp, T = bucket(L), max(decisions_pad, int(mb.lane_decisions.max()))
+    most = int(mb.lane_decisions.max())
+    Lp, T = bucket(L), min(bucket(most), max(decisions_pad, most))
     if R > rows_pad:
         raise ValueError(f"microbatch {mb.index} has {R} rows, more than the row budget {rows_pad}")
     A = a["action_mask"].shape[1]
