@@ -1,4 +1,4 @@
-"""The row-group cache: a page cache over Parquet row groups (see DESIGN.md).
+"""The row-group cache: a page cache over Parquet row groups (see docs/design.md).
 
 ``RowGroupCache`` serves ``(file_index, row_group_index)`` keys as dicts of
 read-only numpy arrays, with a pluggable residency policy (``POLICIES``:

@@ -74,17 +74,22 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
         z, cand = mx.pad(z, pad), mx.pad(cand, pad)
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
     keep = mx.cumprod(1.0 - z4, axis=2)  # >= (1 - Z_MAX)^B
-    local = keep * mx.cumsum(z4 * c4 / keep, axis=2)  # each block from a zero state
-    # block ends as [L, nb, H], split once: slicing the big arrays per block would cost one
-    # full-size scatter per block in the backward pass
+    acc = mx.cumsum(z4 * c4 / keep, axis=2)  # keep * acc: each block scanned from a zero state
+    # The state entering each block, h_in[b+1] = keep[b, -1] * (h_in[b] + acc[b, -1]): block ends
+    # taken as [L, nb, H] and split once (slicing the big arrays per block would cost one
+    # full-size scatter per block in the backward pass).
     h, h_in = h0[:, None], [h0[:, None]]
     if nb > 1:
         for decay, last in zip(mx.split(keep[:, :-1, -1], nb - 1, axis=1),
-                               mx.split(local[:, :-1, -1], nb - 1, axis=1)):
-            h = decay * h + last
+                               mx.split(acc[:, :-1, -1], nb - 1, axis=1)):
+            h = decay * (h + last)
             h_in.append(h)
-    hs = keep * mx.concatenate(h_in, axis=1)[:, :, None] + local
-    return mx.concatenate([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], axis=1)
+    hs = keep * (mx.concatenate(h_in, axis=1)[:, :, None] + acc)
+    if nb * B != T:
+        hs = hs.reshape(L, nb * B, H)[:, :T]
+    else:
+        hs = hs.reshape(L, T, H)
+    return mx.concatenate([h0[:, None], hs], axis=1)
 
 
 class RecurrentPolicy(nn.Module):
