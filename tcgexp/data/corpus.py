@@ -21,6 +21,7 @@ from .. import sim
 from .build import DayBuilder, DayPaths, DaySpec, Progress
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
+from .parallel import build_days, die_with_parent
 from .schema import SCHEMA_VERSION
 
 VERIFY_MODES = ("quick", "full")
@@ -99,10 +100,22 @@ class Corpus:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
-        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-                if pending and self.workers > 1 else nullcontext(None))
+        built: dict[str, tuple] = {}
+        if len(pending) > 1 and self.workers > 1:  # whole days in parallel; the catalog stays with us
+            built = build_days(pending, self.root, [self.fingerprint(s) for s in pending], workers=self.workers,
+                               verify=self.verify, progress=progress)
+            for spec in pending:
+                p = self.paths(spec.date)
+                catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
+        # one missing day: its shards in parallel (the builder's own pool), finished days validated here
+        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=die_with_parent)
+                if len(pending) == 1 and self.workers > 1 else nullcontext(None))
         with pool as executor:
             for spec in self.specs:
+                if spec.date in built:
+                    outcome[spec.date], self.manifests[spec.date], self.encoded[spec.date] = built[spec.date]
+                    continue
                 builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
                                      executor=executor, ahead=2 * self.workers, verify=self.verify,
                                      progress=progress)
