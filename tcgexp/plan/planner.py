@@ -165,6 +165,15 @@ class Planner:
         _, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
         return len(bounds) - 1
 
+    def live_lanes(self, epoch: int, position: int) -> np.ndarray:
+        """Lanes whose carried memory the rest of epoch `epoch` reads, from microbatch `position` on.
+
+        None at an epoch boundary (memory is reset there): what a checkpoint must keep.
+        """
+        if position <= 0:
+            return np.empty(0, np.int64)
+        return self.epoch_plan(epoch).live_lanes(position)
+
     def validation_plan(self) -> Plan:
         plan = self._plan("val", None)
         plan.check_coverage(self.split_row_ids("val"))

@@ -36,8 +36,9 @@ class RunHooks:
         payload = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
                    "blas": self.blas, "cache": {"train": self.train_cache.counters(), "val": self.val_cache.counters()},
                    **provenance(self.cfg, self.data.manifests)}
+        live = ckpt.SparseLanes.of(lr.memory.h, self.data.planner.live_lanes(p.epoch, p.position))
         write = lambda name: ckpt.save(self.ckpt_dir / name, model=lr.model, optimizer=lr.optimizer,  # noqa: E731
-                                       lanes={"train": lr.memory.h}, state=payload)
+                                       lanes={"train": live}, state=payload)
         write("latest")
         if kind.startswith("epoch"):
             done = p.epoch  # epochs completed
