@@ -73,6 +73,7 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
     busy = max(step_seconds + stall_seconds, 1e-9)
     result = {
         "run_dir": str(run_dir), "stopped_early": stopped, "resumed_from": str(learner.resumed_from or ""),
+        "dates": list(data.corpus.dates),
         "final": p.history[-1]["val"] if p.history else None,
         "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},
         "history": p.history,
