@@ -39,8 +39,6 @@ def prepare_data(cfg: DictConfig) -> DataParts:
     with progress:
         corpus.build(progress=update, build_missing=not corpus.selected)  # a selection only uses built days
     manifests = [corpus.manifests[d] for d in corpus.dates]
-    if cfg.dataset.date_from is None and cfg.dataset.date_to is None:
-        cfg.dataset.dates = list(corpus.dates)  # the days trained on, resolved: Aim hparams and checkpoints show them
     index = LaneIndex(corpus.files, manifests)
     tb = cfg.tbptt
     planner = Planner(index, chunk=tb.chunk if tb.enabled else 1, batch_size=tb.batch_size, seed=int(cfg.seed),
