@@ -39,6 +39,12 @@ class DatasetConfig:
     compression: str = "zstd"
     workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
+    # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
+    # a day not built, or built with other settings, is refused by name. Either a list ...
+    dates: Optional[list[str]] = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
+    # ... or a range of consecutive days (an open end is the catalog's first/last built day)
+    date_from: Optional[str] = None
+    date_to: Optional[str] = None
 
 
 @dataclass

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from . import corpus, loader, scan, train
+from . import corpus, loader, scale, scan, train
 
-BENCHES = {"corpus": corpus, "loader": loader, "scan": scan, "train": train}
+BENCHES = {"corpus": corpus, "loader": loader, "scale": scale, "scan": scan, "train": train}
 
 
 def main(argv: list[str] | None = None) -> None:

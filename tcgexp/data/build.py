@@ -80,7 +80,7 @@ class DayPaths:
 
 
 class DayBuilder:
-    def __init__(self, spec: DaySpec, paths: DayPaths, fingerprint: str, catalog: Catalog, *,
+    def __init__(self, spec: DaySpec, paths: DayPaths, fingerprint: str, catalog: Optional[Catalog], *,
                  executor: Optional[Executor] = None, ahead: int = 2, verify: str = "quick",
                  progress: Optional[Progress] = None) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
@@ -102,7 +102,8 @@ class DayBuilder:
         manifest = self.merge(dones)
         manifest["build_seconds"] = round(time.perf_counter() - t0, 3)
         write_json_atomic(p.manifest, manifest)  # the day is finished from here on
-        self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
+        if self.catalog is not None:  # None: a parallel day build, whose parent indexes the day
+            self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         if p.zip.exists():  # shards are derived; never drop derived data whose source is gone
             shutil.rmtree(p.work, ignore_errors=True)
         return "built", manifest

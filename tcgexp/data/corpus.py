@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Optional
 
 from .. import sim
-from .build import DayBuilder, DayPaths, DaySpec, Progress
+from .build import DayBuilder, DayPaths, DaySpec, Progress, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
+from .parallel import build_days, die_with_parent
+from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
 
 VERIFY_MODES = ("quick", "full")
@@ -29,7 +31,9 @@ VERIFY_MODES = ("quick", "full")
 class Corpus:
     def __init__(self, name: str, root: str, start_date: str, days: int, rows_per_day: int,
                  row_group_rows: int, episodes_per_shard: int, val_fraction: float, seed: int,
-                 max_turns: int, would_ko: bool, compression: str, workers: int, verify: str) -> None:
+                 max_turns: int, would_ko: bool, compression: str, workers: int, verify: str,
+                 dates: Optional[list] = None, date_from: Optional[str] = None,
+                 date_to: Optional[str] = None) -> None:
         self.name = name
         self.root = Path(root).expanduser().absolute()
         try:
@@ -47,7 +51,10 @@ class Corpus:
                 raise DataError(f"{key} has an impossible value",
                                 fix="days/rows/row-group/shard sizes must be >= 1, val_fraction in [0, 1), "
                                     f"workers >= 0, verify in {VERIFY_MODES}")
-        self.dates = [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
+        chosen = selected_dates(dates, date_from, date_to, Catalog(self.root / "catalog.sqlite")) \
+            if (dates or date_from or date_to) else None
+        self.selected = chosen is not None  # a selection trains on built days only (see select.py)
+        self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
         self.specs = [DaySpec(date=d, seed=seed, rows_per_day=rows_per_day, row_group_rows=row_group_rows,
                               episodes_per_shard=episodes_per_shard, val_fraction=val_fraction,
                               max_turns=max_turns, would_ko=would_ko, compression=compression)
@@ -76,7 +83,16 @@ class Corpus:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     # -- build ---------------------------------------------------------------------------
-    def build(self, progress: Optional[Progress] = None) -> dict[str, str]:
+    def check_selected(self) -> None:
+        """A selection's days must be in the catalog, built with these settings (one error names them all)."""
+        def diff(date: str) -> str:
+            spec = self.specs[self.dates.index(date)]
+            manifest = json.loads(self.paths(date).manifest.read_text()) if self.paths(date).manifest.exists() else {}
+            return diff_config(manifest.get("config", {}), DayBuilder(spec, self.paths(date), "", None).config())
+
+        check_built(self.dates, [self.fingerprint(s) for s in self.specs], self.catalog, diff)
+
+    def build(self, progress: Optional[Progress] = None, build_missing: bool = True) -> dict[str, str]:
         """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
 
         Holds an exclusive lock on ``<root>/.build.lock`` throughout: the jobs of a parallel
@@ -93,16 +109,30 @@ class Corpus:
                             fix="point dataset.root at a folder you can write") from exc
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.selected and not build_missing:
+                self.check_selected()
             return self._build(progress)
 
     def _build(self, progress: Optional[Progress]) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
-        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-                if pending and self.workers > 1 else nullcontext(None))
+        built: dict[str, tuple] = {}
+        if len(pending) > 1 and self.workers > 1:  # whole days in parallel; the catalog stays with us
+            built = build_days(pending, self.root, [self.fingerprint(s) for s in pending], workers=self.workers,
+                               verify=self.verify, progress=progress)
+            for spec in pending:
+                p = self.paths(spec.date)
+                catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
+        # one missing day: its shards in parallel (the builder's own pool), finished days validated here
+        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=die_with_parent)
+                if len(pending) == 1 and self.workers > 1 else nullcontext(None))
         with pool as executor:
             for spec in self.specs:
+                if spec.date in built:
+                    outcome[spec.date], self.manifests[spec.date], self.encoded[spec.date] = built[spec.date]
+                    continue
                 builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
                                      executor=executor, ahead=2 * self.workers, verify=self.verify,
                                      progress=progress)

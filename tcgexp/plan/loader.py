@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 import numpy as np
 
 from .lanes import Key
-from .planner import Microbatch, Plan
+from .plan import Microbatch, Plan
 
 # What the trainer reads per row (lane columns come from the plan, not the file).
 TRAIN_COLUMNS = ["features", "action_mask", "label", "would_ko", "would_ko_valid",

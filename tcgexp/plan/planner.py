@@ -10,99 +10,74 @@ order the shuffle permutes row groups and the lanes inside each row group,
 never interleaving lanes of far-apart row groups: lanes are admitted in that
 order, so only a few row groups are live at any time and a cache of a few
 row groups suffices. ``naive`` (a global lane shuffle) is kept for comparison.
+
+Everything is array work over the lane index except the packing itself,
+which is a greedy decision per chunk (continue active lanes first, then admit
+new ones) kept as one tight loop over plain ints. Plans are identical to the
+per-object planner this replaced (``tcgexp/bench/reference_planner.py``; a
+test compares them).
 """
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
 from ..data.errors import DataError
-from .lanes import Key, Lane, LaneIndex, decision_too_large
+from .lanes import LaneIndex, decision_too_large
+from .plan import Plan, ranges
 
 ORDERS = ("grouped", "naive")
 
 
-@dataclass
-class Chunk:
-    lane: Lane
-    dec_start: int  # first decision (lane-local)
-    dec_end: int  # one past the last decision
-    row_start: int  # lane-local row positions
-    row_end: int
+def pack(first: list[int], last: list[int], chunk_rows: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Admit lanes in order; each microbatch continues active lanes first, then admits new ones.
 
-    @property
-    def rows(self) -> int:
-        return self.row_end - self.row_start
-
-
-@dataclass
-class Microbatch:
-    """One step's worth of rows; everything the loader and trainer need, as arrays.
-
-    Row order: chunk by chunk, rows in decision order inside a chunk.
+    Lane k owns chunk ids first[k]..last[k]-1. Returns (chunk ids in placed order, microbatch
+    bounds into it). An active lane whose next chunk does not fit waits for the next microbatch
+    without blocking the lanes after it; admission stops at the first lane that does not fit.
     """
+    placed: list[int] = []
+    bounds = [0]
+    nxt: list[int] = []  # active lanes: next chunk and end, in activation order
+    end: list[int] = []
+    q, n = 0, len(first)
+    while q < n or nxt:
+        rows = 0
+        still_n, still_e = [], []
+        for c, e in zip(nxt, end):
+            r = chunk_rows[c]
+            if rows + r <= budget:
+                rows += r
+                placed.append(c)
+                c += 1
+            if c < e:
+                still_n.append(c)
+                still_e.append(e)
+        while q < n:
+            c = first[q]
+            r = chunk_rows[c]
+            if rows + r > budget:
+                break
+            rows += r
+            placed.append(c)
+            if c + 1 < last[q]:
+                still_n.append(c + 1)
+                still_e.append(last[q])
+            q += 1
+        nxt, end = still_n, still_e
+        bounds.append(len(placed))
+    return placed, bounds
 
-    index: int
-    keys: tuple[Key, ...]  # row groups touched, sorted: this position of the access trace
-    take: dict[Key, tuple[np.ndarray, np.ndarray]]  # key -> (local rows to read, output positions)
-    row_lane: np.ndarray  # int32 [R] lane slot (0..L-1) of each row
-    row_dec: np.ndarray  # int32 [R] decision position inside the chunk (0..T-1)
-    row_ids: np.ndarray  # int64 [R] global row id (row-order reconstruction, coverage)
-    lane_ids: np.ndarray  # int64 [L] global lane id (whose memory to read and write)
-    lane_fresh: np.ndarray  # bool [L] the chunk starts the lane: memory starts from zero
-    lane_decisions: np.ndarray  # int32 [L] decisions in the chunk (T = max)
-    lane_dec_start: np.ndarray  # int32 [L] lane-local decision index of the chunk's first decision
 
-    @property
-    def rows(self) -> int:
-        return len(self.row_ids)
-
-    @property
-    def lanes(self) -> int:
-        return len(self.lane_ids)
-
-
-@dataclass
-class Plan:
-    microbatches: list[Microbatch]
-    split: str
-    epoch: Optional[int]
-    tbptt: bool
-    stats: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:  # microbatches_per_epoch
-        return len(self.microbatches)
-
-    def __iter__(self) -> Iterator[Microbatch]:
-        return iter(self.microbatches)
-
-    def __getitem__(self, i: int) -> Microbatch:
-        return self.microbatches[i]
-
-    @property
-    def rows(self) -> int:
-        return sum(mb.rows for mb in self.microbatches)
-
-    def optimizer_steps(self, accum_steps: int) -> int:
-        return -(-len(self) // accum_steps)  # ceil: the last partial window is applied too
-
-    def trace(self) -> list[tuple[Key, ...]]:
-        """The full future access trace: row groups touched, position by position."""
-        return [mb.keys for mb in self.microbatches]
-
-    def check_coverage(self, expected_row_ids: np.ndarray) -> None:
-        """Every expected row exactly once, after putting rows back in order."""
-        got = np.sort(np.concatenate([mb.row_ids for mb in self.microbatches])) if self.microbatches \
-            else np.empty(0, np.int64)
-        want = np.sort(expected_row_ids)
-        if len(got) != len(want) or not np.array_equal(got, want):
-            dup = len(got) - len(np.unique(got))
-            missing = len(np.setdiff1d(want, got))
-            raise RuntimeError(f"{self.split} plan covers {len(got)} rows for {len(want)} expected "
-                               f"({dup} repeated, {missing} missing)")
+def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
+    """Bounds of greedy batches over items in order: a batch ends before the item that would overflow it."""
+    cs = np.concatenate([[0], np.cumsum(sizes)])
+    bounds, s, n = [0], 0, len(sizes)
+    while s < n:
+        s = int(np.searchsorted(cs, cs[s] + budget, side="right")) - 1
+        bounds.append(s)
+    return np.array(bounds, np.int64)
 
 
 class Planner:
@@ -114,54 +89,90 @@ class Planner:
             raise DataError(f"tbptt.lane_order={order!r} is not one of {ORDERS}")
         self.index, self.chunk, self.batch_size = index, chunk, batch_size
         self.seed, self.enabled, self.order = seed, enabled, order
-        self._chunks: dict[int, list[Chunk]] = {}
+        self._chunks: Optional[tuple] = None
+        self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
         if enabled:
             size, lane, d = index.largest_decision()
             if size > batch_size:
                 raise decision_too_large(lane, d, batch_size, index.files[lane.key[0]])
 
     # -- chunks ----------------------------------------------------------------------------
-    def chunks(self, lane: Lane) -> list[Chunk]:
-        """Fixed chunk boundaries per lane (independent of the shuffle): greedy, both bounds."""
-        if lane.index not in self._chunks:
-            sizes, bounds, out, d = lane.decision_rows(), lane.dec_bounds, [], 0
-            while d < lane.decisions:
-                e, rows = d, 0
-                while e < lane.decisions and e - d < self.chunk and rows + sizes[e] <= self.batch_size:
-                    rows += int(sizes[e])
-                    e += 1
-                if e == d:
-                    raise decision_too_large(lane, d, self.batch_size, self.index.files[lane.key[0]])
-                out.append(Chunk(lane, d, e, int(bounds[d]), int(bounds[e])))
-                d = e
-            self._chunks[lane.index] = out
-        return self._chunks[lane.index]
+    def chunk_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """Fixed chunk boundaries of every lane (independent of the shuffle): greedy, both bounds.
+
+        One round per chunk position: every lane that still has decisions cuts its next chunk at
+        once (at most `chunk` decisions, at most `batch_size` rows). Returns (first chunk id per
+        lane + 1 sentinel, chunk d0, chunk d1, chunk rows as ints), chunks grouped by lane.
+        """
+        if self._chunks is None:
+            ix = self.index
+            row0 = ix.dec_row0
+            p, stop = ix.lane_dec0[:-1].copy(), ix.lane_dec0[1:]
+            todo = np.flatnonzero(p < stop)
+            d0s, d1s = [], []
+            while len(todo):
+                pp, ee = p[todo], stop[todo]
+                by_rows = np.searchsorted(row0, row0[pp] + self.batch_size, side="right") - 1
+                e = np.minimum(np.minimum(pp + self.chunk, ee), by_rows)
+                if (e == pp).any():
+                    k = int(todo[np.argmax(e == pp)])
+                    lane = ix.lane(k)
+                    raise decision_too_large(lane, int(p[k] - ix.lane_dec0[k]), self.batch_size,
+                                             ix.files[lane.key[0]])
+                d0s.append(pp)
+                d1s.append(e)
+                p[todo] = e
+                todo = todo[e < ee]
+            d0 = np.concatenate(d0s) if d0s else np.empty(0, np.int64)
+            d1 = np.concatenate(d1s) if d1s else np.empty(0, np.int64)
+            order = np.argsort(d0, kind="stable")  # lanes' decisions are contiguous: this groups by lane
+            d0, d1 = d0[order], d1[order]
+            first = np.searchsorted(d0, ix.lane_dec0)
+            self._chunks = (first, d0, d1, (row0[d1] - row0[d0]).tolist())
+        return self._chunks
 
     # -- plans -----------------------------------------------------------------------------
-    def lane_order(self, split: str, epoch: Optional[int]) -> list[Lane]:
-        lanes = self.index.split_lanes(split)
+    def lane_order(self, split: str, epoch: Optional[int]) -> np.ndarray:
+        """Lane ids of `split` in admission order (the same random stream as ever, call for call)."""
+        ix = self.index
+        lanes = ix.split_lane_ids(split)
         if epoch is None:  # validation: file order, no shuffle
             return lanes
         rng = np.random.default_rng([self.seed, epoch])
         if self.order == "naive":
-            return [lanes[i] for i in rng.permutation(len(lanes))]
-        by_key: dict[Key, list[Lane]] = {}
-        for lane in lanes:
-            by_key.setdefault(lane.key, []).append(lane)
-        keys = list(by_key)
-        out: list[Lane] = []
-        for k in rng.permutation(len(keys)):
-            group = by_key[keys[k]]
-            out.extend(group[i] for i in rng.permutation(len(group)))
-        return out
+            return lanes[rng.permutation(len(lanes))]
+        # lanes of one row group are contiguous in index order: groups are runs of lane_rg
+        rg = ix.lane_rg[lanes]
+        starts = np.flatnonzero(np.diff(rg, prepend=-1)) if len(lanes) else np.empty(0, np.int64)
+        sizes = np.diff(np.append(starts, len(lanes)))
+        starts_l, sizes_l = starts.tolist(), sizes.tolist()
+        parts = [starts_l[k] + rng.permutation(sizes_l[k]) for k in rng.permutation(len(starts_l)).tolist()]
+        return lanes[np.concatenate(parts)] if parts else lanes
 
     def epoch_plan(self, epoch: int) -> Plan:
-        return self._plan("train", epoch)
+        if self._last is None or self._last.epoch != epoch:
+            self._last = self._plan("train", epoch)
+        return self._last
 
     def microbatches_per_epoch(self, epoch: int) -> int:
-        """len(epoch_plan(epoch)) without building the microbatches' arrays (~30x cheaper)."""
+        """len(epoch_plan(epoch)), from the packing alone (no plan arrays are built)."""
+        if self._last is not None and self._last.epoch == epoch:
+            return len(self._last)
         lanes = self.lane_order("train", epoch)
-        return len(self._pack(lanes) if self.enabled else self._rows_plan(lanes, epoch))
+        if not self.enabled:
+            return len(self._rows_plan(lanes, epoch)[1]) - 1
+        first, _, _, rows = self.chunk_table()
+        _, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+        return len(bounds) - 1
+
+    def live_lanes(self, epoch: int, position: int) -> np.ndarray:
+        """Lanes whose carried memory the rest of epoch `epoch` reads, from microbatch `position` on.
+
+        None at an epoch boundary (memory is reset there): what a checkpoint must keep.
+        """
+        if position <= 0:
+            return np.empty(0, np.int64)
+        return self.epoch_plan(epoch).live_lanes(position)
 
     def validation_plan(self) -> Plan:
         plan = self._plan("val", None)
@@ -174,114 +185,43 @@ class Planner:
 
     def _plan(self, split: str, epoch: Optional[int]) -> Plan:
         lanes = self.lane_order(split, epoch)
-        packed = self._pack(lanes) if self.enabled else self._rows_plan(lanes, epoch)
-        mbs = [self._microbatch(i, chunks) for i, chunks in enumerate(packed)]
-        plan = Plan(mbs, split, epoch, self.enabled)
-        plan.stats = working_set_stats(plan, packed)
-        return plan
+        if not self.enabled:
+            d, bounds = self._rows_plan(lanes, epoch)
+            return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
+        first, d0, d1, rows = self.chunk_table()
+        placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+        placed = np.array(placed, np.int64)
+        lane_of_chunk = self._lane_of(d0[placed])
+        return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch,
+                    True)
 
-    def _pack(self, lanes: list[Lane]) -> list[list[Chunk]]:
-        """Admit lanes in order; each microbatch continues active lanes first, then admits new ones."""
-        queue = deque(deque(self.chunks(lane)) for lane in lanes)
-        active: list[deque] = []
-        packed = []
-        while queue or active:
-            mb, rows, still = [], 0, []
-            for pending in active:
-                if rows + pending[0].rows <= self.batch_size:
-                    rows += pending[0].rows
-                    mb.append(pending.popleft())
-                if pending:
-                    still.append(pending)
-            while queue and rows + queue[0][0].rows <= self.batch_size:
-                pending = queue.popleft()
-                rows += pending[0].rows
-                mb.append(pending.popleft())
-                if pending:
-                    still.append(pending)
-            active = still
-            packed.append(mb)
-        return packed
+    def _lane_of(self, d: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.index.lane_dec0, d, side="right") - 1
 
-    def _rows_plan(self, lanes: list[Lane], epoch: Optional[int]) -> list[list[Chunk]]:
+    def _rows_plan(self, lanes: np.ndarray, epoch: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
         """Without TBPTT: plain batches of `batch_size` rows that run across row-group boundaries.
 
-        Each row is its own one-decision 'chunk' (stateless); the row-group order follows the
-        same lane order, so consecutive batches still share row groups.
+        Each decision is its own one-decision 'chunk' (stateless; a decision's rows still travel
+        together). Returns (global decision ids in placed order, batch bounds).
         """
-        singles = []
-        for lane in lanes:
-            b = lane.dec_bounds
-            # a decision is still indivisible: its rows travel together
-            singles.extend(Chunk(lane, d, d + 1, int(b[d]), int(b[d + 1])) for d in range(lane.decisions))
+        ix = self.index
+        n_dec = ix.lane_dec0[lanes + 1] - ix.lane_dec0[lanes]
+        d = ranges(ix.lane_dec0[lanes], n_dec)
         if epoch is not None:  # shuffle decisions inside each row group; row groups keep lane order
             rng = np.random.default_rng([self.seed, epoch, 1])
-            blocks: dict[Key, list[Chunk]] = {}
-            for c in singles:
-                blocks.setdefault(c.lane.key, []).append(c)
-            singles = [blk[i] for blk in blocks.values() for i in rng.permutation(len(blk))]
-        packed, mb, rows = [], [], 0
-        for c in singles:
-            if c.rows > self.batch_size:
-                raise decision_too_large(c.lane, c.dec_start, self.batch_size, self.index.files[c.lane.key[0]])
-            if rows + c.rows > self.batch_size:
-                packed.append(mb)
-                mb, rows = [], 0
-            mb.append(c)
-            rows += c.rows
-        if mb:
-            packed.append(mb)
-        return packed
-
-    def _microbatch(self, i: int, chunks: list[Chunk]) -> Microbatch:
-        sizes = np.array([c.rows for c in chunks], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        total = int(starts[-1])
-        row_lane = np.repeat(np.arange(len(chunks), dtype=np.int32), sizes)
-        row_dec = np.empty(total, np.int32)
-        row_ids = np.empty(total, np.int64)
-        local: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
-        for j, c in enumerate(chunks):
-            lane = c.lane
-            rows = lane.rows[c.row_start:c.row_end]
-            dec_sizes = np.diff(lane.dec_bounds[c.dec_start:c.dec_end + 1])
-            out = np.arange(starts[j], starts[j + 1], dtype=np.int32)
-            row_dec[out] = np.repeat(np.arange(len(dec_sizes), dtype=np.int32), dec_sizes)
-            row_ids[out] = self.index.row_group(lane.key).row_offset + rows
-            local.setdefault(lane.key, []).append((rows, out))
-        take = {k: (np.concatenate([r for r, _ in v]), np.concatenate([o for _, o in v]))
-                for k, v in sorted(local.items())}
-        return Microbatch(
-            index=i, keys=tuple(sorted(local)), take=take, row_lane=row_lane, row_dec=row_dec, row_ids=row_ids,
-            lane_ids=np.array([c.lane.index for c in chunks], np.int64),
-            lane_fresh=np.array([c.dec_start == 0 for c in chunks], bool),
-            lane_decisions=np.array([c.dec_end - c.dec_start for c in chunks], np.int32),
-            lane_dec_start=np.array([c.dec_start for c in chunks], np.int32))
-
-
-def working_set_stats(plan: Plan, packed: list[list[Chunk]]) -> dict:
-    """How many row groups are live (a lane started there and not finished) per microbatch."""
-    live: dict[Key, int] = {}
-    sizes = []
-    for chunks in packed if plan.tbptt else []:
-        for c in chunks:
-            if c.dec_start == 0:
-                live[c.lane.key] = live.get(c.lane.key, 0) + 1
-        sizes.append(len(live))
-        for c in chunks:
-            if c.dec_end == c.lane.decisions:
-                live[c.lane.key] -= 1
-                if not live[c.lane.key]:
-                    del live[c.lane.key]
-    if not plan.tbptt:  # stateless batches: nothing stays open between batches
-        sizes = [len(mb.keys) for mb in plan.microbatches]
-    rows = [sum(c.rows for c in chunks) for chunks in packed]
-    return {
-        "microbatches": len(packed),
-        "rows": int(sum(rows)),
-        "mean_rows": float(np.mean(rows)) if rows else 0.0,
-        "mean_lanes": float(np.mean([len(c) for c in packed])) if packed else 0.0,
-        "mean_live_row_groups": float(np.mean(sizes)) if sizes else 0.0,
-        "max_live_row_groups": int(max(sizes)) if sizes else 0,
-        "mean_keys_per_microbatch": float(np.mean([len(m.keys) for m in plan.microbatches])) if packed else 0.0,
-    }
+            rg = np.repeat(ix.lane_rg[lanes], n_dec)
+            uniq, first_seen = np.unique(rg, return_index=True)
+            rank = np.empty(len(ix.row_groups), np.int64)
+            rank[uniq[np.argsort(first_seen)]] = np.arange(len(uniq))
+            d = d[np.argsort(rank[rg], kind="stable")]  # blocks in order of first appearance
+            sizes = np.bincount(rank[rg], minlength=len(uniq))
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            d = d[np.concatenate([s + rng.permutation(n) for s, n in zip(starts.tolist(), sizes.tolist())]
+                                 or [np.empty(0, np.int64)])]
+        sizes = ix.dec_row0[d + 1] - ix.dec_row0[d]
+        if len(d) and sizes.max() > self.batch_size:
+            k = int(np.argmax(sizes > self.batch_size))
+            lane = ix.lane(int(self._lane_of(d[k:k + 1])[0]))
+            raise decision_too_large(lane, int(d[k] - ix.lane_dec0[lane.index]), self.batch_size,
+                                     ix.files[lane.key[0]])
+        return d, fill(sizes, self.batch_size)

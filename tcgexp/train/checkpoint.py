@@ -1,5 +1,11 @@
 """Checkpoints: model.safetensors, optimizer.safetensors, lanes.safetensors, state.json.
 
+Lane memories are stored sparse: the ids and rows of the lanes whose memory a
+resume needs (``live`` ids when the caller knows them, else the non-zero rows)
+plus the dense shape; every other lane is zero by the reset rule (memory is
+zeroed at epoch start and a lane's first chunk reads zeros), so the file grows
+with the lanes in flight, not with the corpus.
+
 Every checkpoint directory is written whole into a temporary sibling, fsynced,
 then renamed into place (the old one is moved aside first and removed only
 after the rename), so a crash at any instant leaves either the previous
@@ -11,7 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Union
+
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
@@ -27,6 +36,51 @@ class CheckpointError(ValueError):
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, I/O error): loud, and the previous one is kept."""
+
+
+@dataclass
+class SparseLanes:
+    """Rows `ids` of a [lanes, hidden] float32 memory whose other rows are zero."""
+
+    shape: tuple[int, int]
+    ids: np.ndarray  # int64 [k], sorted
+    rows: np.ndarray  # float32 [k, hidden]
+
+    @classmethod
+    def of(cls, h: np.ndarray, live: Optional[np.ndarray] = None) -> "SparseLanes":
+        ids = np.flatnonzero(np.any(h != 0, axis=1)) if live is None else np.unique(np.asarray(live, np.int64))
+        return cls(tuple(h.shape), ids.astype(np.int64), np.ascontiguousarray(h[ids]))
+
+    def dense(self) -> np.ndarray:
+        h = np.zeros(self.shape, np.float32)
+        h[self.ids] = self.rows
+        return h
+
+
+Lanes = Union[np.ndarray, SparseLanes]
+
+
+def _lane_tensors(lanes: dict[str, Lanes]) -> dict[str, mx.array]:
+    out = {}
+    for name, v in lanes.items():
+        sp = v if isinstance(v, SparseLanes) else SparseLanes.of(v)
+        out.update({f"{name}.ids": mx.array(sp.ids), f"{name}.rows": mx.array(sp.rows),
+                    f"{name}.shape": mx.array(np.array(sp.shape, np.int64))})
+    return out
+
+
+def _lane_arrays(tensors: dict) -> dict[str, np.ndarray]:
+    """Dense arrays back; a checkpoint written before lanes were sparse holds them dense."""
+    out = {}
+    for key, v in tensors.items():
+        if key.endswith(".shape"):
+            name = key[:-len(".shape")]
+            shape = tuple(int(x) for x in np.array(v))
+            out[name] = SparseLanes(shape, np.array(tensors[f"{name}.ids"]),
+                                    np.array(tensors[f"{name}.rows"]).reshape(-1, shape[1])).dense()
+        elif not key.endswith((".ids", ".rows")):
+            out[key] = np.array(v)
+    return out
 
 
 def _fsync_dir(path: Path) -> None:
@@ -45,7 +99,7 @@ def check_finite_weights(model, path: Path) -> None:
                                   "(the run diverged); the previous checkpoint is kept")
 
 
-def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
+def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
     path = Path(path)
     check_finite_weights(model, path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -65,12 +119,12 @@ def save(path: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: d
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(tmp: Path, *, model, optimizer, lanes: dict[str, np.ndarray], state: dict) -> None:
+def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
     mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
-    mx.save_safetensors(str(tmp / "lanes.safetensors"), {k: mx.array(v) for k, v in lanes.items()})
+    mx.save_safetensors(str(tmp / "lanes.safetensors"), _lane_tensors(lanes))
     (tmp / "state.json").write_text(json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False))
     for name in FILES:
         with open(tmp / name, "rb") as fh:
@@ -102,7 +156,7 @@ def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
         state = json.loads((path / "state.json").read_text())
         params = mx.load(str(path / "model.safetensors"))
         opt = mx.load(str(path / "optimizer.safetensors"))
-        lanes = {k: np.array(v) for k, v in mx.load(str(path / "lanes.safetensors")).items()}
+        lanes = _lane_arrays(mx.load(str(path / "lanes.safetensors")))
     except Exception as exc:  # safetensors/JSON parse errors have no common base class
         raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); resume from another "
                               "checkpoint (epoch_NNNN/ or best/)") from exc

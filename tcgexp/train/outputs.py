@@ -38,8 +38,9 @@ class RunHooks:
         payload = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
                    "blas": self.blas, "cache": {"train": self.train_cache.counters(), "val": self.val_cache.counters()},
                    **provenance(self.cfg, self.data.manifests)}
+        live = ckpt.SparseLanes.of(lr.memory.h, self.data.planner.live_lanes(p.epoch, p.position))
         write = lambda name: ckpt.save(self.ckpt_dir / name, model=lr.model, optimizer=lr.optimizer,  # noqa: E731
-                                       lanes={"train": lr.memory.h}, state=payload)
+                                       lanes={"train": live}, state=payload)
         write("latest")
         if kind.startswith("epoch"):
             done = p.epoch  # epochs completed
@@ -81,6 +82,7 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
         "status": status, "error": error,
         "run_dir": str(run_dir), "stopped_early": status == "stopped",
         "resumed_from": str(learner.resumed_from or ""),
+        "dates": list(data.corpus.dates),
         "final": p.history[-1]["val"] if p.history else None,
         "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},
         "history": p.history,

@@ -39,7 +39,8 @@ def provenance(cfg: DictConfig, manifests: list[dict]) -> dict:
     return {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "provenance": {"code": code_version(), "python": platform.python_version(), "packages": versions,
-                       "data": {m["date"]: m["fingerprint"] for m in manifests}},
+                       "data": {m["date"]: m["fingerprint"] for m in manifests},
+                       "dates": [m["date"] for m in manifests]},
     }
 
 
@@ -48,9 +49,13 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
     data = {m["date"]: m["fingerprint"] for m in manifests}
     was = saved.get("provenance", {}).get("data", {})
     if was != data:
-        changed = sorted(set(was) ^ set(data)) or sorted(d for d in data if was.get(d) != data[d])
-        raise CheckpointError(f"resume={path}: the checkpoint was trained on other data (days/fingerprints differ: "
-                              f"{', '.join(changed)}); resume with the dataset config it was trained with")
+        gone, extra = sorted(set(was) - set(data)), sorted(set(data) - set(was))
+        rebuilt = sorted(d for d in data if d in was and was[d] != data[d])
+        what = "; ".join(p for p in (f"trained on but not selected now: {', '.join(gone)}" if gone else "",
+                                     f"selected now but not trained on: {', '.join(extra)}" if extra else "",
+                                     f"built with other settings since: {', '.join(rebuilt)}" if rebuilt else "") if p)
+        raise CheckpointError(f"resume={path}: the checkpoint was trained on other data ({what}); resume with the "
+                              f"dataset config it was trained with (dataset.dates={sorted(was)})")
     old = OmegaConf.create(saved.get("config", {}))
     diffs = []
     for key in PINNED:

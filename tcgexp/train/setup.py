@@ -28,16 +28,16 @@ class DataParts:
     manifests: list[dict]
     index: LaneIndex
     planner: Planner
-    planned_microbatches: list[int]  # per epoch, from the real plans
+    planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)))
     planned_steps: list[int]
 
 
 def prepare_data(cfg: DictConfig) -> DataParts:
-    """Build or validate the days, index the lanes, and plan every epoch (to know the horizon)."""
+    """Build or validate the days, index the lanes, and count every epoch's steps (the horizon; no plans built)."""
     corpus: Corpus = build(cfg.dataset)
     progress, update = stage_progress()
     with progress:
-        corpus.build(progress=update)
+        corpus.build(progress=update, build_missing=not corpus.selected)  # a selection only uses built days
     manifests = [corpus.manifests[d] for d in corpus.dates]
     index = LaneIndex(corpus.files, manifests)
     tb = cfg.tbptt

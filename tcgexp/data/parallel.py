@@ -1,0 +1,64 @@
+"""Whole days built in parallel: one day per worker process, the catalog written by the parent.
+
+Days are independent (their own ZIP, shards, Parquet file and manifest), so a
+multi-day build hands each missing day to a worker that runs the whole
+DayBuilder in-process; the parent only indexes the finished manifests into
+the catalog, in date order. A day's bytes never depend on which process built
+it or how many there were (the builder is deterministic per day), so the
+output equals a one-worker build byte for byte.
+
+Workers are spawned (no inherited locks or threads) and ask the kernel to
+kill them when their parent dies (PR_SET_PDEATHSIG on Linux), so a killed
+build leaves no orphans; unfinished shards are picked up by the next build.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import signal
+import sys
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .build import DayBuilder, DayPaths, DaySpec
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Worker initializer: SIGKILL this process when the process that spawned it exits."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def build_day(spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[str, dict, list[int]]:
+    """One whole day in this process, without touching the catalog (the parent indexes it)."""
+    builder = DayBuilder(spec, DayPaths(Path(root), spec.date), fingerprint, None, verify=verify)
+    outcome, manifest = builder.run()
+    return outcome, manifest, builder.encoded
+
+
+def build_days(specs: Sequence[DaySpec], root: Path, fingerprints: Sequence[str], *, workers: int, verify: str,
+               progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, tuple[str, dict, list[int]]]:
+    """{date: (outcome, manifest, encoded shards)} for `specs`, built by up to `workers` processes."""
+    report = progress or (lambda stage, done, total: None)
+    stage = f"build {len(specs)} days"
+    report(stage, 0, len(specs))
+    pool = ProcessPoolExecutor(min(workers, len(specs)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=die_with_parent)
+    out: dict[str, tuple[str, dict, list[int]]] = {}
+    try:
+        futures = {pool.submit(build_day, s, str(root), fp, verify): s.date for s, fp in zip(specs, fingerprints)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for fut in done:
+                out[futures[fut]] = fut.result()  # the first failure is raised as it is
+                report(stage, len(out), len(specs))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return out
