@@ -12,10 +12,10 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -47,67 +47,159 @@ class DatasetConfig:
     date_to: Optional[str] = None
 
 
+# -- the residency policy and the row-group cache --------------------------------------------
+@dataclass
+class PolicyConfig:
+    """A residency policy (``tcgexp.cache.policy``); built as a factory: the cache supplies capacity."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+
+
+@dataclass
+class Hot60PolicyConfig(PolicyConfig):
+    hot_fraction: float = MISSING  # share of capacity pinned in the hot tier (the option sets it)
+    promotion_hits: int = MISSING  # hits in transient before promotion to hot
+    CHECKS: ClassVar[tuple] = (("hot_fraction", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+                               ("promotion_hits", lambda v: v >= 0, ">= 0"))
+
+
 @dataclass
 class CacheConfig:
-    """Row-group cache policy (implemented with the data path)."""
+    """The row-group cache (``tcgexp.cache.RowGroupCache``); the trainer supplies files, columns, spill dir.
 
-    policy: str = MISSING  # off | fifo | lru | hot60 | plan
-    capacity: int = 8  # resident row groups
-    hot_fraction: float = 0.6
-    promotion_hits: int = 2
-    high_watermark_pct: float = 85.0
-    spill: bool = True
-    spill_budget_bytes: int = 2 * 1024**3
-    prefetch_workers: int = 1  # loader threads assembling microbatches ahead in plan order
+    ``policy`` is untyped here, so a policy from outside tcgexp brings its own knobs
+    (``defaults: [base_cache, _self_]``); tcgexp's own options type it (``base_flat``, ``base_hot60``).
+    """
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    policy: Any = MISSING
+    capacity: int = 8  # resident row groups (RAM); the grouped lane order needs only a few
+    high_watermark_pct: float = 85.0  # psutil memory percent above which transient entries are evicted
+    spill: bool = True  # evicted entries go to <run dir>/.cache_spill as .npz
+    spill_budget_bytes: int = 2 * 1024**3  # spill never grows past this
     # what in_opt_step() suppresses: "pressure" (the seed's concern: a memory spike mid-step) or "all"
     # (capacity eviction too; loader threads' misses during a step are then served uncached)
     opt_step_guard: str = "pressure"
+    CHECKS: ClassVar[tuple] = (
+        ("capacity", lambda v: v >= 0, ">= 0 row groups"),
+        ("high_watermark_pct", lambda v: 0.0 < v <= 100.0, "in (0, 100]"),
+        ("spill_budget_bytes", lambda v: v >= 0, ">= 0"),
+        ("opt_step_guard", lambda v: v in ("pressure", "all"), "'pressure' or 'all'"))
+
+
+@dataclass
+class FlatCacheConfig(CacheConfig):
+    """off, fifo, lru, plan: policies with no knobs of their own."""
+
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+@dataclass
+class Hot60CacheConfig(CacheConfig):
+    policy: Hot60PolicyConfig = field(default_factory=Hot60PolicyConfig)
+
+
+# -- the loader, the planner ----------------------------------------------------------------
+@dataclass
+class LoaderConfig:
+    """Threads turning planned microbatches into arrays ahead of the step (``tcgexp.plan.loader.Loader``)."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    workers: int = 1  # threads assembling microbatches ahead in plan order; 0 = in the training thread
+    CHECKS: ClassVar[tuple] = (("workers", lambda v: v >= 0, ">= 0"),)
 
 
 @dataclass
 class TbpttConfig:
-    enabled: bool = True
+    """The TBPTT planner (``tcgexp.plan.Planner``); the trainer supplies the lane index."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    enabled: bool = True  # false: plain batches of whole decisions, no memory carried between them
     chunk: int = 16  # decisions per chunk: the gradient horizon
-    batch_size: int = 256  # physical row budget per microbatch
-    accum_steps: int = 1
+    batch_size: int = 256  # physical row budget per microbatch (a decision is never split)
+    accum_steps: int = 1  # microbatches per optimizer update
     lane_order: str = "grouped"  # grouped: few live row groups | naive: global lane shuffle
+    seed: int = II("seed")  # the lane shuffle's seed: the run's
+    CHECKS: ClassVar[tuple] = (
+        ("chunk", lambda v: v >= 1, ">= 1 decisions"), ("batch_size", lambda v: v >= 1, ">= 1 rows"),
+        ("accum_steps", lambda v: v >= 1, ">= 1"),
+        ("lane_order", lambda v: v in ("grouped", "naive"), "'grouped' or 'naive'"))
 
 
+# -- the learner: model, optimizer, schedule --------------------------------------------------
 @dataclass
 class SchedulerConfig:
-    name: str = MISSING  # cosine | linear | constant
-    warmup_steps: int = 0
+    """A learning-rate schedule in optimizer updates (``tcgexp.train.schedule``); the trainer supplies the horizon."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    warmup_steps: int = 0  # clamped to the horizon
     total_steps: int = 0  # 0 = this run's real optimizer-step horizon
-    min_lr_ratio: float = 0.0
-    reset: bool = False  # on resume: false = keep the checkpoint's schedule (exact continuation); true = start a new one
+    min_lr_ratio: float = 0.0  # the schedule's floor, as a share of optimizer.lr
+    reset: bool = False  # on resume: false = keep the checkpoint's schedule (exact continuation); true = start anew
+    CHECKS: ClassVar[tuple] = (
+        ("warmup_steps", lambda v: v >= 0, ">= 0"), ("total_steps", lambda v: v >= 0, ">= 0 (0 = this run's horizon)"),
+        ("min_lr_ratio", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"))
 
 
 @dataclass
 class ModelConfig:
-    name: str = MISSING
-    hidden: int = 128
+    """The recurrent policy (``tcgexp.train.model``); the trainer supplies the feature and action sizes."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    hidden: int = 128  # memory width; compute grows ~quadratically
     memory: bool = True  # false: same network, stateless (the ablation)
+    CHECKS: ClassVar[tuple] = (("hidden", lambda v: v >= 1, ">= 1"),)
 
 
 @dataclass
 class OptimizerConfig:
-    name: str = MISSING
-    lr: float = 1e-3
+    """An MLX optimizer (``tcgexp.train.optim``) that owns the schedule the trainer supplies."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    lr: float = 1e-3  # base learning rate; the schedule shapes it
+    grad_clip: float = 1.0  # global-norm clip; 0 disables
+    CHECKS: ClassVar[tuple] = (("lr", lambda v: v > 0, "> 0"), ("grad_clip", lambda v: v >= 0, ">= 0 (0 = no clipping)"))
+
+
+@dataclass
+class AdamWConfig(OptimizerConfig):
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    CHECKS: ClassVar[tuple] = OptimizerConfig.CHECKS + (("weight_decay", lambda v: v >= 0, ">= 0"),)
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    momentum: float = 0.9
     weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    nesterov: bool = False
+    CHECKS: ClassVar[tuple] = OptimizerConfig.CHECKS + (("weight_decay", lambda v: v >= 0, ">= 0"),
+                                                        ("momentum", lambda v: 0.0 <= v < 1.0, "in [0, 1)"))
 
 
 @dataclass
 class TrainerConfig:
-    epochs: int = 3
+    epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
     aux_weight: float = 0.25  # weight of the four auxiliary losses beside the policy loss
     max_steps: int = 0  # stop (resumably) after this many optimizer steps; 0 = run all epochs
+    CHECKS: ClassVar[tuple] = (("epochs", lambda v: v >= 1, ">= 1"), ("aux_weight", lambda v: v >= 0, ">= 0"),
+                               ("max_steps", lambda v: v >= 0, ">= 0 (0 = no limit)"))
 
 
 @dataclass
 class CheckpointConfig:
-    every_epochs: int = 1
-    latest_every_steps: int = 50
+    every_epochs: int = 1  # epoch_NNNN/ snapshots; the final epoch is always kept
+    latest_every_steps: int = 50  # rolling latest/ for exact resume; smaller = less lost work, more I/O
+    CHECKS: ClassVar[tuple] = (("every_epochs", lambda v: v >= 1, ">= 1"),
+                               ("latest_every_steps", lambda v: v >= 0, ">= 0 (0 = only at epoch ends)"))
 
 
 @dataclass
@@ -115,6 +207,7 @@ class TrackingConfig:
     backend: str = MISSING  # aim | aim_remote | off
     repo: Optional[str] = None  # aim: the folder holding .aim/
     uri: Optional[str] = None  # aim_remote: aim://host:port of a running `aim server`
+    CHECKS: ClassVar[tuple] = (("uri", lambda v: v is None or str(v).startswith("aim://"), "aim://host:port"),)
     experiment: Optional[str] = None  # default: named after the sweep (or the single run)
 
 
@@ -122,6 +215,7 @@ class TrackingConfig:
 class Config:
     dataset: DatasetConfig = MISSING
     cache: CacheConfig = MISSING
+    loader: LoaderConfig = MISSING
     tbptt: TbpttConfig = MISSING
     scheduler: SchedulerConfig = MISSING
     model: ModelConfig = MISSING
@@ -149,6 +243,7 @@ class DataAppConfig:
 GROUPS: dict[str, type] = {
     "dataset": DatasetConfig,
     "cache": CacheConfig,
+    "loader": LoaderConfig,
     "tbptt": TbpttConfig,
     "scheduler": SchedulerConfig,
     "model": ModelConfig,
@@ -159,12 +254,19 @@ GROUPS: dict[str, type] = {
 }
 
 
+# per-option schemas where options differ (a base schema, one subclass per kind of option)
+OPTION_SCHEMAS = [("cache", "flat", FlatCacheConfig), ("cache", "hot60", Hot60CacheConfig),
+                  ("optimizer", "adamw", AdamWConfig), ("optimizer", "sgd", SGDConfig)]
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(name="base_data_app", node=DataAppConfig)
     for group, schema in GROUPS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)
+    for group, name, schema in OPTION_SCHEMAS:
+        cs.store(group=group, name=f"base_{name}", node=schema)
 
 
 register_configs()
@@ -189,18 +291,26 @@ def build(node, *args, **kwargs):
         raise
 
 
+def option(group: str, name: str, *overrides: str) -> DictConfig:
+    """One option of a config group as the train config composes it, e.g. ``option("cache", "lru", "cache.capacity=4")``."""
+    return compose(f"{group}={name}", *overrides)[group]
+
+
 def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     """Compose ``conf/<config_name>.yaml`` with overrides, outside any ``@hydra.main``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app: its search path has conf/ already
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
 @dataclass
 class ReplayConfig:
-    """``python -m tcgexp.cache.replay``: miss-ratio curves of a configured plan's access trace."""
+    """``python -m tcgexp.bench.trace``: miss-ratio curves of a configured plan's access trace."""
 
     dataset: DatasetConfig = MISSING
     tbptt: TbpttConfig = MISSING
@@ -208,9 +318,7 @@ class ReplayConfig:
     epochs: int = 1  # epochs of the plan to replay back to back
     split: str = "train"  # train | val
     capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
-    policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])
-    hot_fraction: float = 0.6
-    promotion_hits: int = 2
+    policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])  # cache options
 
 
 ConfigStore.instance().store(name="base_replay", node=ReplayConfig)
@@ -233,43 +341,24 @@ class ConfigError(ValueError):
 
 
 def validate(cfg: DictConfig) -> None:
-    """Refuse impossible values before any work starts (types were checked at composition)."""
-    from .cache.policy import POLICIES
-    from .train.schedule import NAMES as SCHEDULES
+    """Refuse impossible values before any work starts (types were checked at composition).
 
+    The checks live beside the fields, in each schema's ``CHECKS``; this walks the composed
+    config and applies the checks of whatever schema each node was composed from.
+    """
     for key, value in _leaves(cfg):  # NaN or infinity in any number trains garbage: refuse it by name
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value} is impossible: it must be a finite number")
-    rules = [
-        ("cache.policy", cfg.cache.policy in POLICIES, f"one of {sorted(POLICIES)}"),
-        ("cache.capacity", cfg.cache.capacity >= 0, ">= 0 row groups"),
-        ("cache.hot_fraction", 0.0 <= cfg.cache.hot_fraction <= 1.0, "in [0, 1]"),
-        ("cache.promotion_hits", cfg.cache.promotion_hits >= 0, ">= 0"),
-        ("cache.high_watermark_pct", 0.0 < cfg.cache.high_watermark_pct <= 100.0, "in (0, 100]"),
-        ("cache.spill_budget_bytes", cfg.cache.spill_budget_bytes >= 0, ">= 0"),
-        ("cache.prefetch_workers", cfg.cache.prefetch_workers >= 0, ">= 0"),
-        ("cache.opt_step_guard", cfg.cache.opt_step_guard in ("pressure", "all"), "'pressure' or 'all'"),
-        ("tbptt.chunk", cfg.tbptt.chunk >= 1, ">= 1 decisions"),
-        ("tbptt.batch_size", cfg.tbptt.batch_size >= 1, ">= 1 rows"),
-        ("tbptt.accum_steps", cfg.tbptt.accum_steps >= 1, ">= 1"),
-        ("tbptt.lane_order", cfg.tbptt.lane_order in ("grouped", "naive"), "'grouped' or 'naive'"),
-        ("scheduler.name", cfg.scheduler.name in SCHEDULES, f"one of {list(SCHEDULES)}"),
-        ("scheduler.warmup_steps", cfg.scheduler.warmup_steps >= 0, ">= 0"),
-        ("scheduler.total_steps", cfg.scheduler.total_steps >= 0, ">= 0 (0 = this run's horizon)"),
-        ("model.hidden", cfg.model.hidden >= 1, ">= 1"),
-        ("optimizer.lr", cfg.optimizer.lr > 0, "> 0"),
-        ("optimizer.weight_decay", cfg.optimizer.weight_decay >= 0, ">= 0"),
-        ("optimizer.grad_clip", cfg.optimizer.grad_clip >= 0, ">= 0 (0 = no clipping)"),
-        ("trainer.aux_weight", cfg.trainer.aux_weight >= 0, ">= 0"),
-        ("scheduler.min_lr_ratio", 0.0 <= cfg.scheduler.min_lr_ratio <= 1.0, "in [0, 1]"),
-        ("trainer.epochs", cfg.trainer.epochs >= 1, ">= 1"),
-        ("trainer.max_steps", cfg.trainer.max_steps >= 0, ">= 0 (0 = no limit)"),
-        ("checkpoint.every_epochs", cfg.checkpoint.every_epochs >= 1, ">= 1"),
-        ("checkpoint.latest_every_steps", cfg.checkpoint.latest_every_steps >= 0, ">= 0 (0 = only at epoch ends)"),
-        ("tracking.backend", cfg.tracking.backend in ("aim", "aim_remote", "off"), "aim, aim_remote or off"),
-    ]
-    for key, ok, want in rules:
-        if not ok:
-            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r} is impossible: it must be {want}")
-    if cfg.tracking.backend == "aim_remote" and not str(cfg.tracking.uri or "").startswith("aim://"):
-        raise ConfigError(f"tracking.uri={cfg.tracking.uri!r}: tracking=aim_remote needs aim://host:port")
+    for prefix, node in _nodes(cfg):
+        for name, ok, want in getattr(OmegaConf.get_type(node), "CHECKS", ()):
+            value = node[name]
+            if not ok(value):
+                raise ConfigError(f"{prefix}{name}={value!r} is impossible: it must be {want}")
+
+
+def _nodes(cfg: DictConfig, prefix: str = ""):
+    """(dotted prefix, node) for every config node, the root first (the hydra node excluded)."""
+    yield prefix, cfg
+    for key in cfg:
+        if key != "hydra" and isinstance(cfg._get_node(key), DictConfig) and not OmegaConf.is_missing(cfg, key):
+            yield from _nodes(cfg[key], f"{prefix}{key}.")

@@ -37,3 +37,38 @@ def make_corpus(root: Path, *overrides: str, build_now: bool = False):
     if build_now:
         corpus.build()
     return corpus
+
+
+# Every cache option (conf/cache/*.yaml): what the tests sweep over instead of a registry.
+CACHE_POLICIES = sorted(p.stem for p in (CONF / "cache").glob("*.yaml"))
+_HOT60_KNOBS = ("hot_fraction", "promotion_hits")
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def cache_of(files, columns, policy: str = "lru", **kw):
+    """A RowGroupCache built as the trainer builds it: the real `cache=<policy>` option, knobs overridden.
+
+    Runtime arguments (spill_dir, memory_probe, name) pass through; hot60's policy knobs apply to
+    hot60 only (the other options' schemas have none).
+    """
+    from tcgexp.config import build, option
+
+    runtime = {k: kw.pop(k) for k in ("spill_dir", "memory_probe", "name") if k in kw}
+    overrides = []
+    for key, value in kw.items():
+        if key in _HOT60_KNOBS:
+            if policy == "hot60":
+                overrides.append(f"cache.policy.{key}={_value(value)}")
+        else:
+            overrides.append(f"cache.{key}={_value(value)}")
+    return build(option("cache", policy, *overrides))(files, columns, **runtime)
+
+
+def policy_of(name: str, capacity: int, **knobs):
+    """The residency policy of cache option `name`, as the cache builds it."""
+    from tcgexp.config import build, option
+
+    return build(option("cache", name, *[f"cache.policy.{k}={v}" for k, v in knobs.items()]).policy)(capacity)

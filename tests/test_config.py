@@ -64,9 +64,12 @@ def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
 
 
 @pytest.mark.parametrize("override, key", [
-    ("cache.hot_fraction=1.5", "cache.hot_fraction"), ("cache.hot_fraction=-0.1", "cache.hot_fraction"),
-    ("cache.policy=mru", "cache.policy"), ("tbptt.accum_steps=0", "tbptt.accum_steps"),
-    ("tbptt.chunk=0", "tbptt.chunk"), ("scheduler.name=step", "scheduler.name"), ("optimizer.lr=0", "optimizer.lr"),
+    ("cache.policy.hot_fraction=1.5", "cache.policy.hot_fraction"),
+    ("cache.policy.hot_fraction=-0.1", "cache.policy.hot_fraction"),
+    ("cache.opt_step_guard=never", "cache.opt_step_guard"), ("tbptt.accum_steps=0", "tbptt.accum_steps"),
+    ("tbptt.chunk=0", "tbptt.chunk"), ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
+    ("optimizer.lr=0", "optimizer.lr"), ("loader.workers=-1", "loader.workers"),
+    ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum"),
     ("cache.high_watermark_pct=150", "cache.high_watermark_pct"), ("trainer.epochs=0", "trainer.epochs"),
     ("tracking=aim_remote tracking.uri=http://x", "tracking.uri"),
 ], ids=lambda v: v if "=" in v else None)

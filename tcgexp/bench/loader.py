@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..cache import RowGroupCache
-from ..config import build, compose
+from ..config import build, compose, option
 from ..data.schema import to_numpy
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS, Loader
@@ -50,8 +50,12 @@ def best_of(n: int, fn, setup=None, teardown=None) -> float:
 def run(args: argparse.Namespace) -> None:
     corpus = build(compose(f"dataset={args.dataset}", *root_override(args)).dataset)
     corpus.build()
-    index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
+    index = LaneIndex.of(corpus)
     plan = Planner(index, chunk=args.chunk, batch_size=args.batch_size, seed=0).epoch_plan(0)
+
+    def cache(policy: str, capacity: int) -> RowGroupCache:  # as the trainer builds it (the cache option)
+        return build(option("cache", policy, f"cache.capacity={capacity}", "cache.spill=false"))(
+            corpus.files, TRAIN_COLUMNS)
     keys = sorted({k for ks in plan.trace() for k in ks})
     files = [pq.ParquetFile(f) for f in corpus.files]
     rg_rows = sum(files[f].metadata.row_group(rg).num_rows for f, rg in keys)
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> None:
         return [to_numpy(files[f].read_row_group(rg, columns=TRAIN_COLUMNS)) for f, rg in keys]
 
     def new_cache():  # opened (footers read) outside the timed region, as raw's files are
-        return RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="lru", capacity=len(keys), spill=False)
+        return cache("lru", len(keys))
 
     def cold_decode(c):
         for k in keys:
@@ -89,18 +93,18 @@ def run(args: argparse.Namespace) -> None:
             pass
 
     def off_epoch():
-        with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="off", capacity=0, spill=False) as c:
+        with cache("off", 0) as c:
             epoch(c)
     add("loader, cache=off (decode every access)", best_of(args.repeat, off_epoch), plan_rows,
         f"{len(plan)} microbatches")
 
     def cold_epoch():
-        with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="plan", capacity=4, spill=False) as c:
+        with cache("plan", 4) as c:
             c.set_trace(plan.trace())
             epoch(c)
     add("loader, cache=plan capacity 4, cold", best_of(args.repeat, cold_epoch), plan_rows)
 
-    warm_cache = RowGroupCache(corpus.files, TRAIN_COLUMNS, policy="lru", capacity=len(keys), spill=False)
+    warm_cache = cache("lru", len(keys))
     with warm_cache:
         epoch(warm_cache)  # fill
         warm = add("loader, warm cache (all resident)", best_of(args.repeat, lambda: epoch(warm_cache)),

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..data.errors import DataError
-from ..data.lanes import check_lanes, lane_order
+from ..data.lanecheck import check_lanes, lane_order
 
 Key = tuple[int, int]  # (file index, row-group index): the cache's unit
 

@@ -52,7 +52,7 @@ def prepared_batches(args) -> list:
     cfg = compose(f"dataset={args.dataset}", *root_override(args))
     corpus = build(cfg.dataset)
     corpus.build()
-    index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
+    index = LaneIndex.of(corpus)
     tb = cfg.tbptt
     plan = Planner(index, chunk=args.chunk, batch_size=tb.batch_size, seed=0).epoch_plan(0)
     loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
@@ -82,8 +82,8 @@ def time_mlx(batches, lanes: int, hidden: int, old_scan: bool = False) -> float:
     import mlx.optimizers as optim
 
     from .. import sim
-    from ..train.loop import LaneMemory
     from ..train.model import RecurrentPolicy
+    from ..train.state import LaneMemory
     from ..train.step import Stepper, to_mx
 
     mx.random.seed(0)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
-Key = Hashable  # the cache uses (file_index, row_group_index)
+from tcgexp.data.source import Key, as_key
 INF = math.inf
 
 
@@ -104,7 +104,7 @@ class OffPolicy(Policy):
 
     name = "off"
 
-    def __init__(self, capacity: int = 0) -> None:
+    def __init__(self, capacity: int = 0) -> None:  # any capacity: nothing is ever kept
         super().__init__(0)
 
     def victim(self, incoming: Key | None = None) -> Key | None:
@@ -140,7 +140,7 @@ class Hot60Policy(Policy):
 
     name = "hot60"
 
-    def __init__(self, capacity: int, hot_fraction: float = 0.6, promotion_hits: int = 2) -> None:
+    def __init__(self, capacity: int, *, hot_fraction: float, promotion_hits: int) -> None:
         super().__init__(capacity)
         if not 0.0 <= hot_fraction <= 1.0:
             raise ValueError(f"hot_fraction must be in [0, 1], got {hot_fraction}")
@@ -235,7 +235,7 @@ class PlanPolicy(Policy):
         left: list[int] = []  # per position: occurrences not read yet
         s = 0
         for t, keys in enumerate(trace):
-            distinct = list(dict.fromkeys(_norm_key(key) for key in keys))  # one use per position
+            distinct = list(dict.fromkeys(as_key(key) for key in keys))  # one use per position
             for key in distinct:
                 positions.setdefault(key, []).append(t)
                 sequence.setdefault(key, []).append(s)
@@ -294,26 +294,6 @@ class PlanPolicy(Policy):
         return best
 
 
-POLICIES: dict[str, type[Policy]] = {
-    "off": OffPolicy,
-    "fifo": FifoPolicy,
-    "lru": LruPolicy,
-    "hot60": Hot60Policy,
-    "plan": PlanPolicy,
-}
-
-
-def make_policy(name: str, capacity: int, *, hot_fraction: float = 0.6, promotion_hits: int = 2) -> Policy:
-    """A fresh policy by its ``cache.policy`` name; tier knobs apply to hot60 only."""
-    try:
-        cls = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown cache policy {name!r}; choose one of {sorted(POLICIES)}") from None
-    if cls is Hot60Policy:
-        return Hot60Policy(capacity, hot_fraction=hot_fraction, promotion_hits=promotion_hits)
-    return cls(capacity)
-
-
 def admit(policy: Policy, key: Key) -> tuple[bool, list[Key]]:
     """Make room for ``key`` and insert it: (cached?, keys evicted to make room).
 
@@ -330,14 +310,3 @@ def admit(policy: Policy, key: Key) -> tuple[bool, list[Key]]:
         evicted.append(victim)
     policy.on_insert(key)
     return True, evicted
-
-
-def _norm_key(key) -> Key:
-    """(file, row group) as a tuple of ints, whatever sequence it came in as."""
-    if isinstance(key, tuple) and len(key) == 2 and type(key[0]) is int and type(key[1]) is int:
-        return key
-    try:
-        f, rg = key
-        return (int(f), int(rg))
-    except (TypeError, ValueError):
-        raise TypeError(f"cache key must be (file_index, row_group_index), got {key!r}") from None

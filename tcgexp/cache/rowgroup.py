@@ -31,31 +31,33 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from tcgexp.cache import report
-from tcgexp.cache.policy import Policy, _norm_key, admit, make_policy
+from tcgexp.cache.policy import Policy, admit
 from tcgexp.cache.probe import MemoryProbe
-from tcgexp.cache.source import Arrays, Key, ParquetSource, pack, packed_records
 from tcgexp.cache.spill import SpillStore
+from tcgexp.data.source import Arrays, Key, ParquetSource, as_key, pack, packed_records
 
 
 class RowGroupCache:
-    """Row groups of ``files`` as dicts of numpy arrays projected to ``columns``."""
+    """Row groups of ``files`` as dicts of numpy arrays projected to ``columns``.
 
-    def __init__(self, files: Sequence[str | Path], columns: Iterable[str], *, policy: str | Policy = "hot60",
-                 capacity: int = 8, hot_fraction: float = 0.6, promotion_hits: int = 2,
-                 high_watermark_pct: float = 85.0, spill: bool = True, spill_dir: str | Path | None = None,
-                 spill_budget_bytes: int = 2**31, memory_probe: Callable[[], float] | None = None,
-                 name: str = "train", opt_step_guard: str = "all") -> None:
+    Built from the ``cache`` config group (``instantiate``, partial: the trainer supplies
+    files, columns, spill dir and name); the knobs' defaults live in its schema.
+    ``policy`` is a factory ``policy(capacity) -> Policy`` (the option's ``policy:`` node),
+    so each instance (train, val) gets its own.
+    """
+
+    def __init__(self, files: Sequence[str | Path], columns: Iterable[str], *, policy: Callable[[int], Policy],
+                 capacity: int, high_watermark_pct: float, spill: bool, spill_budget_bytes: int,
+                 opt_step_guard: str, spill_dir: str | Path | None = None,
+                 memory_probe: Callable[[], float] | None = None, name: str = "train") -> None:
         self.name = name
         self._source = ParquetSource(files, columns, name=f"cache-{name}")
         self.columns = self._source.columns
 
-        self._policy = policy if isinstance(policy, Policy) else make_policy(
-            policy, capacity, hot_fraction=hot_fraction, promotion_hits=promotion_hits)
+        self._policy = policy(capacity)
         self.policy_name = self._policy.name
         self.capacity = self._policy.capacity
         self.high_watermark_pct = float(high_watermark_pct)
-        if opt_step_guard not in ("all", "pressure"):
-            raise ValueError(f"opt_step_guard must be 'all' or 'pressure', got {opt_step_guard!r}")
         # "all" (the contract): in_opt_step blocks capacity evictions too, so a
         # miss at capacity is served uncached. "pressure": only pressure
         # evictions are blocked, for loaders whose workers read while the
@@ -102,7 +104,7 @@ class RowGroupCache:
 
     def is_resident(self, key) -> bool:
         with self._lock:
-            return _norm_key(key) in self._ram
+            return as_key(key) in self._ram
 
     def __len__(self) -> int:
         with self._lock:

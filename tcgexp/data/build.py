@@ -27,7 +27,7 @@ from .replay import DayZip, write_day_zip
 from .schema import SCHEMA_VERSION, arrow_schema
 from .shards import discard_partial, encode_member, read_done, read_shard, write_shard
 
-Progress = Callable[[str, int, int], None]  # (stage, completed, total)
+ProgressFn = Callable[[str, int, int], None]  # (stage, completed, total): a build reports its stages
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class DayPaths:
 class DayBuilder:
     def __init__(self, spec: DaySpec, paths: DayPaths, fingerprint: str, catalog: Optional[Catalog], *,
                  executor: Optional[Executor] = None, ahead: int = 2, verify: str = "quick",
-                 progress: Optional[Progress] = None) -> None:
+                 progress: Optional[ProgressFn] = None) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
         self.executor, self.ahead, self.verify = executor, ahead, verify
         self.progress = progress or (lambda stage, done, total: None)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import sim
-from .build import DayBuilder, DayPaths, DaySpec, Progress, diff_config
+from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
 from .parallel import build_days, die_with_parent
@@ -92,7 +92,7 @@ class Corpus:
 
         check_built(self.dates, [self.fingerprint(s) for s in self.specs], self.catalog, diff)
 
-    def build(self, progress: Optional[Progress] = None, build_missing: bool = True) -> dict[str, str]:
+    def build(self, progress: Optional[ProgressFn] = None, build_missing: bool = True) -> dict[str, str]:
         """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
 
         Holds an exclusive lock on ``<root>/.build.lock`` throughout: the jobs of a parallel
@@ -113,7 +113,7 @@ class Corpus:
                 self.check_selected()
             return self._build(progress)
 
-    def _build(self, progress: Optional[Progress]) -> dict[str, str]:
+    def _build(self, progress: Optional[ProgressFn]) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]

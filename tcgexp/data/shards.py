@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from .. import sim
 from .errors import DataError
-from .lanes import check_lanes
+from .lanecheck import check_lanes
 from .replay import DayZip
 from .schema import arrow_schema, to_table
 

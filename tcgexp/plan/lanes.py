@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..data.errors import DataError
-from ..data.lanes import check_lanes
+from ..data.lanecheck import check_lanes
 
-Key = tuple[int, int]  # (file index, row-group index): the cache's unit
+from ..data.source import Key  # (file index, row-group index)
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,11 @@ class LaneIndex:
     """All lanes of `files`, with each row group's split taken from the day manifests."""
 
     COLUMNS = ["episode_id", "side", "step_id", "decision_id"]
+
+    @classmethod
+    def of(cls, corpus) -> "LaneIndex":
+        """The lanes of a built ``tcgexp.data.Corpus`` (its selected days, in order)."""
+        return cls(corpus.files, [corpus.manifests[d] for d in corpus.dates])
 
     def __init__(self, files: Sequence[Path], manifests: Sequence[dict]) -> None:
         self.files = [Path(f) for f in files]

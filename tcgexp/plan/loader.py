@@ -1,6 +1,6 @@
 """The loader: each planned microbatch becomes ready numpy arrays, worked ahead in plan order.
 
-``prefetch_workers`` threads assemble microbatches ahead of the trainer (row
+``workers`` threads (the ``loader`` group) assemble microbatches ahead of the trainer (row
 groups through the cache, rows gathered with one fancy-index per row group
 and column: no per-row Python). At most ``depth`` assembled batches wait, so
 memory stays bounded. The consumer receives them strictly in plan order and
@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
-from .lanes import Key
+from ..data.source import Key
 from .plan import Microbatch, Plan
 
 # What the trainer reads per row (lane columns come from the plan, not the file).
@@ -32,7 +32,7 @@ class DirectSource:
     """Row groups read straight from Parquet, no cache: the reference every cache must equal."""
 
     def __init__(self, files: Sequence, columns: Sequence[str] = TRAIN_COLUMNS) -> None:
-        from ..cache.source import ParquetSource  # per-thread file handles: safe under workers
+        from ..data.source import ParquetSource  # per-thread file handles: safe under workers
 
         self._source = ParquetSource(files, columns, name="direct")
 
@@ -52,7 +52,7 @@ class Batch:
 
 def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> Batch:
     """Gather the microbatch's rows from each row group it touches, in microbatch row order."""
-    from ..cache.source import packed_records
+    from ..data.source import packed_records
 
     got = {key: source.get(key, t=mb.index) for key in mb.take}
     packed = [packed_records(arrays) for arrays in got.values()]
@@ -83,7 +83,7 @@ def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> 
 
 class Loader:
     def __init__(self, source: RowGroupSource, columns: Sequence[str] = TRAIN_COLUMNS, *,
-                 workers: int = 1, depth: Optional[int] = None,
+                 workers: int, depth: Optional[int] = None,
                  transform: Optional[Callable[[Batch], Any]] = None) -> None:
         self.source, self.columns = source, list(columns)
         self.transform = transform  # runs in the worker too (e.g. padding for the compiled step)

@@ -23,7 +23,6 @@ from typing import Optional
 
 import numpy as np
 
-from ..data.errors import DataError
 from .lanes import LaneIndex, decision_too_large
 from .plan import Plan, ranges
 
@@ -82,13 +81,11 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 
 class Planner:
     def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int = 0,
-                 enabled: bool = True, order: str = "grouped") -> None:
-        if chunk < 1 or batch_size < 1:
-            raise DataError(f"tbptt.chunk={chunk} and tbptt.batch_size={batch_size} must both be >= 1")
-        if order not in ORDERS:
-            raise DataError(f"tbptt.lane_order={order!r} is not one of {ORDERS}")
-        self.index, self.chunk, self.batch_size = index, chunk, batch_size
-        self.seed, self.enabled, self.order = seed, enabled, order
+                 enabled: bool = True, lane_order: str = "grouped", accum_steps: int = 1) -> None:
+        """Built from the ``tbptt`` config group (its schema holds the defaults and checks)."""
+        self.index, self.chunk, self.batch_size = index, chunk if enabled else 1, batch_size
+        self.seed, self.enabled, self.order = seed, enabled, lane_order
+        self.accum_steps = accum_steps
         self._chunks: Optional[tuple] = None
         self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
         if enabled:
@@ -164,6 +161,10 @@ class Planner:
         first, _, _, rows = self.chunk_table()
         _, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
         return len(bounds) - 1
+
+    def steps_per_epoch(self, epoch: int) -> int:
+        """Optimizer steps of epoch `epoch`: ceil(microbatches / accum_steps), the last window partial."""
+        return -(-self.microbatches_per_epoch(epoch) // self.accum_steps)
 
     def live_lanes(self, epoch: int, position: int) -> np.ndarray:
         """Lanes whose carried memory the rest of epoch `epoch` reads, from microbatch `position` on.

@@ -146,20 +146,33 @@ def find(resume: str) -> Path:
                           "checkpoints/latest/); pass a run dir or a checkpoint dir")
 
 
-def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
-    """Restore model and optimizer in place; return (state, lane arrays)."""
+def _damaged(path: Path, exc: Exception) -> CheckpointError:
+    return CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); resume from another "
+                           "checkpoint (epoch_NNNN/ or best/)")
+
+
+def read_state(path: Path) -> dict:
+    """The checkpoint's state.json (progress, schedule, config, provenance), before any weights are read."""
     path = Path(path)
     for name in FILES:
         if not (path / name).exists():
             raise CheckpointError(f"{path / name} is missing: the checkpoint is incomplete")
     try:
-        state = json.loads((path / "state.json").read_text())
+        return json.loads((path / "state.json").read_text())
+    except ValueError as exc:
+        raise _damaged(path, exc) from exc
+
+
+def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
+    """Restore model and optimizer in place; return (state, lane arrays)."""
+    path = Path(path)
+    state = read_state(path)
+    try:
         params = mx.load(str(path / "model.safetensors"))
         opt = mx.load(str(path / "optimizer.safetensors"))
         lanes = _lane_arrays(mx.load(str(path / "lanes.safetensors")))
-    except Exception as exc:  # safetensors/JSON parse errors have no common base class
-        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); resume from another "
-                              "checkpoint (epoch_NNNN/ or best/)") from exc
+    except Exception as exc:  # safetensors parse errors have no common base class
+        raise _damaged(path, exc) from exc
     expected = dict(tree_flatten(model.parameters()))
     if set(params) != set(expected) or any(params[k].shape != expected[k].shape for k in expected):
         raise CheckpointError(f"{path / 'model.safetensors'} does not match the configured model "

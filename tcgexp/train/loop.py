@@ -9,61 +9,14 @@ epoch; a mismatch is an error, never a silently short epoch.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
-import numpy as np
 
 from . import diverge
-from .batch import Prepared
-from .schedule import Schedule
+from .state import LaneMemory, TrainState
 from .step import METRICS, Stepper, add_grads, to_mx
-
-
-class LaneMemory:
-    """Each lane's memory between its chunks: [lanes, hidden] float32, reset at epoch start."""
-
-    def __init__(self, lanes: int, hidden: int) -> None:
-        self.h = np.zeros((lanes, hidden), np.float32)
-
-    def reset(self) -> None:
-        self.h[:] = 0.0
-
-    def read(self, prep: Prepared, lanes_pad: int) -> mx.array:
-        h0 = np.zeros((lanes_pad, self.h.shape[1]), np.float32)
-        carried = ~prep.lane_fresh
-        h0[:prep.lanes][carried] = self.h[prep.lane_ids[carried]]
-        return mx.array(h0)
-
-    def write(self, prep: Prepared, carry: mx.array) -> None:
-        self.h[prep.lane_ids] = np.array(carry[:prep.lanes])
-
-
-@dataclass
-class Progress:
-    """Where the run is; saved in state.json so a resume continues exactly here."""
-
-    epoch: int = 0
-    position: int = 0  # next microbatch of this epoch's plan
-    opt_steps: int = 0  # optimizer updates applied, whole run
-    microbatches: int = 0  # microbatches processed, whole run
-    epoch_microbatches: int = 0  # processed in the current epoch (incl. before a resume)
-    epoch_opt_steps: int = 0
-    rows: int = 0
-    best_val_loss: Optional[float] = None  # None until a finite validation loss exists
-    best_epoch: Optional[int] = None
-    history: list = field(default_factory=list)
-
-    def state_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_state(cls, saved: dict) -> "Progress":
-        p = cls(**saved)
-        if p.best_val_loss is not None and not np.isfinite(p.best_val_loss):  # checkpoints before strict JSON
-            p.best_val_loss, p.best_epoch = None, None
-        return p
 
 
 @dataclass
@@ -78,14 +31,14 @@ class Hooks:
 
 
 class Loop:
-    def __init__(self, *, planner, stepper: Stepper, schedule: Schedule, train_loader, val_loader, train_cache,
-                 val_cache, memory: LaneMemory, val_memory: LaneMemory, accum_steps: int, epochs: int,
-                 latest_every_steps: int, progress: Progress, hooks: Hooks, divergence_hint: str = "") -> None:
-        self.planner, self.stepper, self.schedule = planner, stepper, schedule
+    def __init__(self, *, planner, stepper: Stepper, train_loader, val_loader, train_cache, val_cache,
+                 memory: LaneMemory, val_memory: LaneMemory, epochs: int, latest_every_steps: int,
+                 progress: TrainState, hooks: Hooks, divergence_hint: str = "") -> None:
+        self.planner, self.stepper = planner, stepper
         self.train_loader, self.val_loader = train_loader, val_loader
         self.train_cache, self.val_cache = train_cache, val_cache
         self.memory, self.val_memory = memory, val_memory
-        self.accum_steps, self.epochs, self.latest_every = accum_steps, epochs, latest_every_steps
+        self.accum_steps, self.epochs, self.latest_every = planner.accum_steps, epochs, latest_every_steps
         self.p, self.hooks = progress, hooks
         self.hint = divergence_hint or "a learning rate or loss weight too large"
         self.step_seconds = 0.0
@@ -108,7 +61,6 @@ class Loop:
             h0 = self.memory.read(prep, inputs["lane_decisions"].shape[0])
             with self.train_cache.in_opt_step():
                 if self.accum_steps == 1:  # one compiled graph: gradients and update together
-                    self.stepper.optimizer.learning_rate = self.schedule.lr()
                     loss, parts, carry, norm = self.stepper.step(inputs, targets, h0)
                     mx.eval(loss, parts, carry, norm, self.stepper.state)
                     applied = True
@@ -117,7 +69,6 @@ class Loop:
                     acc, window = add_grads(acc, g), window + 1
                     applied = window == self.accum_steps or prep.index == len(plan) - 1
                     if applied:  # the last partial window is applied too, before validation
-                        self.stepper.optimizer.learning_rate = self.schedule.lr()
                         norm = self.stepper.apply(acc, mx.array(1.0 / window, dtype=mx.float32))
                         mx.eval(loss, parts, carry, norm, self.stepper.state)
                         acc, window = None, 0
@@ -138,8 +89,7 @@ class Loop:
             for k in METRICS:
                 sums[k] += values[k] * prep.rows
             if applied:
-                lr = self.schedule.lr()
-                self.schedule.step += 1
+                lr = float(self.stepper.optimizer.learning_rate)  # what the update just used (the optimizer's schedule)
                 p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
                 self.hooks.on_step({**{k: values[k] for k in METRICS}, "lr": lr, "grad_norm": values["grad_norm"],
                                     "rows": p.rows})

@@ -1,34 +1,34 @@
-"""``train(cfg)``: the plain function behind ``python -m tcgexp.train``.
+"""``train(cfg)``: the plain function behind ``python -m tcgexp.train``; tests call it directly.
 
-Builds the parts from the composed config (``setup.py``: corpus, planner,
-model, optimizer, schedule; fresh or resumed), opens the two caches and
-loaders, runs the loop, and leaves the run dir's outputs (``outputs.py``).
-Tests call it directly with a composed config.
+Reads as a sequence: validate the config, build the data side and the learner
+(``setup.py``, every part by ``instantiate``), open the two caches and their
+loaders, track, run the loop, leave the run dir's outputs (``outputs.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import mlx.core as mx
 from omegaconf import DictConfig
 from rich.console import Console
 
-from ..cache import from_config as make_cache
-from ..config import validate
-from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader, assemble
+from ..config import build, validate
+from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
 from ..track import job_context, make_tracker
 from .batch import prepare
 from .blas import load_fast_blas
 from .diverge import DivergenceError
 from .display import RunDisplay
-from .loop import Hooks, LaneMemory, Loop
+from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
 from .setup import make_learner, prepare_data
+from .state import LaneMemory
 from .step import Stepper, to_mx
 
 
@@ -40,7 +40,7 @@ def run_dir_from_hydra() -> Path:
 
 def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None,
           memory_probe: Optional[Callable[[], float]] = None) -> dict[str, Any]:
-    """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json).
+    """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json) and the model.
 
     `memory_probe` replaces the caches' psutil probe (a percent): how tests drive memory
     pressure without exhausting the machine.
@@ -49,62 +49,66 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     run_dir.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    blas = load_fast_blas()
+    t_start, blas = time.perf_counter(), load_fast_blas()
     mx.random.seed(int(cfg.seed))
 
-    data = prepare_data(cfg)
-    learner = make_learner(cfg, data, blas=blas, console=console)
+    data = prepare_data(cfg)  # corpus, lane index, planner, the run's step counts
+    learner = make_learner(cfg, data, blas=blas, console=console)  # model, optimizer + schedule, state
     stepper = Stepper(learner.model, learner.optimizer, aux_weight=float(cfg.trainer.aux_weight),
-                      grad_clip=float(cfg.optimizer.grad_clip))
-    tb, files = cfg.tbptt, data.corpus.files
-    transform = partial(prepare, rows_pad=int(tb.batch_size), decisions_pad=data.planner.chunk)
+                      grad_clip=float(learner.optimizer.grad_clip))
+    transform = partial(prepare, rows_pad=data.planner.batch_size, decisions_pad=data.planner.chunk)
     check_precision(stepper, learner, data, transform)
 
     spill_root = run_dir / ".cache_spill"  # spill lives and dies with this run
-    caches = (make_cache(cfg.cache, files, TRAIN_COLUMNS, spill_root / "train", "train", memory_probe),
-              make_cache(cfg.cache, files, TRAIN_COLUMNS, spill_root / "val", "val", memory_probe))
-    tracker = None
-    try:
-        workers = int(cfg.cache.prefetch_workers)
-        loaders = [Loader(c, TRAIN_COLUMNS, workers=workers, transform=transform) for c in caches]
-        tracker = make_tracker(cfg, context=job_context(run_dir), resume_hash=learner.aim_hash)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, spill_root, ignore_errors=True)
+        caches = [stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name,
+                                                       name=name, memory_probe=memory_probe))
+                  for name in ("train", "val")]
+        loaders = [build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches]
+        tracker = stack.enter_context(tracked(make_tracker(cfg, context=job_context(run_dir),
+                                                           resume_hash=learner.aim_hash)))
         display = RunDisplay()
         hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas)
-        loop = Loop(planner=data.planner, stepper=stepper, schedule=learner.schedule, train_loader=loaders[0],
-                    val_loader=loaders[1], train_cache=caches[0], val_cache=caches[1], memory=learner.memory,
-                    val_memory=LaneMemory(len(data.index.lanes), int(cfg.model.hidden)),
-                    accum_steps=int(tb.accum_steps), epochs=int(cfg.trainer.epochs),
-                    latest_every_steps=int(cfg.checkpoint.latest_every_steps), progress=learner.progress,
+        loop = Loop(planner=data.planner, stepper=stepper, train_loader=loaders[0], val_loader=loaders[1],
+                    train_cache=caches[0], val_cache=caches[1], memory=learner.memory,
+                    val_memory=LaneMemory(len(data.index.lanes), learner.model.hidden),
+                    epochs=int(cfg.trainer.epochs), latest_every_steps=int(cfg.checkpoint.latest_every_steps),
+                    progress=learner.progress, divergence_hint=divergence_hint(cfg),
                     hooks=Hooks(on_step=hooks.on_step, on_validation=hooks.on_validation, save=hooks.save,
-                                on_phase=display.phase, on_advance=display.advance),
-                    divergence_hint=divergence_hint(cfg))
-        status, error = "completed", None
+                                on_phase=display.phase, on_advance=display.advance))
         with display:
-            try:
-                loop.run()
-            except StopRun:
-                status = "stopped"
-            except DivergenceError as exc:
-                status, error = "diverged", str(exc)
+            status, error = run_loop(loop)
         result = finish(run_dir, data=data, learner=learner, caches=caches, step_seconds=loop.step_seconds,
                         stall_seconds=loaders[0].stall_seconds, wall=time.perf_counter() - t_start,
                         status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console)
         if error:
             raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
         tracker.finish(status)
-        result["model"] = learner.model
-        return result
+    return {**result, "model": learner.model}
+
+
+def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
+    """(status, error): "completed", "stopped" (trainer.max_steps) or "diverged" (with the guard's line)."""
+    try:
+        loop.run()
+    except StopRun:
+        return "stopped", None
+    except DivergenceError as exc:
+        return "diverged", str(exc)
+    return "completed", None
+
+
+@contextlib.contextmanager
+def tracked(tracker) -> Iterator:
+    """The tracker for the run's duration: marked failed (with the reason) on any exception, always closed."""
+    try:
+        yield tracker
     except BaseException as exc:
-        if tracker is not None:  # the Aim run ends marked failed, with the reason
-            tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         raise
     finally:
-        if tracker is not None:
-            tracker.close()
-        for cache in caches:
-            cache.close()
-        shutil.rmtree(spill_root, ignore_errors=True)
+        tracker.close()
 
 
 def divergence_hint(cfg: DictConfig) -> str:

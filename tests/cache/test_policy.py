@@ -7,9 +7,10 @@ from functools import lru_cache
 
 import pytest
 
-from tcgexp.cache import POLICIES, admit, make_policy
-from tcgexp.cache.replay import replay
+from tcgexp.bench.trace import replay
+from tcgexp.cache import admit
 from tcgexp.cache.policy import Hot60Policy, PlanPolicy
+from tests.conftest import CACHE_POLICIES, policy_of
 
 
 def k(i: int) -> tuple[int, int]:
@@ -76,25 +77,27 @@ HAND_TRACE = [
 ]
 
 
-def test_make_policy_names_and_unknown():
-    assert set(POLICIES) == {"off", "fifo", "lru", "hot60", "plan"}
-    for name in POLICIES:
-        assert make_policy(name, 4).name == name
-    with pytest.raises(ValueError, match="unknown cache policy"):
-        make_policy("mru", 4)
+def test_every_cache_option_builds_its_policy_and_an_unknown_one_is_refused():
+    from hydra.errors import MissingConfigException
+
+    assert set(CACHE_POLICIES) >= {"off", "fifo", "lru", "hot60", "plan"}
+    for name in CACHE_POLICIES:
+        assert policy_of(name, 4).name == name
+    with pytest.raises(MissingConfigException, match="mru"):
+        policy_of("mru", 4)
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", CACHE_POLICIES)
 def test_replay_counts_every_access(name):
     rng = random.Random(1)
     trace = [tuple(k(rng.randrange(9)) for _ in range(rng.randrange(1, 4))) for _ in range(60)]
-    stats = replay(make_policy(name, 4), trace)
+    stats = replay(policy_of(name, 4), trace)
     accesses = sum(len(keys) for keys in trace)
     assert stats["hits"] + stats["misses"] == accesses
 
 
 def test_off_keeps_nothing():
-    policy = make_policy("off", 8)
+    policy = policy_of("off", 8)
     assert policy.capacity == 0
     stats = replay(policy, [(k(0),), (k(0),), (k(0),)])
     assert stats == {"hits": 0, "misses": 3, "evictions": 0, "bypasses": 3, "promotions": 0}
@@ -105,7 +108,7 @@ def test_fifo_and_lru_differ_where_they_must():
     # A B C A D A, capacity 3: FIFO evicts A (oldest insert) for D, so the last A
     # misses; LRU refreshed A on its hit and evicts B instead, so the last A hits.
     trace = [(k(0),), (k(1),), (k(2),), (k(0),), (k(3),), (k(0),)]
-    fifo, lru = make_policy("fifo", 3), make_policy("lru", 3)
+    fifo, lru = policy_of("fifo", 3), policy_of("lru", 3)
     assert replay(fifo, trace)["hits"] == 1
     assert replay(lru, trace)["hits"] == 2
     assert fifo.keys() == [k(2), k(3), k(0)]  # the last A pushed out B
@@ -175,7 +178,7 @@ def test_plan_matches_belady_on_random_traces(seed):
         assert plan_hits == optimal_hits(trace, capacity)
     # And it never does worse than the trace-blind policies.
     for name in ("fifo", "lru", "hot60"):
-        assert plan_hits >= replay(make_policy(name, capacity), trace)["hits"]
+        assert plan_hits >= replay(policy_of(name, capacity), trace)["hits"]
 
 
 def test_plan_next_use_skips_what_this_position_already_read():
@@ -214,4 +217,4 @@ def test_plan_without_trace_degrades_to_lru():
     trace = [(k(i % 5),) for i in range(40)] + [(k(0),), (k(1),), (k(0),), (k(2),), (k(0),)]
     plan = PlanPolicy(3)
     plan_stats = replay(plan, trace, set_trace=False)
-    assert plan_stats == replay(make_policy("lru", 3), trace) | {"promotions": 0}
+    assert plan_stats == replay(policy_of("lru", 3), trace) | {"promotions": 0}

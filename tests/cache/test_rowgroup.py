@@ -6,15 +6,16 @@ import re
 
 import pytest
 
-from tcgexp.cache import POLICIES, RowGroupCache, from_config
 from tcgexp.config import compose
 from tests.cache.conftest import COLUMNS, Probe, assert_same
 from tests.cache.test_policy import belady_hits
+from tests.conftest import CACHE_POLICIES, cache_of
 
 
 def make(files, probe=None, **kw):
     kw.setdefault("spill", False)
-    return RowGroupCache(files, COLUMNS, memory_probe=probe or Probe(), **kw)
+    kw.setdefault("opt_step_guard", "all")  # the contract's guard, which these tests were written against
+    return cache_of(files, COLUMNS, memory_probe=probe or Probe(), **kw)
 
 
 def sequence(keys, n=120, seed=0):
@@ -23,7 +24,7 @@ def sequence(keys, n=120, seed=0):
     return [rng.choice(hot) if rng.random() < 0.6 else rng.choice(keys) for _ in range(n)]
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", CACHE_POLICIES)
 def test_every_policy_returns_direct_read_bytes_and_counts_every_access(policy, corpus_files, all_keys,
                                                                         reference, tmp_path):
     seq = sequence(all_keys)
@@ -125,7 +126,7 @@ def test_pressure_evicts_one_transient_per_access(corpus_files, all_keys):
 
 def test_no_eviction_inside_nested_in_opt_step(corpus_files, all_keys, reference):
     probe = Probe(10)
-    with make(corpus_files, probe, policy="lru", capacity=3, spill=True) as cache:
+    with make(corpus_files, probe, policy="lru", capacity=3, spill=True, opt_step_guard="all") as cache:
         resident = all_keys[:3]
         for key in resident:
             cache.get(key)
@@ -197,7 +198,7 @@ def test_tally_and_diagnose(corpus_files, all_keys):
 
 def test_bad_keys_columns_and_use_after_close(corpus_files, all_keys):
     with pytest.raises(ValueError, match="not in"):
-        RowGroupCache(corpus_files, ["features", "nope"], spill=False)
+        cache_of(corpus_files, ["features", "nope"], spill=False)
     cache = make(corpus_files)
     with pytest.raises(KeyError):
         cache.get((len(corpus_files), 0))
@@ -233,18 +234,21 @@ def test_a_failed_decode_reaches_the_caller_and_the_cache_recovers(corpus_files,
     cache.close()
 
 
-@pytest.mark.parametrize("option", ["off", "fifo", "lru", "hot60", "plan"])
-def test_from_config_maps_every_cache_option(option, corpus_files, tmp_path):
+@pytest.mark.parametrize("option", CACHE_POLICIES)
+def test_every_cache_option_instantiates_as_configured(option, corpus_files, tmp_path):
+    from tcgexp.config import build
+
     cfg = compose(f"cache={option}").cache
-    cache = from_config(cfg, corpus_files, COLUMNS, tmp_path / ".cache_spill" / "train", "train",
-                        memory_probe=Probe())
+    cache = build(cfg)(corpus_files, COLUMNS, spill_dir=tmp_path / ".cache_spill" / "train", name="train",
+                       memory_probe=Probe())
     try:
-        assert cache.policy_name == cfg.policy
+        assert type(cache._policy).__module__ + "." + type(cache._policy).__name__ == cfg.policy._target_
+        assert cache.policy_name == option
         assert cache.capacity == (0 if option == "off" else cfg.capacity)
         assert (cache.spill_dir is not None) == (bool(cfg.spill) and option != "off")
         assert cache.high_watermark_pct == cfg.high_watermark_pct
         if option == "hot60":
-            assert cache._policy.hot_capacity == int(cfg.hot_fraction * cfg.capacity)
+            assert cache._policy.hot_capacity == int(cfg.policy.hot_fraction * cfg.capacity)
     finally:
         cache.close()
     assert not (tmp_path / ".cache_spill" / "train").exists()
@@ -255,7 +259,7 @@ def test_all_policies_hand_back_identical_bytes_for_one_sequence(corpus_files, a
     seq = sequence(all_keys, n=80, seed=11)
     flips = [random.Random(2).random() < 0.25 for _ in seq]
     served = {}
-    for policy in sorted(POLICIES):
+    for policy in CACHE_POLICIES:
         probe = Probe()
         with make(corpus_files, probe, policy=policy, capacity=4, spill=True,
                   spill_dir=tmp_path / policy) as cache:
@@ -291,12 +295,14 @@ def test_opt_step_guard_pressure_still_admits_at_capacity(corpus_files, all_keys
             c = cache.counters()
             assert c["pressure_evictions"] == 0 and c["opt_step_skips"] == 0
             assert c["evictions"] == 2 and cache.is_resident(all_keys[3])
-    with pytest.raises(ValueError, match="opt_step_guard"):
-        make(corpus_files, opt_step_guard="none")
+    from tcgexp.config import validate
+
+    with pytest.raises(ValueError, match="cache.opt_step_guard='none'"):  # the schema's check, before any work
+        validate(compose("cache.opt_step_guard=none"))
 
 
 def test_pack_keeps_values_and_is_read_only(corpus_files, all_keys, reference):
-    from tcgexp.cache.source import pack, packed_records
+    from tcgexp.data.source import pack, packed_records
 
     packed = pack(dict(reference[all_keys[0]]))
     assert_same(packed, reference[all_keys[0]])

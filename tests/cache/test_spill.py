@@ -11,15 +11,16 @@ import warnings
 import numpy as np
 import pytest
 
-from tcgexp.cache import RowGroupCache
 from tcgexp.cache.spill import MARKER, SpillStore, estimate_bytes
 from tests.cache.conftest import COLUMNS, Probe, assert_same, spill_dir_bytes
+from tests.conftest import cache_of
 
 
 def make(files, spill_dir, **kw):
     kw.setdefault("policy", "lru")
     kw.setdefault("capacity", 1)
-    return RowGroupCache(files, COLUMNS, spill=True, spill_dir=spill_dir, memory_probe=Probe(), **kw)
+    kw.setdefault("opt_step_guard", "all")
+    return cache_of(files, COLUMNS, spill=True, spill_dir=spill_dir, memory_probe=Probe(), **kw)
 
 
 def test_round_trip_through_disk(corpus_files, all_keys, reference, tmp_path):
@@ -166,7 +167,7 @@ def test_spill_dir_removed_when_close_is_forgotten(corpus_files, all_keys, tmp_p
 
 
 def test_default_spill_dir_is_private_and_removed(corpus_files, all_keys):
-    cache = RowGroupCache(corpus_files, COLUMNS, policy="lru", capacity=1, memory_probe=Probe())
+    cache = cache_of(corpus_files, COLUMNS, policy="lru", capacity=1, spill=True, memory_probe=Probe())
     spill_dir = cache.spill_dir
     _fill(cache, all_keys[:2])
     cache.close()

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from tcgexp.cache import RowGroupCache
+from tests.conftest import cache_of
 from tests.cache.conftest import COLUMNS, assert_same, spill_dir_bytes
 
 THREADS = 8
@@ -56,7 +56,7 @@ def test_hammer(policy, corpus_files, all_keys, reference, tmp_path):
     keys = all_keys[:12]  # overlapping, and more than capacity
     budget = 700_000  # about four files: drops happen while other threads read
     spill_dir = tmp_path / "spill"
-    cache = RowGroupCache(corpus_files, COLUMNS, policy=policy, capacity=5, promotion_hits=2,
+    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy=policy, capacity=5, promotion_hits=2,
                           spill=True, spill_dir=spill_dir, spill_budget_bytes=budget,
                           memory_probe=FlakyPressure(seed=1))
     stats = instrument(cache, delay=0.0005)
@@ -110,7 +110,7 @@ def test_hammer(policy, corpus_files, all_keys, reference, tmp_path):
 
 
 def test_concurrent_misses_of_one_key_decode_once(corpus_files, all_keys, reference):
-    cache = RowGroupCache(corpus_files, COLUMNS, policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
+    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
     stats = instrument(cache, delay=0.05)  # a slow decode: every thread arrives while it runs
     key = all_keys[3]
     results: list = [None] * THREADS
@@ -137,7 +137,7 @@ def test_concurrent_misses_of_one_key_decode_once(corpus_files, all_keys, refere
 
 
 def test_waiters_see_the_decoders_error(corpus_files, all_keys):
-    cache = RowGroupCache(corpus_files, COLUMNS, policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
+    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
     entered = threading.Event()
     release = threading.Event()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tcgexp.data import DataError
-from tcgexp.data.lanes import check_lanes
+from tcgexp.data.lanecheck import check_lanes
 from tests.conftest import make_corpus
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tcgexp import sim
 from tcgexp.data import BuildRefused
-from tcgexp.data.lanes import check_lanes
+from tcgexp.data.lanecheck import check_lanes
 from tcgexp.data.replay import DayZip
 from tcgexp.data.schema import COLUMN_ORDER, arrow_schema, to_numpy
 from tests.conftest import make_corpus

@@ -6,10 +6,10 @@ import threading
 import numpy as np
 import pytest
 
-from tcgexp.cache import POLICIES, RowGroupCache
+
 from tcgexp.plan import LaneIndex, Planner
 from tcgexp.plan.loader import TRAIN_COLUMNS, Loader, DirectSource
-from tests.conftest import make_corpus
+from tests.conftest import CACHE_POLICIES, cache_of, make_corpus
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +41,11 @@ def test_reference_batches_match_plan_rows(setup):
         np.testing.assert_array_equal(batch.arrays["label"], labels[batch.mb.row_ids])
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", CACHE_POLICIES)
 @pytest.mark.parametrize("workers", [0, 1, 3])
 def test_every_policy_and_worker_count_gives_identical_batches(setup, tmp_path, policy, workers):
     corpus, plan, reference = setup
-    with RowGroupCache(corpus.files, TRAIN_COLUMNS, policy=policy, capacity=2, spill=True,
+    with cache_of(corpus.files, TRAIN_COLUMNS, policy=policy, capacity=2, spill=True,
                        spill_dir=tmp_path / "spill", spill_budget_bytes=1 << 22) as cache:
         cache.set_trace(plan.trace())
         loader = Loader(cache, TRAIN_COLUMNS, workers=workers)

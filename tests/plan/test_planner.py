@@ -104,7 +104,7 @@ def test_shuffle_is_by_seed_and_epoch(index):
 
 def test_grouped_order_keeps_few_row_groups_live(index):
     grouped = Planner(index, chunk=16, batch_size=256, seed=0).epoch_plan(0).stats
-    naive = Planner(index, chunk=16, batch_size=256, seed=0, order="naive").epoch_plan(0).stats
+    naive = Planner(index, chunk=16, batch_size=256, seed=0, lane_order="naive").epoch_plan(0).stats
     # ~16 lanes per microbatch, ~8 lanes per 256-row row group: 2-3 row groups must be live
     assert grouped["max_live_row_groups"] <= 6
     assert naive["mean_live_row_groups"] > 2 * grouped["mean_live_row_groups"]

@@ -55,7 +55,7 @@ def test_lane_index_matches(indexes):
 ], ids=str)
 def test_plans_are_identical(indexes, chunk, budget, order, enabled, seed):
     new_ix, old_ix = indexes
-    new = Planner(new_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, order=order)
+    new = Planner(new_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, lane_order=order)
     old = ref.Planner(old_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, order=order)
     for epoch in (0, 1):
         assert new.microbatches_per_epoch(epoch) == old.microbatches_per_epoch(epoch)

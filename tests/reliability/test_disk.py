@@ -33,7 +33,7 @@ def test_full_disk_stops_spilling_and_training_goes_on(tmp_path, tmpfs):
     run_dir = tmp_path / "run"
     tmpfs(run_dir / ".cache_spill", "600k")  # room for about one spilled row group
     overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "cache=hot60", "cache.capacity=2",
-                 "cache.hot_fraction=0.0", "cache.spill_budget_bytes=1000000000"]
+                 "cache.policy.hot_fraction=0.0", "cache.spill_budget_bytes=1000000000"]
     calm = train(compose_config(*overrides, "cache.spill=false"), run_dir=tmp_path / "nospill")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -36,7 +36,10 @@ class FlippingProbe:
 
 @pytest.mark.parametrize("policy", ["hot60", "plan"])
 def test_pressure_evicts_yet_the_weights_are_the_same(tmp_path, policy):
-    overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, f"cache={policy}", "cache.capacity=4"]
+    # loader.workers=0: every access between steps, where pressure may evict (inside a step it may not), so
+    # how many evictions happen does not depend on thread timing
+    overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, f"cache={policy}", "cache.capacity=4",
+                 "loader.workers=0"]
     calm = train(compose_config(*overrides), run_dir=tmp_path / "calm", memory_probe=lambda: 10.0)
     probe = FlippingProbe()
     stressed = train(compose_config(*overrides), run_dir=tmp_path / "stressed", memory_probe=probe)
@@ -63,7 +66,7 @@ def test_real_pressure_keeps_resident_memory_bounded(tmp_path):
     """Capacity far above what fits under a watermark set below the machine's current use: the cache
     evicts on every access (real psutil readings, nothing injected) and peak RSS stays near the bound.
 
-    Deterministic: no prefetch threads (``cache.prefetch_workers=0``), so every access comes from the
+    Deterministic: no prefetch threads (``loader.workers=0``), so every access comes from the
     training thread between steps, never inside ``in_opt_step()`` where pressure eviction is held
     off; with threads, how many accesses landed inside a step was a race (once 7 resident vs 7).
     The watermark, 1 %, is below any machine's use (checked), so every access is under pressure.
@@ -76,7 +79,7 @@ def test_real_pressure_keeps_resident_memory_bounded(tmp_path):
         res = subprocess.run([sys.executable, "-c", REAL_PRESSURE, str(tmp_path / name),
                               f"dataset.root={tmp_path / 'data'}", "dataset=1d", "tracking=off", "trainer.epochs=1",
                               "cache=lru", "cache.capacity=1000", f"cache.high_watermark_pct={watermark}",
-                              "cache.spill=false", "cache.prefetch_workers=0"],
+                              "cache.spill=false", "loader.workers=0"],
                              cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         return json.loads(res.stdout.strip().splitlines()[-1])

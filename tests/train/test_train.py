@@ -78,8 +78,8 @@ def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at):
     assert weights(resumed) == weights(full), "final weights equal an uninterrupted run's, bit for bit"
 
 
-@pytest.mark.parametrize("overrides", [["cache=off"], ["cache=plan"], ["cache=plan", "cache.prefetch_workers=0"],
-                                       ["cache=lru", "cache.prefetch_workers=3"], ["cache=hot60", "cache.capacity=1"]],
+@pytest.mark.parametrize("overrides", [["cache=off"], ["cache=plan"], ["cache=plan", "loader.workers=0"],
+                                       ["cache=lru", "loader.workers=3"], ["cache=hot60", "cache.capacity=1"]],
                          ids=lambda o: ",".join(o))
 def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, data_root, tmp_path, overrides):
     full, _ = baseline

@@ -1,6 +1,7 @@
 """The bottom tier: row groups decoded from the day Parquet files.
 
-Kept apart from the cache so the cache only decides *where* bytes come from;
+The data layer under both the planner and the cache: the cache only decides
+*where* bytes come from;
 this module is the one place that knows how to read them, and it reads them
 exactly as a direct ``ParquetFile(f).read_row_group(i, columns=cols)`` followed
 by ``schema.to_numpy`` would (fixed_size_list columns as 2-d arrays).
@@ -19,11 +20,21 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from tcgexp.cache.policy import _norm_key
 from tcgexp.data.schema import to_numpy
 
-Key = tuple[int, int]
+Key = tuple[int, int]  # (file index, row-group index): the unit the planner plans and the cache keeps
 Arrays = dict[str, np.ndarray]
+
+
+def as_key(key) -> Key:
+    """(file, row group) as a tuple of ints, whatever sequence it came in as."""
+    if isinstance(key, tuple) and len(key) == 2 and type(key[0]) is int and type(key[1]) is int:
+        return key
+    try:
+        f, rg = key
+        return (int(f), int(rg))
+    except (TypeError, ValueError):
+        raise TypeError(f"row-group key must be (file_index, row_group_index), got {key!r}") from None
 
 
 def check_values(data: Arrays, *, path: Path, row_group: int) -> None:
@@ -114,7 +125,7 @@ class ParquetSource:
 
     def check(self, key) -> Key:
         """``key`` as a (file, row group) tuple of ints; KeyError when it names nothing."""
-        key = _norm_key(key)
+        key = as_key(key)
         f, rg = key
         if not (0 <= f < len(self.row_groups) and 0 <= rg < self.row_groups[f]):
             raise KeyError(f"{self.name}: no row group {key} (files={len(self.paths)}, "

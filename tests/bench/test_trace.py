@@ -7,11 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from tcgexp.cache.belady import belady_hits, flatten
-from tcgexp.cache.policy import make_policy
-from tcgexp.cache.replay import miss_ratio_table, replay
+from tcgexp.bench.belady import belady_hits, flatten
+from tcgexp.bench.trace import miss_ratio_table, replay
 from tcgexp.plan import LaneIndex, Planner
-from tests.conftest import make_corpus
+from tests.conftest import make_corpus, policy_of
 
 
 def brute_force_best(accesses, capacity):
@@ -58,7 +57,7 @@ def plan_traces(tmp_path_factory):
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     out = {}
     for order in ("grouped", "naive"):
-        planner = Planner(index, chunk=8, batch_size=128, seed=0, order=order)
+        planner = Planner(index, chunk=8, batch_size=128, seed=0, lane_order=order)
         out[order] = [k for e in range(2) for k in planner.epoch_plan(e).trace()]
     return out
 
@@ -67,7 +66,7 @@ def plan_traces(tmp_path_factory):
 def test_plan_policy_within_one_percent_of_belady_on_real_plans(plan_traces, capacity):
     for order, trace in plan_traces.items():
         accesses = flatten(trace)
-        plan_hits = replay(make_policy("plan", capacity), trace)["hits"]
+        plan_hits = replay(policy_of("plan", capacity), trace)["hits"]
         best = belady_hits(accesses, capacity)
         assert plan_hits <= best
         assert best - plan_hits <= 0.01 * len(accesses), (order, capacity, plan_hits, best)
@@ -81,15 +80,14 @@ def test_grouped_order_needs_far_less_cache_than_naive(plan_traces):
 
 
 def test_miss_ratio_table_rows(plan_traces):
-    header, rows = miss_ratio_table(plan_traces, [1, 4], ["fifo", "lru", "hot60", "plan"], hot_fraction=0.6,
-                                    promotion_hits=2)
+    header, rows = miss_ratio_table(plan_traces, [1, 4], ["fifo", "lru", "hot60", "plan"])
     assert header[-2:] == ["Belady hit %", "plan - Belady"] and len(rows) == 4
     for row in rows:
         assert abs(float(row[-1])) <= 1.0
 
 
 def test_replay_command_prints_the_table(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "tcgexp.cache.replay", f"dataset.root={tmp_path}",
+    res = subprocess.run([sys.executable, "-m", "tcgexp.bench.trace", f"dataset.root={tmp_path}",
                           "dataset.rows_per_day=1500", "dataset.row_group_rows=256", "capacities=[1,2,4]"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -1,0 +1,60 @@
+"""What a run carries from step to step, explicitly (mlx-examples style), and saves to resume exactly.
+
+``LaneMemory``: each lane's recurrent memory between its chunks (TBPTT's carried
+state, outside any graph). ``TrainState``: where the run is in its plans, its
+counters, its best validation loss and its history.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+from .batch import Prepared
+
+
+class LaneMemory:
+    """Each lane's memory between its chunks: [lanes, hidden] float32, reset at epoch start."""
+
+    def __init__(self, lanes: int, hidden: int) -> None:
+        self.h = np.zeros((lanes, hidden), np.float32)
+
+    def reset(self) -> None:
+        self.h[:] = 0.0
+
+    def read(self, prep: Prepared, lanes_pad: int) -> mx.array:
+        h0 = np.zeros((lanes_pad, self.h.shape[1]), np.float32)
+        carried = ~prep.lane_fresh
+        h0[:prep.lanes][carried] = self.h[prep.lane_ids[carried]]
+        return mx.array(h0)
+
+    def write(self, prep: Prepared, carry: mx.array) -> None:
+        self.h[prep.lane_ids] = np.array(carry[:prep.lanes])
+
+
+@dataclass
+class TrainState:
+    """Where the run is; saved in state.json so a resume continues exactly here."""
+
+    epoch: int = 0
+    position: int = 0  # next microbatch of this epoch's plan
+    opt_steps: int = 0  # optimizer updates applied, whole run
+    microbatches: int = 0  # microbatches processed, whole run
+    epoch_microbatches: int = 0  # processed in the current epoch (incl. before a resume)
+    epoch_opt_steps: int = 0
+    rows: int = 0
+    best_val_loss: Optional[float] = None  # None until a finite validation loss exists
+    best_epoch: Optional[int] = None
+    history: list = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, saved: dict) -> "TrainState":
+        p = cls(**saved)
+        if p.best_val_loss is not None and not np.isfinite(p.best_val_loss):  # checkpoints before strict JSON
+            p.best_val_loss, p.best_epoch = None, None
+        return p
