@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import hydra
+from omegaconf import DictConfig
+
 from tcgexp.cache.policy import Key, Policy, _norm_key, admit
+from tcgexp.cli import CONFIG_PATH  # registers the --help resolver (and, through config, the schemas)
 
 
 def replay(policy: Policy, trace: Sequence[Iterable[Key]], *, set_trace: bool = True) -> dict[str, int]:
@@ -64,46 +68,40 @@ def miss_ratio_table(traces: dict[str, list], capacities: Sequence[int], policie
     return header, rows
 
 
-def main() -> None:
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="replay")
+def main(cfg: DictConfig) -> None:
+    """``tcgexp-replay`` / ``python -m tcgexp.cache.replay [key=value ...]``: the miss-ratio tables."""
     import time
-
-    import hydra
-    from omegaconf import DictConfig
 
     from tcgexp.bench.table import markdown_table
     from tcgexp.cache.belady import flatten
     from tcgexp.config import build
     from tcgexp.plan import LaneIndex, Planner
 
-    @hydra.main(version_base="1.3", config_path="../../conf", config_name="replay")
-    def run(cfg: DictConfig) -> None:
-        t0 = time.perf_counter()
-        corpus = build(cfg.dataset)
-        corpus.build()
-        index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
-        traces, stats = {}, []
-        for order in ("grouped", "naive"):
-            planner = Planner(index, chunk=cfg.tbptt.chunk, batch_size=cfg.tbptt.batch_size, seed=cfg.seed,
-                              enabled=cfg.tbptt.enabled, order=order)
-            plans = ([planner.validation_plan()] if cfg.split == "val"
-                     else [planner.epoch_plan(e) for e in range(cfg.epochs)])
-            traces[order] = [keys for plan in plans for keys in plan.trace()]
-            s = plans[0].stats
-            stats.append([order, s["microbatches"], f"{s['mean_lanes']:.1f}", f"{s['mean_keys_per_microbatch']:.2f}",
-                          f"{s['mean_live_row_groups']:.2f}", s["max_live_row_groups"]])
-        header, rows = miss_ratio_table(traces, list(cfg.capacities), list(cfg.policies),
-                                        hot_fraction=cfg.hot_fraction, promotion_hits=cfg.promotion_hits)
-        n_rg = len(index.row_groups)
-        print(f"## Trace replay: dataset={corpus.name} ({n_rg} row groups), tbptt.chunk={cfg.tbptt.chunk}, "
-              f"tbptt.batch_size={cfg.tbptt.batch_size}, split={cfg.split}, epochs={cfg.epochs}\n")
-        print(markdown_table(["lane order", "microbatches", "lanes/mb", "row groups/mb", "mean live row groups",
-                              "max live row groups"], stats))
-        print()
-        print(markdown_table(header, rows))
-        print(f"\n({len(flatten(traces['grouped']))} accesses per order; {time.perf_counter() - t0:.1f} s)")
-
-    run()
-
+    t0 = time.perf_counter()
+    corpus = build(cfg.dataset)
+    corpus.build()
+    index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
+    traces, stats = {}, []
+    for order in ("grouped", "naive"):
+        planner = Planner(index, chunk=cfg.tbptt.chunk, batch_size=cfg.tbptt.batch_size, seed=cfg.seed,
+                          enabled=cfg.tbptt.enabled, order=order)
+        plans = ([planner.validation_plan()] if cfg.split == "val"
+                 else [planner.epoch_plan(e) for e in range(cfg.epochs)])
+        traces[order] = [keys for plan in plans for keys in plan.trace()]
+        s = plans[0].stats
+        stats.append([order, s["microbatches"], f"{s['mean_lanes']:.1f}", f"{s['mean_keys_per_microbatch']:.2f}",
+                      f"{s['mean_live_row_groups']:.2f}", s["max_live_row_groups"]])
+    header, rows = miss_ratio_table(traces, list(cfg.capacities), list(cfg.policies),
+                                    hot_fraction=cfg.hot_fraction, promotion_hits=cfg.promotion_hits)
+    n_rg = len(index.row_groups)
+    print(f"## Trace replay: dataset={corpus.name} ({n_rg} row groups), tbptt.chunk={cfg.tbptt.chunk}, "
+          f"tbptt.batch_size={cfg.tbptt.batch_size}, split={cfg.split}, epochs={cfg.epochs}\n")
+    print(markdown_table(["lane order", "microbatches", "lanes/mb", "row groups/mb", "mean live row groups",
+                          "max live row groups"], stats))
+    print()
+    print(markdown_table(header, rows))
+    print(f"\n({len(flatten(traces['grouped']))} accesses per order; {time.perf_counter() - t0:.1f} s)")
 
 if __name__ == "__main__":
     main()
