@@ -32,7 +32,8 @@ class _StdoutAndLog:
     """A file for Rich: text goes to the current ``sys.stdout`` as it is, and each complete line also
     to the ``tcgexp.report`` logger (ANSI styles stripped), which Hydra's job logging for
     ``tcgexp-train`` (``conf/hydra/job_logging/tcgexp.yaml``) sends to ``<run dir>/<job name>.log``.
-    Without a handler on that logger (tests, the data app) the lines go nowhere but stdout."""
+    Only a handler of that logger's own counts (tests and the data app have none): the root logger's
+    console handler would print every line twice."""
 
     def __init__(self) -> None:
         self._partial = ""
@@ -40,6 +41,8 @@ class _StdoutAndLog:
 
     def write(self, text: str) -> int:
         sys.stdout.write(text)
+        if not self._log.handlers:  # job logging did not wire the logger: printing is all (no echo via root)
+            return len(text)
         *lines, self._partial = (self._partial + text).split("\n")
         for line in lines:
             self._log.info(_ANSI.sub("", line))
