@@ -17,7 +17,11 @@ from typing import Any, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# Hydra's configs: an installed tcgexp carries conf/ as the package tcgexp.conf, next to this file (setup.py);
+# a source checkout (editable installs too) has it at the repository's top level.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+if not (CONF_DIR / "config.yaml").is_file():
+    CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 @dataclass
@@ -225,6 +229,7 @@ class Config:
     tracking: TrackingConfig = MISSING
     seed: int = 0
     resume: Optional[str] = None  # a run dir or checkpoint dir to continue
+    optimized_metric: Optional[str] = "val/loss"  # what the task returns to a sweeper: val/<metric> | best/val_loss
 
 
 class DataAction(Enum):

@@ -38,6 +38,9 @@ def test_train_entry_trains_and_leaves_its_outputs(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "[cache-train] hits=" in res.stdout and "[cache-val] hits=" in res.stdout
     assert (run_dir / ".hydra" / "config.yaml").exists()
+    log = (run_dir / "train.log").read_text()  # Hydra's job log holds what the run printed, printed once
+    assert "[train] val loss" in log and "[cache-train] hits=" in log
+    assert res.stdout.count("[train] val loss") == 1
     result = json.loads((run_dir / "result.json").read_text())
     assert result["planned"] == {**result["planned"], "microbatches": result["processed"]["microbatches"]}
     for name in ("best", "latest", "epoch_0001"):

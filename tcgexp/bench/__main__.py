@@ -1,7 +1,9 @@
-"""``python -m tcgexp.bench <name> [options]``; ``--help`` lists the benchmarks."""
+"""``tcgexp-bench`` / ``python -m tcgexp.bench <name> [options]``; ``--help`` lists the benchmarks."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from . import corpus, loader, scale, scan, train
 
@@ -9,7 +11,8 @@ BENCHES = {"corpus": corpus, "loader": loader, "scale": scale, "scan": scan, "tr
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tcgexp.bench")
+    script = os.path.basename(sys.argv[0])
+    parser = argparse.ArgumentParser(prog="python -m tcgexp.bench" if script == "__main__.py" else script)
     sub = parser.add_subparsers(dest="name", required=True)
     for name, mod in BENCHES.items():
         mod.add_arguments(sub.add_parser(name, help=mod.__doc__.splitlines()[0]))

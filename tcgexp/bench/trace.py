@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.table import markdown_table
 from tcgexp.cache.policy import Policy, admit
+from tcgexp.cli import CONFIG_PATH
 from tcgexp.config import build, option
 from tcgexp.data.source import Key, as_key
 from tcgexp.plan import LaneIndex
@@ -74,7 +75,7 @@ def miss_ratio_table(traces: dict[str, list], capacities: Sequence[int],
     return header, rows
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="replay")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="replay")
 def main(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
     corpus = build(cfg.dataset)

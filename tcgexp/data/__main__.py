@@ -1,10 +1,11 @@
-"""``python -m tcgexp.data``: build or validate the configured corpus days."""
+"""``tcgexp-data`` / ``python -m tcgexp.data``: build or validate the configured corpus days."""
 from __future__ import annotations
 
 import hydra
 from omegaconf import DictConfig
 from rich.console import Console
 
+from ..cli import CONFIG_PATH  # registers the --help resolver
 from ..config import DataAction, build  # importing config registers the schemas
 from ..progress import report_console, stage_progress
 from .corpus import Corpus
@@ -30,7 +31,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     return outcome
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="data")
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="data")
 def main(cfg: DictConfig) -> None:
     try:
         run(cfg)

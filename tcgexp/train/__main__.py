@@ -1,23 +1,61 @@
-"""``python -m tcgexp.train [group=option ...] [key=value ...]``"""
+"""``tcgexp-train`` / ``python -m tcgexp.train [group=option ...] [key=value ...]``
+
+The task returns the metric ``optimized_metric`` names, so a sweeper that
+optimises (``hydra/sweeper=optuna``, nevergrad, ax) can drive it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
 import hydra
 from omegaconf import DictConfig
 
-from .. import config as _config  # noqa: F401  (registers the schemas)
+from ..cli import CONFIG_PATH  # registers the --help resolver; importing config registers the schemas
 from . import train
 from .errors import USER_ERRORS
 
+SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+
+def check_metric(name: Optional[str]) -> None:
+    """Refuse an optimized_metric that no run can produce, before any work."""
+    from ..config import ConfigError
+    from .step import METRICS
+
+    if name is None:
+        return
+    prefix, _, key = str(name).partition("/")
+    known = {"val": [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late"],
+             "best": ["val_loss"]}
+    if key not in known.get(prefix, []):
+        choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
+        raise ConfigError(f"optimized_metric={name!r} is impossible: it must be one of {choices} (or null)")
+
+
+def optimized(result: dict[str, Any], name: Optional[str]) -> Optional[float]:
+    """The value of ``optimized_metric`` in ``train()``'s result: val/<metric> is the last validation's
+    (``result["final"]``), best/val_loss the best epoch's. NaN when the run has none (it diverged)."""
+    if name is None:
+        return None
+    prefix, _, key = str(name).partition("/")
+    value = (result.get(SOURCES[prefix]) or {}).get(key)
+    return float(value) if value is not None else math.nan
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
+def main(cfg: DictConfig) -> Optional[float]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     try:
-        train(cfg)
+        check_metric(cfg.get("optimized_metric"))
+        result = train(cfg)
     except USER_ERRORS as exc:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records the job as failed and the sweep goes on
         raise SystemExit(f"error: {exc}") from None
+    return optimized(result, cfg.get("optimized_metric"))
 
 
 if __name__ == "__main__":

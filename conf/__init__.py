@@ -1,0 +1,1 @@
+"""Hydra's configs, installed as the package ``tcgexp.conf`` (see setup.py); only YAML lives here."""
