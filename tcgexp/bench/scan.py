@@ -10,7 +10,7 @@ entries), checks the gradient is finite and the states match a float64 loop:
 - a loop over decisions (one small op per decision),
 - the old model's scan: division form in 32-decision blocks (kept here as the reference; its
   backward pass overflows float32 from ~24 decisions: NaN gradients),
-- the model's scan (``linear_scan``): division form in blocks derived from the gate bound,
+- the model's scan (``linear_scan``): division form anchored at the middle of blocks derived from the gate bound,
   blocks carried one small step each,
 - a log-space scan (Heinsen 2023, the minGRU paper's form, with a sign split),
 - a Hillis-Steele scan (log2 T levels of multiply-adds, no division at all).
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> None:
 
     variants = [("loop over decisions", loop_scan),
                 ("old: division, 32-decision blocks (reference)", division_scan_32),
-                (f"model: division in {SCAN_BLOCK}-decision blocks, carried", linear_scan),
+                (f"model: division anchored mid-block, {SCAN_BLOCK}-decision blocks, carried", linear_scan),
                 ("log-space (Heinsen), sign split", log_space_scan),
                 ("Hillis-Steele doubling, no division", hillis_steele_scan)]
     rows = []

@@ -13,11 +13,11 @@ from torch import nn
 from torch.nn import functional as F
 
 Z_MAX = 0.9
-SCAN_BLOCK = 8  # tcgexp.train.model.block_length(Z_MAX): the same bound, the same formulation
+SCAN_BLOCK = 16  # tcgexp.train.model.block_length(Z_MAX): the same bound, the same formulation
 
 
 def linear_scan(z, cand, h0):
-    """tcgexp.train.model.linear_scan in PyTorch: division form inside blocks, blocks carried."""
+    """tcgexp.train.model.linear_scan in PyTorch: division form anchored mid-block, blocks carried."""
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)
@@ -25,12 +25,14 @@ def linear_scan(z, cand, h0):
         z, cand = F.pad(z, (0, 0, 0, nb * B - T)), F.pad(cand, (0, 0, 0, nb * B - T))
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
     keep = torch.cumprod(1.0 - z4, dim=2)
-    local = keep * torch.cumsum(z4 * c4 / keep, dim=2)
+    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    K = keep / mid
+    acc = torch.cumsum(z4 * c4 / K, dim=2)
     h, h_in = h0, [h0]
     for b in range(nb - 1):
-        h = keep[:, b, -1] * h + local[:, b, -1]
+        h = K[:, b, -1] * (mid[:, b, 0] * h + acc[:, b, -1])
         h_in.append(h)
-    hs = keep * torch.stack(h_in, dim=1)[:, :, None] + local
+    hs = K * (mid * torch.stack(h_in, dim=1)[:, :, None] + acc)
     return torch.cat([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], dim=1)
 
 

@@ -37,17 +37,19 @@ Z_MAX = 0.9  # the update gate's cap: every decision keeps >= 10 % of the memory
 def block_length(z_max: float = Z_MAX, headroom: float = 1e16) -> int:
     """Decisions per block of the division-form scan, from the gate bound.
 
-    Inside a block the running product keep[t] = prod (1 - z) is >= (1 - z_max)^B. The forward
-    pass divides by keep (terms up to keep^-1); the backward pass of that division forms
-    cotangent * a / keep^2, i.e. terms up to keep^-2 = (1 - z_max)^(-2B) times the incoming
-    gradient. Requiring (1 - z_max)^(-2B) <= headroom = 1e16 leaves 22 decades below float32's
-    largest value (3.4e38) for the gradient itself, and keep >= 1e-8 stays far above the
-    smallest normal (1.2e-38). z_max = 0.9 gives B = 8. (The old 32-decision blocks formed
-    keep^-2 = 1e64 in the backward pass: finite forward, NaN gradients from ~24 decisions.)
+    Inside a block of B decisions the running product keep[t] = prod (1 - z) lies in
+    [(1 - z_max)^B, 1]. The scan divides by keep *relative to the block's middle*,
+    K = keep / keep[mid], so K and 1/K are both at most (1 - z_max)^(-B/2); the backward pass
+    of those divisions forms terms up to 1/K^2 (and keep / keep[mid]^2), at most
+    (1 - z_max)^(-B) times the incoming gradient. Requiring (1 - z_max)^(-B) <= headroom = 1e16
+    leaves 22 decades below float32's largest value (3.4e38) for the gradient itself, and
+    keep >= 1e-16 stays far above float32's smallest normal (1.2e-38). z_max = 0.9 gives B = 16.
+    (The old scan divided by keep itself over 32 decisions: 1/keep^2 = 1e64 in the backward
+    pass, finite forward and NaN gradients from ~24 decisions on.)
     """
     import math
 
-    return max(1, int(math.log10(headroom) / (-2.0 * math.log10(1.0 - z_max))))
+    return max(1, int(math.log10(headroom) / -math.log10(1.0 - z_max) + 1e-9))
 
 
 SCAN_BLOCK = block_length()
@@ -61,10 +63,11 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
     """h[t+1] = (1 - z[t]) h[t] + z[t] cand[t] for every t at once: [L, T+1, H], h[:, 0] = h0.
 
     Needs 0 <= z <= Z_MAX. The T decisions are cut into blocks of SCAN_BLOCK (the last padded
-    with z = 0, which keeps h as it is). Every block is scanned at once from a zero state in the
-    division form (cumprod, cumsum; bounded by ``block_length``); then the state entering each
-    block is carried block to block, h_in[b+1] = keep[b, -1] h_in[b] + local[b, -1], one small
-    [L, H] step per block, which has no division and so no bound on the number of blocks.
+    with z = 0, which keeps h as it is). Inside every block, at once, in the division form
+    anchored at the block's middle (bounded by ``block_length``):
+        K[t] = keep[t] / keep[mid],   h[t+1] = K[t] (keep[mid] h_in + sum_{s<=t} z[s] c[s] / K[s]);
+    then the state entering each block is carried block to block, one small [L, H] step per
+    block, which has no division and so no bound on the number of blocks.
     """
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
@@ -73,22 +76,23 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
         pad = [(0, 0), (0, nb * B - T), (0, 0)]
         z, cand = mx.pad(z, pad), mx.pad(cand, pad)
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
-    keep = mx.cumprod(1.0 - z4, axis=2)  # >= (1 - Z_MAX)^B
-    acc = mx.cumsum(z4 * c4 / keep, axis=2)  # keep * acc: each block scanned from a zero state
-    # The state entering each block, h_in[b+1] = keep[b, -1] * (h_in[b] + acc[b, -1]): block ends
-    # taken as [L, nb, H] and split once (slicing the big arrays per block would cost one
-    # full-size scatter per block in the backward pass).
+    keep = mx.cumprod(1.0 - z4, axis=2)  # in [(1 - Z_MAX)^B, 1]
+    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]  # [L, nb, 1, H]
+    K = keep / mid  # within (1 - Z_MAX)^(+-B/2)
+    acc = mx.cumsum(z4 * c4 / K, axis=2)
+    # The state entering each block: h_in[b+1] = K[b, -1] (mid[b] h_in[b] + acc[b, -1]). Block ends
+    # taken as [L, nb, H] and split once (slicing the big arrays per block would cost one full-size
+    # scatter per block in the backward pass).
     h, h_in = h0[:, None], [h0[:, None]]
     if nb > 1:
-        for decay, last in zip(mx.split(keep[:, :-1, -1], nb - 1, axis=1),
-                               mx.split(acc[:, :-1, -1], nb - 1, axis=1)):
-            h = decay * (h + last)
+        ends = [mx.split(a[:, :-1, -1], nb - 1, axis=1) for a in (K, mid, acc)]  # each [L, 1, H]
+        for k_end, m, a_end in zip(*ends):
+            h = k_end * (m * h + a_end)
             h_in.append(h)
-    hs = keep * (mx.concatenate(h_in, axis=1)[:, :, None] + acc)
+    hs = K * (mid * mx.concatenate(h_in, axis=1)[:, :, None] + acc)
+    hs = hs.reshape(L, nb * B, H)
     if nb * B != T:
-        hs = hs.reshape(L, nb * B, H)[:, :T]
-    else:
-        hs = hs.reshape(L, T, H)
+        hs = hs[:, :T]
     return mx.concatenate([h0[:, None], hs], axis=1)
 
 

@@ -55,11 +55,11 @@ def close(got, ref) -> bool:
 
 
 def test_block_length_is_derived_from_the_gate_bound():
-    assert SCAN_BLOCK == block_length(Z_MAX) == 8
-    # the bound stated beside the code: keep >= (1 - Z_MAX)^B, backward terms <= keep^-2 <= 1e16
-    assert (1 - Z_MAX) ** (-2 * SCAN_BLOCK) <= 1e16 * (1 + 1e-9)
-    assert (1 - Z_MAX) ** (-2 * (SCAN_BLOCK + 1)) > 1e16
-    assert block_length(0.5) == 26 and block_length(0.99) == 4
+    assert SCAN_BLOCK == block_length(Z_MAX) == 16
+    # the bound stated beside the code: keep >= (1 - Z_MAX)^B >= 1e-16, backward terms <= (1 - Z_MAX)^-B <= 1e16
+    assert (1 - Z_MAX) ** (-SCAN_BLOCK) <= 1e16 * (1 + 1e-9)
+    assert (1 - Z_MAX) ** (-(SCAN_BLOCK + 1)) > 1e16
+    assert block_length(0.5) == 53 and block_length(0.99) == 8
 
 
 @pytest.mark.parametrize("kind", GATES)
