@@ -67,7 +67,9 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
     anchored at the block's middle (bounded by ``block_length``):
         K[t] = keep[t] / keep[mid],   h[t+1] = K[t] (keep[mid] h_in + sum_{s<=t} z[s] c[s] / K[s]);
     then the state entering each block is carried block to block, one small [L, H] step per
-    block, which has no division and so no bound on the number of blocks.
+    block, which has no division and so no bound on the number of blocks. (Anchoring at the middle
+    makes h[t] depend on later gates of its block at float32 rounding level only: mathematically
+    keep[mid] cancels.)
     """
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)

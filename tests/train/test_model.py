@@ -85,7 +85,9 @@ def test_rows_of_one_decision_share_incoming_memory(model):
     changed, _, _ = run(model, other, np.zeros((1, H), np.float32))
     dec = inp["row_dec"]
     diff = np.abs(np.array(changed) - np.array(base)).max(axis=1)
-    assert (diff[dec <= 2] == 0).all() and (diff[dec > 2] > 0).all()
+    # earlier rows: unchanged up to float32 rounding (the scan divides by the running product relative to
+    # the middle of its block, which the change moves; mathematically it cancels); later rows: really moved
+    assert (diff[dec <= 2] <= 1e-6).all() and (diff[dec > 2] > 1e-3).all(), diff
     # and the rows of one decision read one memory: h_row is identical within a decision
     h = model.scan(model.encoder(mx.array(inp["x"])), mx.array(inp["first_row"]), mx.array(inp["label_hot"]),
                    mx.zeros((1, H)))
