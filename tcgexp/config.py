@@ -28,7 +28,7 @@ if not (CONF_DIR / "config.yaml").is_file():
 class DatasetConfig:
     """Day-partitioned Parquet corpus, built from seeded simulator replays."""
 
-    _target_: str = "tcgexp.data.corpus.Corpus"
+    _target_: str = MISSING  # the option names the class (conf/dataset/*.yaml)
     name: str = MISSING
     root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
     start_date: str = "2026-07-27"  # first day; days are consecutive dates
