@@ -112,10 +112,26 @@ class CheckpointConfig:
 
 @dataclass
 class TrackingConfig:
-    backend: str = MISSING  # aim | aim_remote | off
-    repo: Optional[str] = None  # aim: the folder holding .aim/
-    uri: Optional[str] = None  # aim_remote: aim://host:port of a running `aim server`
+    """A tracker factory: ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
     experiment: Optional[str] = None  # default: named after the sweep (or the single run)
+
+
+@dataclass
+class AimTrackingConfig(TrackingConfig):
+    repo: Optional[str] = "."  # the folder holding .aim/
+
+
+@dataclass
+class AimRemoteTrackingConfig(TrackingConfig):
+    uri: str = "aim://127.0.0.1:53800"  # a running `aim server`
+
+
+@dataclass
+class OffTrackingConfig(TrackingConfig):
+    pass
 
 
 @dataclass
@@ -165,6 +181,9 @@ def register_configs() -> None:
     cs.store(name="base_data_app", node=DataAppConfig)
     for group, schema in GROUPS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)
+    for name, schema in (("base_aim", AimTrackingConfig), ("base_aim_remote", AimRemoteTrackingConfig),
+                         ("base_off", OffTrackingConfig)):
+        cs.store(group="tracking", name=name, node=schema)
 
 
 register_configs()
@@ -266,10 +285,7 @@ def validate(cfg: DictConfig) -> None:
         ("trainer.max_steps", cfg.trainer.max_steps >= 0, ">= 0 (0 = no limit)"),
         ("checkpoint.every_epochs", cfg.checkpoint.every_epochs >= 1, ">= 1"),
         ("checkpoint.latest_every_steps", cfg.checkpoint.latest_every_steps >= 0, ">= 0 (0 = only at epoch ends)"),
-        ("tracking.backend", cfg.tracking.backend in ("aim", "aim_remote", "off"), "aim, aim_remote or off"),
     ]
     for key, ok, want in rules:
         if not ok:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)!r} is impossible: it must be {want}")
-    if cfg.tracking.backend == "aim_remote" and not str(cfg.tracking.uri or "").startswith("aim://"):
-        raise ConfigError(f"tracking.uri={cfg.tracking.uri!r}: tracking=aim_remote needs aim://host:port")

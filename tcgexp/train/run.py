@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import mlx.core as mx
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from ..cache import from_config as make_cache
-from ..config import validate
+from ..config import build, validate
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader, assemble
 from ..progress import report_console
-from ..track import job_context, make_tracker
+from ..track import job_context
 from .batch import prepare
 from .blas import load_fast_blas
 from .diverge import DivergenceError
@@ -68,7 +68,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     try:
         workers = int(cfg.cache.prefetch_workers)
         loaders = [Loader(c, TRAIN_COLUMNS, workers=workers, transform=transform) for c in caches]
-        tracker = make_tracker(cfg, context=job_context(run_dir), resume_hash=learner.aim_hash)
+        tracker = build(cfg.tracking)(hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(run_dir),
+                                      resume_hash=learner.aim_hash)
         display = RunDisplay()
         hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas)
         loop = Loop(planner=data.planner, stepper=stepper, schedule=learner.schedule, train_loader=loaders[0],
