@@ -38,9 +38,15 @@ def test_two_job_sweep_tracks_to_aim_and_reports(tmp_path):
         job_cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
         assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(job_cfg, resolve=True)))
         assert run["overrides"] == OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
+        cache = str(job_cfg.cache.policy)  # the smoke sweep varies cache=off,plan: the choice is the policy
+        assert run.name == f"cache={cache}" and run["swept"] == {"cache": cache}, (run.name, run["swept"])
+        assert run["status"] == "completed" and "failed" not in run.props.tags
         result = json.loads((job_dir / "result.json").read_text())
         steps, evals = result["processed"]["optimizer_steps"], len(result["history"])
         metrics = {m.name: len(m.values.values_list()) for m in run.metrics()}
+        subsets = {m.name: m.context.to_dict().get("subset") for m in run.metrics()}
+        assert subsets["train/loss"] == subsets["cache_train/hits"] == "train"
+        assert subsets["val/loss"] == subsets["cache_val/hits"] == "val"
         for name in result["cache"]["train"]:
             assert metrics[f"cache_train/{name}"] == steps, name
             assert metrics[f"cache_val/{name}"] == evals, name
