@@ -44,3 +44,32 @@ def test_metrics_keep_their_names_and_get_a_subset_context():
                                                                  "val/loss": 3, "cache_val/hits": 4}))
     assert groups == {"train": {"train/loss": 1.0, "lr": 0.1, "cache_train/hits": 2.0},
                       "val": {"val/loss": 3.0, "cache_val/hits": 4.0}}
+
+
+def test_the_screenshot_tool_needs_a_folder_and_queries_one_sweep(tmp_path, capsys):
+    import json as _json
+
+    import pytest
+
+    from tcgexp.track import screenshot
+
+    with pytest.raises(SystemExit):
+        screenshot.main(["--repo", str(tmp_path)])  # no --out: never over docs/ by default
+    assert "--out" in capsys.readouterr().err
+    (tmp_path / "sweep").mkdir()
+    sid = screenshot.sweep_id(str(tmp_path / "sweep"))
+    assert len(sid) == 12 and screenshot.sweep_id(sid) == sid
+    pages = screenshot.pages("http://h", str(tmp_path / "sweep"), ["swept.cache"])
+    for url, _ in pages.values():
+        state = url.split("select=")[1]
+        assert f'run.sweep.id == \\"{sid}\\"' in _decode(state) or f'run.sweep.id == "{sid}"' in _decode(state)
+    assert any('"swept.cache"' in step and '"status"' in step for step in pages["aim_runs"][1])
+    assert _json.loads(_decode(screenshot.aim_state({"a": 1}))) == {"a": 1}
+
+
+def _decode(state: str) -> str:
+    import base64
+    import urllib.parse
+
+    raw = state[2:].replace("-", "+").replace("_", "/")
+    return urllib.parse.unquote(base64.b64decode(raw + "=" * (-len(raw) % 4)).decode())

@@ -173,7 +173,7 @@ def test_aim_ui_shows_the_sweep_in_headless_chromium(tmp_path):
     res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}")
     assert res.returncode == 0, res.stderr[-3000:]
     shot = subprocess.run([sys.executable, "-m", "tcgexp.track.screenshot", "--repo", str(tmp_path / "aim"),
-                           "--out", str(tmp_path / "shots"), "--settle", "8"],
+                           "--sweep", str(tmp_path / "sweep"), "--out", str(tmp_path / "shots"), "--settle", "8"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert shot.returncode == 0, shot.stderr[-3000:]
     for name in ("aim_runs.png", "aim_metrics.png"):
