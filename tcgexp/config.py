@@ -208,11 +208,27 @@ class CheckpointConfig:
 
 @dataclass
 class TrackingConfig:
-    backend: str = MISSING  # aim | aim_remote | off
-    repo: Optional[str] = None  # aim: the folder holding .aim/
-    uri: Optional[str] = None  # aim_remote: aim://host:port of a running `aim server`
-    CHECKS: ClassVar[tuple] = (("uri", lambda v: v is None or str(v).startswith("aim://"), "aim://host:port"),)
+    """A tracker factory: ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
     experiment: Optional[str] = None  # default: named after the sweep (or the single run)
+
+
+@dataclass
+class AimTrackingConfig(TrackingConfig):
+    repo: Optional[str] = "."  # the folder holding .aim/
+
+
+@dataclass
+class AimRemoteTrackingConfig(TrackingConfig):
+    uri: str = "aim://127.0.0.1:53800"  # a running `aim server`
+    CHECKS: ClassVar[tuple] = (("uri", lambda v: str(v).startswith("aim://"), "aim://host:port of a running aim server"),)
+
+
+@dataclass
+class OffTrackingConfig(TrackingConfig):
+    pass
 
 
 @dataclass
@@ -261,7 +277,9 @@ GROUPS: dict[str, type] = {
 
 # per-option schemas where options differ (a base schema, one subclass per kind of option)
 OPTION_SCHEMAS = [("cache", "flat", FlatCacheConfig), ("cache", "hot60", Hot60CacheConfig),
-                  ("optimizer", "adamw", AdamWConfig), ("optimizer", "sgd", SGDConfig)]
+                  ("optimizer", "adamw", AdamWConfig), ("optimizer", "sgd", SGDConfig),
+                  ("tracking", "aim", AimTrackingConfig), ("tracking", "aim_remote", AimRemoteTrackingConfig),
+                  ("tracking", "off", OffTrackingConfig)]
 
 
 def register_configs() -> None:

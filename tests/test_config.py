@@ -83,3 +83,21 @@ def test_impossible_values_are_refused_before_any_work(override, key, tmp_path):
         train(cfg, run_dir=tmp_path / "run")
     assert key in str(err.value) and "must be" in str(err.value) or "needs" in str(err.value)
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists(), "refused before any work"
+
+
+@pytest.mark.parametrize("choice, cls", [("aim", "tcgexp.track.aim_run.AimTracker"),
+                                         ("aim_remote", "tcgexp.track.remote.RemoteAimTracker"),
+                                         ("off", "tcgexp.track.NullTracker")])
+def test_each_tracking_choice_is_a_partial_of_its_tracker(choice, cls):
+    from tcgexp.config import build
+
+    factory = build(compose_config(f"tracking={choice}").tracking)
+    assert f"{factory.func.__module__}.{factory.func.__qualname__}" == cls
+    assert "backend" not in compose_config(f"tracking={choice}").tracking
+
+
+def test_a_remote_tracker_refuses_a_uri_that_is_not_aim():
+    from tcgexp.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"tracking\.uri='http://x' is impossible: it must be aim://host:port"):
+        validate(compose_config("tracking=aim_remote", "tracking.uri=http://x"))

@@ -1,9 +1,11 @@
-"""Experiment tracking: one Aim run per job (``tracking=aim`` / ``aim_remote``), or nothing (``off``)."""
+"""Experiment tracking: one Aim run per job (``tracking=aim`` / ``aim_remote``), or nothing (``off``).
+
+Trackers are built by Hydra from ``conf/tracking/*.yaml`` (each a partial of
+its class): ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
+"""
 from __future__ import annotations
 
 from typing import Optional, Protocol
-
-from omegaconf import DictConfig
 
 from .context import JobContext, job_context
 
@@ -21,7 +23,12 @@ class Tracker(Protocol):
 
 
 class NullTracker:
+    """``tracking=off``: takes whatever a tracker is built with, records nothing."""
+
     hash = None
+
+    def __init__(self, **_) -> None:
+        pass
 
     def track(self, values, *, step, epoch=None) -> None:
         pass
@@ -36,19 +43,4 @@ class NullTracker:
         pass
 
 
-def make_tracker(cfg: DictConfig, *, context: JobContext, resume_hash: Optional[str] = None) -> Tracker:
-    backend = str(cfg.tracking.backend)
-    if backend == "off":
-        return NullTracker()
-    from .aim_run import AimTracker, experiment_name, run_attributes  # Aim loads only when tracking is on
-
-    if backend == "aim_remote":
-        from .remote import RemoteAimTracker
-
-        return RemoteAimTracker(str(cfg.tracking.uri), {
-            "experiment": experiment_name(cfg, context), "resume_hash": resume_hash,
-            "attrs": run_attributes(cfg, context)})
-    return AimTracker(cfg, context=context, resume_hash=resume_hash)
-
-
-__all__ = ["Tracker", "NullTracker", "make_tracker", "JobContext", "job_context"]
+__all__ = ["Tracker", "NullTracker", "JobContext", "job_context"]

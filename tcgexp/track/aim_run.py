@@ -1,38 +1,62 @@
 """Aim tracking for one job: hparams = the resolved config; metrics by name prefix.
 
-``train/*``, ``lr`` and ``cache_train/*`` each optimizer step; ``val/*`` and
-``cache_val/*`` each validation. ``run["overrides"]``, ``run["sweep"]`` and
-``run["job_num"]`` let the UI group and filter a sweep, whose jobs share an
-Aim experiment named after it. A resumed job continues the same Aim run (its
-hash travels in the checkpoint). ``tracking=aim_remote`` runs the same in a
-child process (``remote.py``).
+``train/*``, ``lr`` and ``cache_train/*`` each optimizer step, in Aim context
+``{"subset": "train"}``; ``val/*`` and ``cache_val/*`` each validation, in
+``{"subset": "val"}`` (so the UI can group by subset). The run is named after
+what sets the job apart (``cache=plan tbptt.chunk=32``) and ``run["swept"]``
+holds those values as a dict (the runs table's columns); ``run["overrides"]``,
+``run["sweep"]`` and ``run["job_num"]`` let the UI group and filter a sweep,
+whose jobs share an Aim experiment named after it. ``run["status"]`` is
+"running", then "completed", "stopped" or "failed" (with ``run["error"]`` and
+tag "failed"). A resumed job continues the same Aim run (its hash travels in
+the checkpoint). ``tracking=aim_remote`` runs the same in a child process
+(``remote.py``).
+
+Built by Hydra (``conf/tracking/aim.yaml``):
+``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
 """
 from __future__ import annotations
 
 import logging
 import sys
 from pathlib import Path
-from typing import Optional
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any, Optional
 
 from .context import JobContext
 
+SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
+
+
+def subset_of(name: str) -> Optional[str]:
+    """The Aim context subset of a metric name: "train", "val", or None (no context)."""
+    for prefix, subset in SUBSETS:
+        if name == prefix or (prefix.endswith("/") and name.startswith(prefix)):
+            return subset
+    return None
+
+
+def by_context(values: dict[str, float]) -> list[tuple[dict, dict[str, float]]]:
+    """`values` split into (context, values) groups: one Aim ``track`` call each."""
+    groups: dict[Optional[str], dict[str, float]] = {}
+    for name, value in values.items():
+        groups.setdefault(subset_of(name), {})[name] = float(value)
+    return [({"subset": subset} if subset else {}, group) for subset, group in groups.items()]
+
 
 class AimTracker:
-    def __init__(self, cfg: DictConfig, *, context: JobContext, resume_hash: Optional[str] = None) -> None:
+    def __init__(self, *, repo: Optional[str], experiment: Optional[str], hparams: dict, context: JobContext,
+                 resume_hash: Optional[str] = None) -> None:
         import aim
 
         logging.getLogger("aim").setLevel(logging.WARNING)  # its INFO chatter would drown the run's report
         logging.getLogger("aim.ext.transport").setLevel(logging.CRITICAL)  # we say it once, ourselves
-        self.where = str(ensure_repo(cfg.tracking.repo))
+        self.where = str(ensure_repo(repo))
         self.run = None
         self.hash: Optional[str] = None
         try:
             self.run = aim.Run(run_hash=resume_hash, repo=self.where,
-                               experiment=experiment_name(cfg, context))
-            for key, value in run_attributes(cfg, context).items():
-                self.run[key] = value
+                               experiment=experiment_name(experiment, context))
+            apply_attributes(self.run, run_attributes(hparams, context))
             self.hash = self.run.hash
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
@@ -49,8 +73,9 @@ class AimTracker:
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
         if self.run is None:
             return
-        try:  # one call for the whole dict: one message to a remote server, not one per metric
-            self.run.track({name: float(value) for name, value in values.items()}, step=step, epoch=epoch)
+        try:  # one call per context: one message to a remote server, not one per metric
+            for context, group in by_context(values):
+                self.run.track(group, step=step, epoch=epoch, context=context)
         except Exception as exc:  # noqa: BLE001
             self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")
 
@@ -83,18 +108,27 @@ class AimTracker:
                 print(f"[tracking] closing the Aim run at {self.where} failed ({exc})", file=sys.stderr)
 
 
-def run_attributes(cfg: DictConfig, context: JobContext) -> dict:
-    """What a job's Aim run records beside its metrics: config, overrides, sweep membership."""
-    attrs = {"hparams": OmegaConf.to_container(cfg, resolve=True), "overrides": list(context.overrides),
-             "status": "running"}
+def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
+    """What a job's Aim run records beside its metrics: its name, config, overrides, sweep membership."""
+    attrs: dict[str, Any] = {"name": context.name, "hparams": hparams, "overrides": list(context.overrides),
+                             "swept": context.swept, "status": "running", "error": None}
     if context.in_sweep:
         attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
         attrs["job_num"] = context.job_num
     return attrs
 
 
-def experiment_name(cfg: DictConfig, context: JobContext) -> str:
-    return str(cfg.tracking.experiment or context.experiment or "tcgexp")
+def apply_attributes(run, attrs: dict[str, Any]) -> None:
+    """Set `attrs` on an Aim run; "name" is the run's name (``run.name``), not a param."""
+    for key, value in attrs.items():
+        if key == "name":
+            run.name = value
+        else:
+            run[key] = value
+
+
+def experiment_name(experiment: Optional[str], context: JobContext) -> str:
+    return str(experiment or context.experiment or "tcgexp")
 
 
 def ensure_repo(path: Optional[str | Path]) -> Path:

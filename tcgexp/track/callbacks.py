@@ -22,7 +22,7 @@ from .summary import write_summary
 
 class SweepReport(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("tracking") and str(config.tracking.backend) == "aim":
+        if config.get("tracking") and config.tracking.get("repo") is not None:  # a local Aim repo
             from .aim_run import ensure_repo
 
             ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it

@@ -1,10 +1,18 @@
-"""Where a job sits: its sweep, its number in it, its overrides (from Hydra, when Hydra runs it)."""
+"""Where a job sits: its sweep, its number in it, its overrides (from Hydra, when Hydra runs it).
+
+A job is named after what sets it apart (``cache=plan tbptt.chunk=32``): in a
+sweep, the overrides whose key the sweep varies (read from the sweep's
+``multirun.yaml``, which Hydra writes before it launches any job, with any
+launcher); outside one, its overrides less ``hydra.*`` and paths.
+"""
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterable, Optional
+
+PATH_KEYS = ("root", "repo", "dir", "uri", "resume", "path")  # where things live, not what a job is
 
 
 @dataclass(frozen=True)
@@ -14,10 +22,76 @@ class JobContext:
     job_num: Optional[int] = None
     overrides: list[str] = field(default_factory=list)
     experiment: Optional[str] = None  # the Aim experiment: named after the sweep, or the single run
+    swept_keys: Optional[frozenset[str]] = None  # keys the sweep varies; None = not known
 
     @property
     def in_sweep(self) -> bool:
         return self.sweep_id is not None
+
+    @property
+    def distinct(self) -> list[str]:
+        """The overrides that set this job apart from its sweep (or from the defaults)."""
+        return distinct_overrides(self.overrides, self.swept_keys)
+
+    @property
+    def name(self) -> str:
+        """The run's name: its distinct overrides joined by spaces, or "defaults"."""
+        return " ".join(self.distinct) or "defaults"
+
+    @property
+    def swept(self) -> dict[str, Any]:
+        """The distinct overrides as {key: value}: the runs table's columns (``run["swept"]``)."""
+        out = {}
+        for key, value in (_split(o) for o in self.distinct):
+            out[key] = _typed(f"{key}={value}", value)
+        return out
+
+
+def _split(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def _typed(override: str, raw: str) -> Any:
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        value = OverridesParser.create().parse_override(override).value()
+        return value if isinstance(value, (str, int, float, bool)) or value is None else raw
+    except Exception:  # noqa: BLE001 - a name is never worth failing a job over
+        return raw
+
+
+def is_path_like(override: str) -> bool:
+    key, value = _split(override)
+    return key.rsplit(".", 1)[-1].rsplit("/", 1)[-1] in PATH_KEYS or value.startswith(("/", "~", "./", "../"))
+
+
+def distinct_overrides(overrides: Iterable[str], swept_keys: Optional[frozenset[str]] = None) -> list[str]:
+    out = []
+    for o in overrides:
+        key, _ = _split(o)
+        if key.startswith("hydra") or is_path_like(o):
+            continue
+        if swept_keys is not None and key not in swept_keys:
+            continue
+        out.append(o)
+    return out
+
+
+def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
+    """The keys a sweep varies: its sweep overrides (``a=1,2``, ``range(..)``) and ``hydra.sweeper.params``."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf
+
+        sweep = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
+        keys = {str(k).lstrip("+~") for k in (OmegaConf.select(sweep, "hydra.sweeper.params") or {})}
+        task = list(OmegaConf.select(sweep, "hydra.overrides.task") or [])
+        keys |= {o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()}
+        return frozenset(keys) or None  # a sweep of one job: name it by its overrides
+    except Exception:  # noqa: BLE001 - no multirun.yaml (another sweeper?): fall back to all overrides
+        return None
 
 
 def job_context(run_dir: Optional[Path] = None) -> JobContext:
@@ -34,6 +108,6 @@ def job_context(run_dir: Optional[Path] = None) -> JobContext:
         sweep_dir = str(Path(hc.sweep.dir).absolute())
         sweep_id = hashlib.sha1(sweep_dir.encode()).hexdigest()[:12]
         name = f"sweep {Path(hc.sweep.dir).parent.name}/{Path(hc.sweep.dir).name}"
-        return JobContext(sweep_id, sweep_dir, int(hc.job.num), overrides, name)
+        return JobContext(sweep_id, sweep_dir, int(hc.job.num), overrides, name, swept_keys(Path(sweep_dir)))
     run_dir = Path(hc.runtime.output_dir)
     return JobContext(None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}")

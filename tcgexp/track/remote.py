@@ -20,13 +20,20 @@ import time
 from typing import Optional
 from urllib.parse import urlparse
 
+from .context import JobContext
+
 CHECK_SECONDS = 5.0
 START_SECONDS = 60.0
 
 
 class RemoteAimTracker:
-    def __init__(self, uri: str, init: dict) -> None:
-        self.uri = uri
+    def __init__(self, *, uri: str, experiment: Optional[str], hparams: dict, context: JobContext,
+                 resume_hash: Optional[str] = None) -> None:
+        from .aim_run import experiment_name, run_attributes
+
+        init = {"experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
+                "attrs": run_attributes(hparams, context)}
+        self.uri = uri = str(uri)
         url = urlparse(uri)
         self.address = (url.hostname or "127.0.0.1", url.port or 53800)
         self.hash: Optional[str] = None
@@ -133,12 +140,13 @@ def child() -> None:
 
     import aim
 
+    from .aim_run import apply_attributes, by_context
+
     logging.getLogger("aim").setLevel(logging.CRITICAL)
     init = json.loads(sys.stdin.readline())
     try:
         run = aim.Run(run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"])
-        for key, value in init["attrs"].items():
-            run[key] = value
+        apply_attributes(run, init["attrs"])
     except Exception as exc:  # noqa: BLE001
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return
@@ -155,7 +163,8 @@ def child() -> None:
             if msg.get("untag") in (run.props.tags or []):
                 run.remove_tag(msg["untag"])
             continue
-        run.track(msg["values"], step=msg["step"], epoch=msg["epoch"])
+        for context, group in by_context(msg["values"]):
+            run.track(group, step=msg["step"], epoch=msg["epoch"], context=context)
     run.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 METRICS_QUERY = ('(metric.name == "val/loss") or (metric.name == "train/loss") or '
                  '(metric.name == "cache_train/hit_rate_pct") or (metric.name == "cache_train/bytes_loaded")')
@@ -56,35 +58,115 @@ def wait_http(url: str, seconds: float) -> None:
             time.sleep(0.3)
 
 
-async def capture(devtools_port: int, pages: dict[str, str], out: Path, settle: float) -> None:
+async def _call(ws, ids: list[int], method: str, params: Optional[dict] = None) -> dict:
+    """One DevTools command; its reply (events in between are skipped)."""
+    ids[0] += 1
+    await ws.send(json.dumps({"id": ids[0], "method": method, "params": params or {}}))
+    while True:
+        msg = json.loads(await ws.recv())
+        if msg.get("id") == ids[0]:
+            return msg
+
+
+async def _js(ws, ids: list[int], expression: str):
+    reply = await _call(ws, ids, "Runtime.evaluate", {"expression": expression, "returnByValue": True})
+    return reply.get("result", {}).get("result", {}).get("value")
+
+
+SKIP_TOUR = "for (const b of document.querySelectorAll('button')) { if (b.textContent.trim() === 'Skip') b.click(); }"
+RELOAD = "<reload>"  # a step of a page's script list: reload it and let it draw again
+
+
+def arrange_runs_table(pinned: list[str]) -> str:
+    """JS: pin `pinned` columns left of the runs table and unhide them (Aim keeps the table's layout in
+    localStorage "runsTable", in the same O- encoding as its URL state; there is no URL for it)."""
+    return ("(() => { const raw = localStorage.getItem('runsTable'); if (!raw) return null;"
+            " const t = JSON.parse(decodeURIComponent(atob(raw.slice(2).replace(/-/g, '+').replace(/_/g, '/'))));"
+            f" const pinned = {json.dumps(pinned)};"
+            " t.hiddenColumns = (t.hiddenColumns || []).filter(c => !pinned.includes(c));"
+            " const order = t.columnsOrder || {};"
+            " t.columnsOrder = {left: pinned, middle: (order.middle || []).filter(c => !pinned.includes(c)),"
+            " right: (order.right || []).filter(c => !pinned.includes(c))};"
+            " localStorage.setItem('runsTable', 'O-' + btoa(encodeURI(JSON.stringify(t)))"
+            ".replace(/=/g, '').replace(/[+]/g, '-').replace(/[/]/g, '_'));"
+            " return t.columnsOrder; })()")
+
+
+TABLE_DIFF = ("(() => { for (const b of document.querySelectorAll('button')) "
+              "{ if (b.textContent.trim() === 'Show Table Diff' && !b.disabled) { b.click(); return true; } } "
+              "return false; })()")
+
+
+async def capture(devtools_port: int, pages: dict[str, tuple[str, list[str]]], out: Path, settle: float) -> None:
+    """Each page: open its URL, let it draw, run its scripts (a second apart), save a PNG."""
     import websockets
 
-    for name, url in pages.items():
+    for name, (url, scripts) in pages.items():
         req = urllib.request.Request(f"http://127.0.0.1:{devtools_port}/json/new?{urllib.parse.quote(url, safe='')}",
                                      method="PUT")
         target = json.loads(urllib.request.urlopen(req, timeout=10).read())
         async with websockets.connect(target["webSocketDebuggerUrl"], max_size=2**26) as ws:
+            ids = [0]
             await asyncio.sleep(settle)  # the explorers fetch, then draw: give them real time
-            skip = ("for (const b of document.querySelectorAll('button')) "
-                    "{ if (b.textContent.trim() === 'Skip') b.click(); }")
-            await ws.send(json.dumps({"id": 1, "method": "Runtime.evaluate", "params": {"expression": skip}}))
-            await ws.recv()
-            await asyncio.sleep(1.0)
-            await ws.send(json.dumps({"id": 2, "method": "Page.captureScreenshot", "params": {"format": "png"}}))
-            while True:
-                msg = json.loads(await ws.recv())
-                if msg.get("id") == 2:
-                    break
-            (out / f"{name}.png").write_bytes(base64.b64decode(msg["result"]["data"]))
+            for script in [SKIP_TOUR, *scripts]:
+                if script == RELOAD:
+                    await _call(ws, ids, "Page.reload")
+                    await asyncio.sleep(settle)
+                    continue
+                result = await _js(ws, ids, script)
+                if os.environ.get("TCGEXP_SCREENSHOT_DEBUG"):
+                    print(name, script[:60], "->", result)
+                await asyncio.sleep(1.5)
+            shot = await _call(ws, ids, "Page.captureScreenshot", {"format": "png"})
+            (out / f"{name}.png").write_bytes(base64.b64decode(shot["result"]["data"]))
 
 
-def main() -> None:
+def sweep_id(sweep: str) -> str:
+    """A sweep dir (as jobs record it in run["sweep"]["dir"]) or an id, as the id jobs record."""
+    path = Path(sweep).expanduser()
+    if path.is_dir():
+        return hashlib.sha1(str(path.absolute()).encode()).hexdigest()[:12]  # as context.job_context does
+    return sweep
+
+
+def swept_columns(repo: str, sweep: Optional[str]) -> list[str]:
+    """The runs table's columns for what the sweep varies (``run["swept"]``: ``swept.cache``, ...)."""
+    from .aim_run import open_repo
+
+    wanted = sweep_id(sweep) if sweep else None
+    keys: list[str] = []
+    for run in open_repo(repo).iter_runs():
+        try:
+            if wanted and (run["sweep"] or {}).get("id") != wanted:
+                continue
+            swept = run["swept"] or {}
+        except KeyError:  # a run from before runs recorded these
+            continue
+        keys += [k for k in swept if k not in keys]
+    return [f"swept.{k}" for k in keys]
+
+
+def pages(base: str, sweep: Optional[str], columns: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """The runs explorer (one sweep; the run name, what it varies and its status pinned left; only
+    columns that differ between its runs, Aim's "Show Table Diff") and the metrics explorer."""
+    where = f'run.sweep.id == "{sweep_id(sweep)}"' if sweep else ""
+    metrics = f"({METRICS_QUERY}) and {where}" if where else METRICS_QUERY
+    runs = {"options": [], "query": where, "advancedMode": False, "advancedQuery": ""}
+    select = {"options": [], "query": "", "advancedMode": True, "advancedQuery": metrics}
+    return {"aim_runs": (f"{base}/runs?select={aim_state(runs)}",
+                         [TABLE_DIFF, arrange_runs_table(["run", *columns, "status"]), RELOAD]),
+            "aim_metrics": (f"{base}/metrics?select={aim_state(select)}", [])}
+
+
+def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tcgexp.track.screenshot")
     p.add_argument("--repo", default=".", help="the folder holding .aim/")
-    p.add_argument("--out", default="docs")
+    p.add_argument("--out", required=True, help="the folder for aim_runs.png and aim_metrics.png")
+    p.add_argument("--sweep", default=None,
+                   help="a sweep dir (hydra.sweep.dir) or its id (run.sweep.id): show only its runs")
     p.add_argument("--settle", type=float, default=12.0, help="seconds to let each page draw")
     p.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     port, devtools = free_port(), free_port()
@@ -98,11 +180,9 @@ def main() -> None:
                                     f"--remote-debugging-port={devtools}", "about:blank"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         wait_http(f"http://127.0.0.1:{devtools}/json/version", 60)
-        select = {"options": [], "query": "", "advancedMode": True, "advancedQuery": METRICS_QUERY}
-        pages = {"aim_runs": f"http://127.0.0.1:{port}/runs",
-                 "aim_metrics": f"http://127.0.0.1:{port}/metrics?select={aim_state(select)}"}
-        asyncio.run(capture(devtools, pages, out, args.settle))
-        print("\n".join(str(out / f"{n}.png") for n in pages))
+        shots = pages(f"http://127.0.0.1:{port}", args.sweep, swept_columns(args.repo, args.sweep))
+        asyncio.run(capture(devtools, shots, out, args.settle))
+        print("\n".join(str(out / f"{n}.png") for n in shots))
     finally:
         for proc in (browser, aim):
             if proc is not None and proc.poll() is None:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import mlx.core as mx
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from ..config import build, validate
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
-from ..track import job_context, make_tracker
+from ..track import job_context
 from .batch import prepare
 from .blas import load_fast_blas
 from .diverge import DivergenceError
@@ -66,8 +66,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
                                                        name=name, memory_probe=memory_probe))
                   for name in ("train", "val")]
         loaders = [build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches]
-        tracker = stack.enter_context(tracked(make_tracker(cfg, context=job_context(run_dir),
-                                                           resume_hash=learner.aim_hash)))
+        tracker = stack.enter_context(tracked(build(cfg.tracking)(
+            hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(run_dir),
+            resume_hash=learner.aim_hash)))
         display = RunDisplay()
         hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas)
         loop = Loop(planner=data.planner, stepper=stepper, train_loader=loaders[0], val_loader=loaders[1],

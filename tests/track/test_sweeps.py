@@ -38,9 +38,15 @@ def test_two_job_sweep_tracks_to_aim_and_reports(tmp_path):
         job_cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
         assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(job_cfg, resolve=True)))
         assert run["overrides"] == OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
+        cache = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices.cache  # off or plan
+        assert run.name == f"cache={cache}" and run["swept"] == {"cache": cache}, (run.name, run["swept"])
+        assert run["status"] == "completed" and "failed" not in run.props.tags
         result = json.loads((job_dir / "result.json").read_text())
         steps, evals = result["processed"]["optimizer_steps"], len(result["history"])
         metrics = {m.name: len(m.values.values_list()) for m in run.metrics()}
+        subsets = {m.name: m.context.to_dict().get("subset") for m in run.metrics()}
+        assert subsets["train/loss"] == subsets["cache_train/hits"] == "train"
+        assert subsets["val/loss"] == subsets["cache_val/hits"] == "val"
         for name in result["cache"]["train"]:
             assert metrics[f"cache_train/{name}"] == steps, name
             assert metrics[f"cache_val/{name}"] == evals, name
@@ -167,7 +173,7 @@ def test_aim_ui_shows_the_sweep_in_headless_chromium(tmp_path):
     res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}")
     assert res.returncode == 0, res.stderr[-3000:]
     shot = subprocess.run([sys.executable, "-m", "tcgexp.track.screenshot", "--repo", str(tmp_path / "aim"),
-                           "--out", str(tmp_path / "shots"), "--settle", "8"],
+                           "--sweep", str(tmp_path / "sweep"), "--out", str(tmp_path / "shots"), "--settle", "8"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert shot.returncode == 0, shot.stderr[-3000:]
     for name in ("aim_runs.png", "aim_metrics.png"):

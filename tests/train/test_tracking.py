@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from aim.storage.context import Context
 from omegaconf import OmegaConf
 
 from tcgexp.track.aim_run import open_repo
@@ -19,14 +20,18 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
     run = runs[0]
     assert run.experiment == "unit"
     assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True)))
-    metrics = {(m.name): m for m in run.metrics()}
+    assert run.name == "defaults" and run["swept"] == {} and run["status"] == "completed"
+    # names as in the README, in Aim context {"subset": "train"} / {"subset": "val"} for grouping
+    metrics = {(m.name, m.context.to_dict().get("subset")): m for m in run.metrics()}
     steps = result["processed"]["optimizer_steps"]
     for name in ("train/loss", "train/policy", "lr", "train/grad_norm", "cache_train/hits", "cache_train/misses",
                  "cache_train/hit_rate_pct", "cache_train/bytes_loaded"):
-        assert name in metrics, name
-        assert len(metrics[name].values.values_list()) == steps, name
+        assert (name, "train") in metrics, name
+        assert len(metrics[name, "train"].values.values_list()) == steps, name
     for name in ("val/loss", "val/accuracy", "val/policy_early", "cache_val/hits"):
-        assert len(metrics[name].values.values_list()) == 1, name
+        assert len(metrics[name, "val"].values.values_list()) == 1, name
+    assert {subset for name, subset in metrics if not name.startswith("__system__")} == {"train", "val"}
+    assert len(run.get_metric("val/loss", Context({"subset": "val"})).values.values_list()) == 1
 
 
 def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
