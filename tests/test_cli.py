@@ -9,6 +9,7 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+from omegaconf import OmegaConf
 import pytest
 
 from tcgexp.config import build, compose
@@ -104,3 +105,34 @@ def test_multirun_sweeps_with_the_basic_launcher(tmp_path):
     results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in range(2)]
     assert [r["processed"]["optimizer_steps"] > 0 for r in results] == [True, True]
     assert (sweep / "multirun.yaml").exists()
+
+
+def test_resume_alone_continues_and_refuses_what_would_change_the_result(tmp_path):
+    """`resume=<run dir>` needs nothing else: the checkpoint's overrides are the base."""
+    tiny = [f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=600", "dataset.row_group_rows=128",
+            "tbptt.batch_size=64", "tbptt.chunk=8", "model.hidden=16", "trainer.epochs=2", "tracking=off",
+            "cache=lru"]
+    whole = run("tcgexp.train", *tiny, f"hydra.run.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr
+    first = run("tcgexp.train", *tiny, "trainer.max_steps=4", f"hydra.run.dir={tmp_path / 'first'}")
+    assert first.returncode == 0, first.stderr
+    assert json.loads((tmp_path / "first" / "result.json").read_text())["status"] == "stopped"
+
+    refused = run("tcgexp.train", f"resume={tmp_path / 'first'}", "model.hidden=32", "trainer.max_steps=0",
+                  f"hydra.run.dir={tmp_path / 'x'}")
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: resume=") and "model.hidden=32" in refused.stderr
+    schedule = run("tcgexp.train", f"resume={tmp_path / 'first'}", "scheduler=constant", "trainer.max_steps=0",
+                   f"hydra.run.dir={tmp_path / 'y'}")
+    assert schedule.returncode != 0 and "scheduler.reset=true" in schedule.stderr
+
+    # cache and loader may change (they never change what is computed); nothing else is passed
+    rest = run("tcgexp.train", f"resume={tmp_path / 'first'}", "trainer.max_steps=0", "cache=plan", "loader.workers=0",
+               f"hydra.run.dir={tmp_path / 'rest'}")
+    assert rest.returncode == 0, rest.stderr
+    done = json.loads((tmp_path / "rest" / "result.json").read_text())
+    ran = OmegaConf.load(tmp_path / "rest" / ".hydra" / "config.yaml")
+    assert ran.model.hidden == 16 and ran.tbptt.chunk == 8 and ran.cache.policy._target_.endswith("PlanPolicy")
+    want = json.loads((tmp_path / "whole" / "result.json").read_text())
+    assert done["status"] == "completed" and done["processed"]["optimizer_steps"] == want["processed"]["optimizer_steps"]
+    assert done["final"]["loss"] == want["final"]["loss"], "the resumed run ends where the whole run ends"

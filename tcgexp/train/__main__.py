@@ -6,6 +6,7 @@ optimises (``hydra/sweeper=optuna``, nevergrad, ax) can drive it.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Optional
 
 import hydra
@@ -14,6 +15,7 @@ from omegaconf import DictConfig
 from ..cli import CONFIG_PATH  # registers the --help resolver; importing config registers the schemas
 from . import train
 from .errors import USER_ERRORS
+from .resume import resume_config
 
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
@@ -50,7 +52,10 @@ def main(cfg: DictConfig) -> Optional[float]:
 
     try:
         check_metric(cfg.get("optimized_metric"))
-        result = train(cfg)
+        overrides = list(HydraConfig.get().overrides.task)
+        if cfg.resume:  # the checkpoint's config is the base; this command line's overrides on top, checked
+            cfg, overrides = resume_config(cfg, overrides, Path(HydraConfig.get().runtime.output_dir))
+        result = train(cfg, overrides=overrides)
     except USER_ERRORS as exc:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise  # Hydra records the job as failed and the sweep goes on

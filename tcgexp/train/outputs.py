@@ -26,9 +26,10 @@ class StopRun(Exception):
 
 class RunHooks:
     def __init__(self, cfg: DictConfig, run_dir: Path, data: DataParts, learner: Learner, caches: tuple,
-                 tracker, display: RunDisplay, blas: str) -> None:
+                 tracker, display: RunDisplay, blas: str, overrides: Optional[list[str]] = None) -> None:
         self.cfg, self.data, self.learner, self.tracker, self.display, self.blas = cfg, data, learner, tracker, \
             display, blas
+        self.overrides = overrides
         self.train_cache, self.val_cache = caches
         self.ckpt_dir = run_dir / "checkpoints"
 
@@ -38,6 +39,8 @@ class RunHooks:
         payload = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
                    "blas": self.blas, "cache": {"train": self.train_cache.counters(), "val": self.val_cache.counters()},
                    **provenance(self.cfg, self.data.manifests)}
+        if self.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
+            payload["overrides"] = list(self.overrides)
         live = ckpt.SparseLanes.of(lr.memory.h, self.data.planner.live_lanes(p.epoch, p.position))
         write = lambda name: ckpt.save(self.ckpt_dir / name, model=lr.model, optimizer=lr.optimizer,  # noqa: E731
                                        lanes={"train": live}, state=payload)

@@ -58,7 +58,10 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
                               f"dataset config it was trained with (dataset.dates={sorted(was)})")
     old = OmegaConf.create(saved.get("config", {}))
     diffs = []
-    for key in PINNED:
+    # the schedule is the checkpoint's unless scheduler.reset=true: a change without it would be recorded, not run
+    schedule = () if cfg.scheduler.reset else ("scheduler._target_", "scheduler.warmup_steps",
+                                               "scheduler.total_steps", "scheduler.min_lr_ratio")
+    for key in PINNED + schedule:
         a, b = OmegaConf.select(old, key), OmegaConf.select(cfg, key)
         a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
         b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
@@ -66,4 +69,6 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
             diffs.append(f"{key}: {a!r} -> {b!r}")
     if diffs:
         raise CheckpointError(f"resume={path}: these settings differ from the checkpoint's and would change the "
-                              f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)")
+                              f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)"
+                              + ("; a new schedule needs scheduler.reset=true" if any(d.startswith("scheduler")
+                                                                                     for d in diffs) else ""))

@@ -39,11 +39,12 @@ def run_dir_from_hydra() -> Path:
 
 
 def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None,
-          memory_probe: Optional[Callable[[], float]] = None) -> dict[str, Any]:
+          memory_probe: Optional[Callable[[], float]] = None, overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json) and the model.
 
     `memory_probe` replaces the caches' psutil probe (a percent): how tests drive memory
-    pressure without exhausting the machine.
+    pressure without exhausting the machine. `overrides` (the command line's) go into every
+    checkpoint, so ``resume=<run dir>`` alone can compose the run again.
     """
     console = console or report_console()
     validate(cfg)  # impossible values are refused before anything is built or written
@@ -70,7 +71,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
             hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(run_dir),
             resume_hash=learner.aim_hash)))
         display = RunDisplay()
-        hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas)
+        hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas, overrides)
         loop = Loop(planner=data.planner, stepper=stepper, train_loader=loaders[0], val_loader=loaders[1],
                     train_cache=caches[0], val_cache=caches[1], memory=learner.memory,
                     val_memory=LaneMemory(len(data.index.lanes), learner.model.hidden),
