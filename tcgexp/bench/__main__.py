@@ -10,13 +10,17 @@ from . import corpus, loader, scale, scan, train
 BENCHES = {"corpus": corpus, "loader": loader, "scale": scale, "scan": scan, "train": train}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     script = os.path.basename(sys.argv[0])
-    parser = argparse.ArgumentParser(prog="python -m tcgexp.bench" if script == "__main__.py" else script)
-    sub = parser.add_subparsers(dest="name", required=True)
+    p = argparse.ArgumentParser(prog="python -m tcgexp.bench" if script == "__main__.py" else script)
+    sub = p.add_subparsers(dest="name", required=True)
     for name, mod in BENCHES.items():
         mod.add_arguments(sub.add_parser(name, help=mod.__doc__.splitlines()[0]))
-    args = parser.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     BENCHES[args.name].run(args)
 
 
