@@ -44,6 +44,12 @@ def provenance(cfg: DictConfig, manifests: list[dict]) -> dict:
     }
 
 
+def value_at(cfg, key: str):
+    """The plain value at dotted `key` (a node as a resolved dict), for comparing configs."""
+    v = OmegaConf.select(cfg, key)
+    return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+
+
 def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: Path) -> None:
     """Refuse a resume whose data or computation-shaping config differs from the checkpoint's."""
     data = {m["date"]: m["fingerprint"] for m in manifests}
@@ -62,9 +68,7 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
     schedule = () if cfg.scheduler.reset else ("scheduler._target_", "scheduler.warmup_steps",
                                                "scheduler.total_steps", "scheduler.min_lr_ratio")
     for key in PINNED + schedule:
-        a, b = OmegaConf.select(old, key), OmegaConf.select(cfg, key)
-        a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
-        b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
+        a, b = value_at(old, key), value_at(cfg, key)
         if a != b:
             diffs.append(f"{key}: {a!r} -> {b!r}")
     if diffs:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, compose
 from . import checkpoint as ckpt
+from .provenance import value_at
 
 # what a resume may change: how the run is carried out, never what it computes
 ALLOWED = ("trainer.epochs", "trainer.max_steps", "checkpoint", "tracking", "cache", "loader", "dataset.root",
@@ -57,10 +58,8 @@ def resume_config(cfg: DictConfig, overrides: Sequence[str],
         key = _key(o)
         if _allowed(key, bool(new.scheduler.reset)):
             continue
-        a, b = OmegaConf.select(was, key), OmegaConf.select(new, key)
-        a = OmegaConf.to_container(a, resolve=True) if OmegaConf.is_config(a) else a
-        b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
-        if a != b:
+        a = value_at(was, key)
+        if a != value_at(new, key):
             refused.append(f"{o.input_line} (the checkpoint has {key}={a!r})")
     if refused:
         raise ConfigError(f"resume={cfg.resume}: cannot change what the run computes: {'; '.join(refused)}; "
