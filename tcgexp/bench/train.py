@@ -87,7 +87,7 @@ def time_mlx(batches, lanes: int, hidden: int, old_scan: bool = False) -> float:
     from ..train.step import Stepper, to_mx
 
     mx.random.seed(0)
-    model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden)
+    model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
     if old_scan:
         from .scan import division_scan_32
 

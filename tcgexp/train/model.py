@@ -99,7 +99,7 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
 
 
 class RecurrentPolicy(nn.Module):
-    def __init__(self, feature_dim: int, action_dim: int, hidden: int = 128, memory: bool = True) -> None:
+    def __init__(self, feature_dim: int, action_dim: int, *, hidden: int, memory: bool) -> None:
         super().__init__()
         self.feature_dim, self.action_dim, self.hidden, self.memory = feature_dim, action_dim, hidden, memory
         in_dim = feature_dim + action_dim + 1

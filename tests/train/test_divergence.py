@@ -78,7 +78,7 @@ def test_a_diverged_run_is_marked_failed_in_aim(train_cfg, tmp_path):
 def test_checkpoints_refuse_non_finite_weights(tmp_path):
     from tcgexp.train.model import RecurrentPolicy
 
-    model = RecurrentPolicy(4, 3, hidden=8)
+    model = RecurrentPolicy(4, 3, hidden=8, memory=True)
     check_finite_weights(model, tmp_path)
     model.policy.bias = mx.array([0.0, float("nan"), 0.0])
     with pytest.raises(CheckpointError, match="policy.bias holds NaN"):

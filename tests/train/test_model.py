@@ -40,7 +40,7 @@ def split_chunk(inp, sizes, d0, d1):
 @pytest.fixture
 def model():
     mx.random.seed(0)
-    m = RecurrentPolicy(F, A, hidden=H)
+    m = RecurrentPolicy(F, A, hidden=H, memory=True)
     mx.eval(m.parameters())
     return m
 

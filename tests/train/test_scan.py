@@ -97,7 +97,7 @@ def test_model_loss_gradient_matches_the_per_decision_recurrence(T, gate_bias):
     F, A, Hm = 6, 5, 8
     rng = np.random.default_rng(T)
     mx.random.seed(T)
-    model = RecurrentPolicy(F, A, hidden=Hm)
+    model = RecurrentPolicy(F, A, hidden=Hm, memory=True)
     if gate_bias:
         model.gates.bias = mx.concatenate([mx.full((Hm,), gate_bias), mx.zeros((Hm,))])
     R = T  # one row per decision, one lane
