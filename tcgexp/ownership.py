@@ -27,6 +27,8 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+SPILL_MARKER = ".tcgexp-spill"  # a spill dir's marker, and its owner's lock file (tcgexp.cache.spill)
+
 
 def holder_info(kind: str) -> dict:
     """Who created or holds something: what it is, pid, host, start time (UTC)."""
@@ -79,6 +81,23 @@ def remove_owned(directory: Path, marker: str, *, what: str = "directory") -> bo
                       stacklevel=2)
         return False
     return True
+
+
+def remove_spill_root(spill_root: Path) -> None:
+    """A run's ``.cache_spill``: its marked spill dirs, then itself if that left it empty.
+
+    Each cache removes its own dir; what is left here is a stray of a dead run (removed) or
+    something tcgexp did not make (left, with a warning).
+    """
+    spill_root = Path(spill_root)
+    if spill_root.is_symlink() or not spill_root.is_dir():
+        return
+    for child in spill_root.iterdir():
+        remove_owned(child, SPILL_MARKER, what="spill dir")
+    try:
+        spill_root.rmdir()  # only ever removes an empty directory
+    except OSError:
+        pass
 
 
 def tree_bytes(directory: Path) -> int:

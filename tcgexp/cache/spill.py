@@ -42,11 +42,11 @@ from pathlib import Path
 import numpy as np
 
 from tcgexp.cache import registry
-from tcgexp.ownership import HeldLock, describe, held_by_someone, read_info, remove_owned
+from tcgexp.ownership import SPILL_MARKER, HeldLock, describe, held_by_someone, read_info, remove_owned
 
 log = logging.getLogger(__name__)
 
-MARKER = ".tcgexp-spill"  # proves a directory is ours to wipe; its flock says its owner lives
+MARKER = SPILL_MARKER  # proves a directory is ours to wipe; its flock says its owner lives
 _ARRAY_OVERHEAD = 512  # bound on one .npy header + its zip local/central entries
 _ARCHIVE_OVERHEAD = 1024  # bound on the zip end records
 
