@@ -82,8 +82,7 @@ class Reclaimed:
         if not self.dirs:
             return None
         shown = ", ".join(self.dirs[:3]) + (f" and {len(self.dirs) - 3} more" if len(self.dirs) > 3 else "")
-        return (f"[cache] reclaimed {self.bytes / 2**20:.1f} MiB of spill left by {len(self.dirs)} dead "
-                f"run(s): {shown}")
+        return f"[cache] reclaimed {self.bytes / 2**20:.1f} MiB of spill left by dead runs ({len(self.dirs)} dirs: {shown})"
 
 
 def reclaim(marker: str) -> Reclaimed:

@@ -81,7 +81,7 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
     mx.random.seed(int(cfg.seed))
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
-        console.print(reclaimed)
+        console.print(reclaimed, markup=False, soft_wrap=True)
 
     data = prepare_data(cfg)  # corpus, lane index, planner, the run's step counts
     learner = make_learner(cfg, data, blas=blas, console=console)  # model, optimizer + schedule, state
