@@ -124,18 +124,21 @@ class HeldLock:
         self._fh = None  # a file object, not a bare fd: if its holder is garbage-collected, so is the lock
 
     def acquire(self) -> Optional[dict]:
-        fh = open(self.path, "a+")  # never truncates what a live holder wrote before we know it is ours
+        # Held through a read-only handle: a file kept open for writing would stop its filesystem
+        # from being remounted read-only (EBUSY), and the holder has nothing to write after this.
+        fh = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644), "r")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.close()
             return read_info(self.path) or {"pid": "?", "host": "?", "started": "?"}
+        try:  # ours now: the holder's info, for whoever finds it held
+            with open(self.path, "r+") as out:
+                out.truncate(0)
+                out.write(json.dumps(holder_info(self.kind)))
         except BaseException:
             fh.close()
             raise
-        fh.truncate(0)
-        fh.write(json.dumps(holder_info(self.kind)))
-        fh.flush()
         self._fh = fh
         return None
 
