@@ -1,6 +1,7 @@
 """One fixture composes the real config (conf/) with tiny overrides."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,16 @@ def policy_of(name: str, capacity: int, **knobs):
     from tcgexp.config import build, option
 
     return build(option("cache", name, *[f"cache.policy.{k}={v}" for k, v in knobs.items()]).policy)(capacity)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_state_dir(tmp_path_factory):
+    """The spill registry (tcgexp.cache.registry) of this test session, never the user's: runs and the
+    subprocesses they start register and reclaim spill dirs here."""
+    previous = os.environ.get("TCGEXP_STATE_DIR")
+    os.environ["TCGEXP_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield Path(os.environ["TCGEXP_STATE_DIR"])
+    if previous is None:
+        os.environ.pop("TCGEXP_STATE_DIR", None)
+    else:
+        os.environ["TCGEXP_STATE_DIR"] = previous

@@ -84,7 +84,11 @@ class RowGroupCache:
         self._spill: SpillStore | None = None
         if spill and self.capacity > 0 and spill_budget_bytes > 0:
             directory = spill_dir if spill_dir is not None else tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-")
-            self._spill = SpillStore(directory, spill_budget_bytes)
+            try:
+                self._spill = SpillStore(directory, spill_budget_bytes)
+            except OSError as exc:  # unwritable or read-only: the spill is an optimisation, not the run
+                warnings.warn(f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be "
+                              "re-decoded from Parquet", RuntimeWarning, stacklevel=2)
 
     # -- keys ---------------------------------------------------------------
     @property

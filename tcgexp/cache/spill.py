@@ -12,11 +12,16 @@ Why each rule exists:
 - A byte budget covering finished files *and* writes in progress (reserved
   with a safe upper-bound estimate before writing): the seed's spill dirs once
   filled a disk mid-run, so the total is never allowed past the budget.
-- The directory is wiped when the store is created (a killed run leaves its
-  files behind) and removed by ``close()`` or, if that is forgotten, by a
+- The directory carries a marker (``.tcgexp-spill``: creating pid, host,
+  time) whose flock the store holds for its life (``tcgexp.ownership``): only
+  a marked directory is ever deleted, and a marked one whose lock is free
+  belongs to a dead run. It is registered (``registry.py``) so a later run
+  anywhere reclaims it after a SIGKILL; reopening the same path wipes it too.
+  It is removed by ``close()`` or, if that is forgotten, by a
   ``weakref.finalize`` (garbage collection or interpreter exit).
-- A write error (disk full) disables spilling for this store with one warning:
-  the cache keeps working, only slower.
+- An error of any kind while writing (disk full, a filesystem turned
+  read-only, even the cleanup's own unlink failing) disables spilling for this
+  store with one warning: the cache keeps working, only slower.
 
 Thread safety: a private lock guards the index and the counters; file I/O runs
 outside it. A load racing a budget drop of the same file is not an error.
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import uuid
 import warnings
@@ -37,9 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tcgexp.cache import registry
+from tcgexp.ownership import SPILL_MARKER, HeldLock, describe, held_by_someone, read_info, remove_owned
+
 log = logging.getLogger(__name__)
 
-MARKER = ".tcgexp-spill"  # proves a directory is ours to wipe
+MARKER = SPILL_MARKER  # proves a directory is ours to wipe; its flock says its owner lives
 _ARRAY_OVERHEAD = 512  # bound on one .npy header + its zip local/central entries
 _ARCHIVE_OVERHEAD = 1024  # bound on the zip end records
 
@@ -56,8 +63,22 @@ def _crc(arr: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).reshape(-1))
 
 
-def _remove_tree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _teardown(path: str, lock: HeldLock, entry) -> None:
+    """Forget the registry entry, remove the (marked) dir, then let go of the lock: in that order,
+    so no reclaimer ever sees a registered dir whose lock is free while its owner still lives."""
+    registry.unregister(entry)
+    try:
+        remove_owned(Path(path), MARKER, what="spill dir")
+    finally:
+        lock.release()
+
+
+def _quietly(fn, *args) -> None:
+    """Cleanup of a failed write: its own error (ENOENT, EROFS) must not end the run."""
+    try:
+        fn(*args)
+    except OSError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -73,8 +94,9 @@ class SpillStore:
     def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
         self.dir = Path(directory)
         self.budget = int(budget_bytes)
-        _prepare_dir(self.dir)
-        self._finalizer = weakref.finalize(self, _remove_tree, str(self.dir))
+        lock = _prepare_dir(self.dir)
+        entry = registry.register(self.dir)
+        self._finalizer = weakref.finalize(self, _teardown, str(self.dir), lock, entry)
         self._lock = threading.Lock()
         self._index: OrderedDict[object, _Entry] = OrderedDict()  # oldest write first
         self._writing: set = set()
@@ -141,15 +163,15 @@ class SpillStore:
                 np.savez(fh, **arrays)  # object dtypes were refused above
             size = tmp.stat().st_size
             os.replace(tmp, final)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
+        except Exception as exc:  # of any kind: the spill is a cache, never worth the run
+            _quietly(tmp.unlink, True)
             with self._lock:
                 self._reserved -= need
                 self._writing.discard(key)
                 self._disable(exc)
             return False
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _quietly(tmp.unlink, True)
             with self._lock:
                 self._reserved -= need
                 self._writing.discard(key)
@@ -160,7 +182,7 @@ class SpillStore:
             # size <= need by construction of the estimate; the check keeps the
             # budget exact even if that bound were ever wrong.
             if self.closed or self._bytes + self._reserved + size > self.budget:
-                final.unlink(missing_ok=True)
+                _quietly(final.unlink, True)
                 return False
             self._index[key] = _Entry(final, size, meta)
             self._bytes += size
@@ -267,17 +289,29 @@ def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.nda
     return out
 
 
-def _prepare_dir(path: Path) -> None:
-    """Create ``path`` empty, wiping a stale spill dir but never a foreign one."""
+def _prepare_dir(path: Path) -> HeldLock:
+    """Create ``path`` empty and marked, its marker locked; a stale spill dir is wiped, never a foreign
+    one, nor one whose owner still lives."""
     if path.exists() or path.is_symlink():
         if not path.is_dir() or path.is_symlink():
             raise ValueError(f"spill dir {path} exists and is not a directory")
+        marked = (path / MARKER).is_file()
+        if marked and held_by_someone(path / MARKER):
+            raise ValueError(f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
+                             "give this cache its own directory")
         entries = list(path.iterdir())
-        ours = (path / MARKER).exists() or all(
-            e.is_file() and (e.name.endswith(".npz") or e.name.endswith(".tmp")) for e in entries)
-        if entries and not ours:
+        strays = all(e.is_file() and (e.name.endswith(".npz") or e.name.endswith(".tmp")) for e in entries)
+        if entries and not (marked or strays):
             raise ValueError(f"spill dir {path} holds files that are not spill files (no {MARKER} marker); "
                              "refusing to delete it - pass a dedicated directory such as <run dir>/.cache_spill/train")
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    (path / MARKER).touch()
+        for entry in entries:  # spill files only (checked above), or a marked dir of a dead run
+            if entry.is_dir() and not entry.is_symlink():
+                remove_owned(entry, MARKER, what="spill dir")
+            else:
+                entry.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    lock = HeldLock(path / MARKER, "spill")  # the marker is the lock file: written with the holder's info
+    holder = lock.acquire()
+    if holder is not None:  # another store got here between the check and now
+        raise ValueError(f"spill dir {path} is in use by a live run ({describe(holder)})")
+    return lock

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import sim
+from ..ownership import remove_owned
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
 from .manifest import check_day, file_sha256, read_manifest, write_json_atomic
@@ -105,7 +105,8 @@ class DayBuilder:
         if self.catalog is not None:  # None: a parallel day build, whose parent indexes the day
             self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         if p.zip.exists():  # shards are derived; never drop derived data whose source is gone
-            shutil.rmtree(p.work, ignore_errors=True)
+            # resume.json, written when the build claimed the dir, is what says tcgexp made it
+            remove_owned(p.work, p.resume.name, what="build work dir")
         return "built", manifest
 
     def validate(self) -> dict:

@@ -6,6 +6,7 @@ knob of the ``dataset`` config group is one of its constructor arguments.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -103,15 +104,33 @@ class Corpus:
             raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            lock = open(self.root / ".build.lock", "a")  # "a": taking the lock touches nothing
+            lock, mode = open(self.root / ".build.lock", "a"), fcntl.LOCK_EX  # "a": taking the lock touches nothing
         except OSError as exc:
-            raise DataError(f"dataset.root cannot be written ({exc.strerror})", path=self.root,
-                            fix="point dataset.root at a folder you can write") from exc
-        with lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock, mode = self._read_only_lock(exc), fcntl.LOCK_SH
+        with lock if lock is not None else nullcontext():
+            if lock is not None:
+                fcntl.flock(lock, mode)
             if self.selected and not build_missing:
                 self.check_selected()
             return self._build(progress)
+
+    def _read_only_lock(self, exc: OSError):
+        """A corpus on read-only (or someone else's) storage: usable when every day is finished.
+
+        Nothing will be written then, so the lock is taken shared on a read-only handle (a
+        builder elsewhere, with write access, still excludes us), or skipped if the lock file
+        was never made. Otherwise the one error says what cannot be written.
+        """
+        unfinished = [d for d in self.dates if not self.paths(d).manifest.exists()]
+        if unfinished or os.access(self.root, os.W_OK) and exc.errno != errno.EROFS:
+            raise DataError(f"dataset.root cannot be written ({exc.strerror})", path=self.root,
+                            fix="point dataset.root at a folder you can write"
+                                + (f" (days not yet built: {', '.join(unfinished[:3])})" if unfinished else "")) \
+                from exc
+        try:
+            return open(self.root / ".build.lock", "r")
+        except OSError:
+            return None
 
     def _build(self, progress: Optional[ProgressFn]) -> dict[str, str]:
         catalog = self.catalog

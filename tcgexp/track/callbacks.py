@@ -1,6 +1,7 @@
 """Hydra callbacks for every job and sweep (``conf/hydra/callbacks/``, on by default).
 
 On job end, whether the job succeeded or failed: remove the job's spill dir
+(only the spill dirs tcgexp marked, ``tcgexp.ownership``)
 and record its status (``job_status.json``), then refresh the sweep report, so
 that a sweep whose failed job makes Hydra stop before ``on_multirun_end`` still
 leaves a report with every row. On multirun end: the final report.
@@ -8,7 +9,6 @@ leaves a report with every row. On multirun end: the final report.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from ..ownership import remove_spill_root
 from .summary import write_summary
 
 
@@ -29,7 +30,7 @@ class SweepReport(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)
-        shutil.rmtree(job_dir / ".cache_spill", ignore_errors=True)  # whatever the job did or did not
+        remove_spill_root(job_dir / ".cache_spill")  # whatever the job did or did not; only what tcgexp made
         error = None
         if job_return.status == JobStatus.FAILED:
             exc = job_return._return_value  # the exception; .return_value would re-raise it

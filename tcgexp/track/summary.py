@@ -42,7 +42,8 @@ def job_row(job_dir: Path) -> dict:
             overrides = []
     row = {c: "" for c in COLUMNS}
     # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended
-    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "diverged": "FAILED"}.get(result.get("status"))
+    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED",
+             "diverged": "FAILED"}.get(result.get("status"))
     row.update(job=int(job_dir.name), overrides=" ".join(overrides),
                status=status.get("status") or ended or ("COMPLETED" if result else "UNKNOWN"),
                error=status.get("error") or result.get("error") or "")
@@ -81,6 +82,12 @@ def swept(rows: list[dict]) -> list[str]:
     return [" ".join(t for t in ts if t not in common) or "(defaults)" for ts in tokens]
 
 
+def interrupted(rows: list[dict]) -> str:
+    """", 1 interrupted (resume= continues it)" when a job was stopped by a signal, else ""."""
+    n = sum(r["status"] == "INTERRUPTED" for r in rows)
+    return f", {n} interrupted (resume=<job dir> continues it)" if n else ""
+
+
 def write_summary(sweep_dir: Path) -> list[dict]:
     sweep_dir = Path(sweep_dir)
     rows = [job_row(d) for d in job_dirs(sweep_dir)]
@@ -96,7 +103,7 @@ def write_summary(sweep_dir: Path) -> list[dict]:
              "cache_val_hit_pct", "rows_per_s", "data_stall_pct", "wall_s"]
     lines = [f"# Sweep {sweep_dir}", "", f"{len(rows)} jobs: "
              f"{sum(r['status'] == 'COMPLETED' for r in rows)} completed, {sum(r['status'] == 'FAILED' for r in rows)} "
-             "failed. Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes "
+             f"failed{interrupted(rows)}. Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes "
              "only; `swept` lists each job's overrides less those all jobs share (summary.csv has them all).",
              "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(_fmt(r[c]) for c in shown) + " |" for r in rows]

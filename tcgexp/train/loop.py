@@ -28,6 +28,9 @@ class Hooks:
     save: Callable[[str], None] = lambda kind: None  # "latest" | "epoch" | "epoch+best"
     on_phase: Callable[[str, int], None] = lambda name, total: None
     on_advance: Callable[[int, dict], None] = lambda n, fields: None
+    # where the run may stop with nothing half-done (a stopping signal, see signals.py): before each
+    # epoch, after an applied optimizer step, between validation microbatches
+    safe_point: Callable[[], None] = lambda: None
 
 
 class Loop:
@@ -95,6 +98,7 @@ class Loop:
                                     "rows": p.rows})
                 if self.latest_every and p.opt_steps % self.latest_every == 0 and p.position < len(plan):
                     self.hooks.save("latest")  # at a window boundary: nothing half-accumulated to lose
+                self.hooks.safe_point()
             self.hooks.on_advance(1, {"loss": values["loss"]})
         self.assert_counts(plan)
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
@@ -129,6 +133,7 @@ class Loop:
                 totals["sum_" + k] = totals.get("sum_" + k, 0.0) + float(v)
             rows += prep.rows
             self.hooks.on_advance(1, {})
+            self.hooks.safe_point()  # validation changes no weights: stopping here loses only its time
         if rows != plan.rows:
             raise RuntimeError(f"validation processed {rows} rows, its plan covers {plan.rows}")
         self.hooks.on_phase("metric aggregation", 1)
@@ -147,6 +152,7 @@ class Loop:
     def run(self) -> None:
         p = self.p
         while p.epoch < self.epochs:
+            self.hooks.safe_point()
             train = self.train_epoch()
             val = self.validate()
             p.history.append({"epoch": p.epoch, "train": train, "val": val})

@@ -18,6 +18,7 @@ from .diverge import strict
 from .display import RunDisplay
 from .provenance import provenance
 from .setup import DataParts, Learner
+from .signals import Preempted, StopSignals
 
 
 class StopRun(Exception):
@@ -26,10 +27,11 @@ class StopRun(Exception):
 
 class RunHooks:
     def __init__(self, cfg: DictConfig, run_dir: Path, data: DataParts, learner: Learner, caches: tuple,
-                 tracker, display: RunDisplay, blas: str, overrides: Optional[list[str]] = None) -> None:
+                 tracker, display: RunDisplay, blas: str, overrides: Optional[list[str]] = None,
+                 signals: Optional[StopSignals] = None) -> None:
         self.cfg, self.data, self.learner, self.tracker, self.display, self.blas = cfg, data, learner, tracker, \
             display, blas
-        self.overrides = overrides
+        self.overrides, self.signals = overrides, signals
         self.train_cache, self.val_cache = caches
         self.ckpt_dir = run_dir / "checkpoints"
 
@@ -65,6 +67,16 @@ class RunHooks:
             self.save("latest")
             raise StopRun
 
+    def safe_point(self) -> None:
+        """After a stopping signal: write latest/ here, where nothing is half-done, and stop (Preempted)."""
+        if self.signals is None:
+            return
+        try:
+            self.signals.check()
+        except Preempted:
+            self.save("latest")
+            raise
+
     def on_validation(self, m: dict) -> None:
         values = {f"val/{k}": v for k, v in m.items() if k != "epoch" and v is not None}
         values.update({f"cache_val/{k}": v for k, v in self.val_cache.counters().items()})
@@ -73,17 +85,18 @@ class RunHooks:
 
 def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, step_seconds: float,
            stall_seconds: float, wall: float, status: str, blas: str, aim_hash, console: Console,
-           error: Optional[str] = None) -> dict:
+           error: Optional[str] = None, signal: Optional[str] = None) -> dict:
     """result.json (strict JSON: what is unknown is null) and the end-of-run report.
 
-    status: "completed", "stopped" (trainer.max_steps: resumable) or "diverged" (with `error`).
+    status: "completed", "stopped" (trainer.max_steps: resumable), "interrupted" (by `signal`, e.g.
+    "SIGTERM": resumable) or "diverged" (with `error`).
     """
     p = learner.progress
     train_cache, val_cache = caches
     busy = max(step_seconds + stall_seconds, 1e-9)
     result = {
-        "status": status, "error": error,
-        "run_dir": str(run_dir), "stopped_early": status == "stopped",
+        "status": status, "error": error, "signal": signal,
+        "run_dir": str(run_dir), "stopped_early": status in ("stopped", "interrupted"),
         "resumed_from": str(learner.resumed_from or ""),
         "dates": list(data.corpus.dates),
         "final": p.history[-1]["val"] if p.history else None,

@@ -7,7 +7,7 @@ loaders, track, run the loop, leave the run dir's outputs (``outputs.py``).
 from __future__ import annotations
 
 import contextlib
-import shutil
+import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -17,16 +17,21 @@ import mlx.core as mx
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from ..cache.registry import reclaim
 from ..config import build, validate
+from ..ownership import SPILL_MARKER, remove_spill_root
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
 from ..track import job_context
+from ..track.summary import write_summary
 from .batch import prepare
 from .blas import load_fast_blas
 from .diverge import DivergenceError
 from .display import RunDisplay
 from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
+from .runlock import hold_run_dir
+from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
 from .step import Stepper, to_mx
@@ -45,13 +50,38 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     `memory_probe` replaces the caches' psutil probe (a percent): how tests drive memory
     pressure without exhausting the machine. `overrides` (the command line's) go into every
     checkpoint, so ``resume=<run dir>`` alone can compose the run again.
+
+    A stopping signal (SIGTERM, Ctrl-C, ...: ``signals.py``) ends the run resumably: latest/ and
+    result.json (status "interrupted") written, then ``RunInterrupted``, a SystemExit with code
+    128 + signum, after one line on stderr.
     """
     console = console or report_console()
     validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     run_dir.mkdir(parents=True, exist_ok=True)
+    with hold_run_dir(run_dir), StopSignals() as signals:  # one run per folder; signals stop it cleanly
+        try:
+            result = run(cfg, run_dir, console, memory_probe, overrides, signals)
+        except ForcedStop as stop:
+            line = (f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
+                    f"continues from its last latest/ (every checkpoint.latest_every_steps)")
+            print(line, file=sys.stderr, flush=True)
+            raise RunInterrupted(exit_code(stop.signame), line) from None
+    if result["status"] == "interrupted":
+        p = result["processed"]
+        line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: latest/ "
+                f"written, spill removed; continue with resume={run_dir}")
+        print(line, file=sys.stderr, flush=True)
+        raise RunInterrupted(exit_code(result["signal"]), line, result)
+    return result
+
+
+def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, overrides, signals: StopSignals) -> dict:
     t_start, blas = time.perf_counter(), load_fast_blas()
     mx.random.seed(int(cfg.seed))
+    reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
+    if reclaimed:
+        console.print(reclaimed, markup=False, soft_wrap=True)
 
     data = prepare_data(cfg)  # corpus, lane index, planner, the run's step counts
     learner = make_learner(cfg, data, blas=blas, console=console)  # model, optimizer + schedule, state
@@ -62,38 +92,46 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
 
     spill_root = run_dir / ".cache_spill"  # spill lives and dies with this run
     with contextlib.ExitStack() as stack:
-        stack.callback(shutil.rmtree, spill_root, ignore_errors=True)
+        stack.callback(remove_spill_root, spill_root)
+        spill_root.mkdir(exist_ok=True)
         caches = [stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name,
                                                        name=name, memory_probe=memory_probe))
                   for name in ("train", "val")]
         loaders = [build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches]
+        context = job_context(run_dir)
         tracker = stack.enter_context(tracked(build(cfg.tracking)(
-            hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(run_dir),
+            hparams=OmegaConf.to_container(cfg, resolve=True), context=context,
             resume_hash=learner.aim_hash)))
         display = RunDisplay()
-        hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas, overrides)
+        hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas, overrides, signals)
         loop = Loop(planner=data.planner, stepper=stepper, train_loader=loaders[0], val_loader=loaders[1],
                     train_cache=caches[0], val_cache=caches[1], memory=learner.memory,
                     val_memory=LaneMemory(len(data.index.lanes), learner.model.hidden),
                     epochs=int(cfg.trainer.epochs), latest_every_steps=int(cfg.checkpoint.latest_every_steps),
                     progress=learner.progress, divergence_hint=divergence_hint(cfg),
                     hooks=Hooks(on_step=hooks.on_step, on_validation=hooks.on_validation, save=hooks.save,
-                                on_phase=display.phase, on_advance=display.advance))
+                                on_phase=display.phase, on_advance=display.advance, safe_point=hooks.safe_point))
         with display:
             status, error = run_loop(loop)
         result = finish(run_dir, data=data, learner=learner, caches=caches, step_seconds=loop.step_seconds,
                         stall_seconds=loaders[0].stall_seconds, wall=time.perf_counter() - t_start,
-                        status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console)
+                        status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console,
+                        signal=signals.requested if status == "interrupted" else None)
         if error:
             raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
         tracker.finish(status)
+    if status == "interrupted" and context.in_sweep:  # Hydra's job-end callback will not run: report now
+        write_summary(Path(context.sweep_dir))
     return {**result, "model": learner.model}
 
 
 def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
-    """(status, error): "completed", "stopped" (trainer.max_steps) or "diverged" (with the guard's line)."""
+    """(status, error): "completed", "stopped" (trainer.max_steps), "interrupted" (a stopping signal)
+    or "diverged" (with the guard's line)."""
     try:
         loop.run()
+    except Preempted:
+        return "interrupted", None
     except StopRun:
         return "stopped", None
     except DivergenceError as exc:

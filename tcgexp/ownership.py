@@ -1,0 +1,170 @@
+"""What tcgexp created, and who holds it: markers, owner locks, and deletion of what is ours only.
+
+Why: cleanup paths once removed whatever sat at a configured path
+(``shutil.rmtree(spill_root)``), so a misconfigured spill or run dir could
+take a user's files with it. Every directory tcgexp creates in order to delete
+it later carries a marker file written at creation (JSON: what it is, pid,
+host, time); ``remove_owned`` deletes a directory only when its marker is
+there, and leaves anything else alone with one warning.
+
+Liveness: a directory in use is held by an ``fcntl.flock`` on a lock file the
+owner keeps open for its life. The kernel releases it when the owner dies,
+however it dies (SIGKILL included), so "lock free" means "owner dead", with no
+pid-reuse guess. flock is per open file description: a second open of the
+same file in the same process conflicts too, which is what a run dir's second
+run in one process must see. Locks are node-local; on a network filesystem a
+lock file records its host, and other hosts' entries are never judged dead.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import socket
+import warnings
+from pathlib import Path
+from typing import Optional
+
+SPILL_MARKER = ".tcgexp-spill"  # a spill dir's marker, and its owner's lock file (tcgexp.cache.spill)
+
+
+def holder_info(kind: str) -> dict:
+    """Who created or holds something: what it is, pid, host, start time (UTC)."""
+    return {"kind": kind, "pid": os.getpid(), "host": socket.gethostname(),
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def describe(info: dict) -> str:
+    return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
+
+
+def read_info(path: Path) -> dict:
+    """A marker's or lock file's JSON; {} when missing, empty or not JSON (an older, empty marker)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_marker(directory: Path, name: str, kind: str) -> None:
+    (Path(directory) / name).write_text(json.dumps(holder_info(kind)))
+
+
+def remove_owned(directory: Path, marker: str, *, what: str = "directory") -> bool:
+    """Remove `directory` if it carries `marker` (tcgexp made it); else leave it and warn. True if removed.
+
+    The marker goes last, so a removal cut short (killed, or a read-only disk) leaves what is
+    left still marked and removable later. Errors are warnings: cleanup never ends a run.
+    """
+    directory = Path(directory)
+    if not directory.exists() and not directory.is_symlink():
+        return False
+    if directory.is_symlink() or not directory.is_dir() or not (directory / marker).is_file():
+        warnings.warn(f"not deleting {what} {directory}: tcgexp did not create it (no {marker} marker); "
+                      "left as it is", RuntimeWarning, stacklevel=2)
+        return False
+    try:
+        for entry in directory.iterdir():
+            if entry.name == marker:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        (directory / marker).unlink()
+        directory.rmdir()
+    except OSError as exc:
+        warnings.warn(f"could not remove {what} {directory} ({exc}); remove it by hand", RuntimeWarning,
+                      stacklevel=2)
+        return False
+    return True
+
+
+def remove_spill_root(spill_root: Path) -> None:
+    """A run's ``.cache_spill``: its marked spill dirs, then itself if that left it empty.
+
+    Each cache removes its own dir; what is left here is a stray of a dead run (removed) or
+    something tcgexp did not make (left, with a warning).
+    """
+    spill_root = Path(spill_root)
+    if spill_root.is_symlink() or not spill_root.is_dir():
+        return
+    for child in spill_root.iterdir():
+        remove_owned(child, SPILL_MARKER, what="spill dir")
+    try:
+        spill_root.rmdir()  # only ever removes an empty directory
+    except OSError:
+        pass
+
+
+def tree_bytes(directory: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class HeldLock:
+    """An exclusive flock on `path` for the holder's life, the holder's info written inside.
+
+    ``acquire()`` returns None when it is held, or the holder's info (dict) when another holds it.
+    The file itself is never deleted: removing a lock file while another process has it open
+    would let two holders lock two different files of the same name.
+    """
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path, self.kind = Path(path), kind
+        self._fh = None  # a file object, not a bare fd: if its holder is garbage-collected, so is the lock
+
+    def acquire(self) -> Optional[dict]:
+        # Held through a read-only handle: a file kept open for writing would stop its filesystem
+        # from being remounted read-only (EBUSY), and the holder has nothing to write after this.
+        fh = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644), "r")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            return read_info(self.path) or {"pid": "?", "host": "?", "started": "?"}
+        try:  # ours now: the holder's info, for whoever finds it held
+            with open(self.path, "r+") as out:
+                out.truncate(0)
+                out.write(json.dumps(holder_info(self.kind)))
+        except BaseException:
+            fh.close()
+            raise
+        self._fh = fh
+        return None
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            fh.close()  # closing the last descriptor releases the flock
+
+
+def held_by_someone(path: Path) -> Optional[bool]:
+    """Is the flock on `path` held? True / False; None when the file is missing or cannot be opened.
+
+    Opened read-only without O_CREAT: probing must never create or change anything.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

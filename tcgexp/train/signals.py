@@ -1,0 +1,104 @@
+"""Stopping signals during a run: finish the optimizer step, write latest/, leave, resumable.
+
+SLURM, Kubernetes, ``timeout`` and submitit's preemption send SIGTERM (submitit:
+SIGUSR2 to checkpoint and requeue; some SLURM setups ``--signal=USR1``; a
+closed terminal SIGHUP); Ctrl-C is SIGINT. Python's defaults end the process
+at once (or with a 33-line traceback), losing up to
+``checkpoint.latest_every_steps`` steps, the spill dir and the Aim run's
+status. For the run's duration ``StopSignals`` replaces them with a handler
+that only sets a flag: the run stops at the next point where nothing is
+half-done (``check()``, called by the loop after an applied optimizer step and
+between validation microbatches), writes ``latest/``, marks its Aim run and
+result.json "interrupted", removes its spill and exits 128 + the signal
+number, the shell's convention (143 for SIGTERM, 130 for Ctrl-C).
+
+A second stopping signal means "now": the handler raises ``ForcedStop``
+from wherever the main thread is, and the run's cleanup (``finally`` blocks,
+the ExitStack) still runs on the way out.
+
+Why the handler does no I/O: it runs between two bytecodes of the main
+thread, which may be halfway through a print or a checkpoint write.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Optional
+
+# SIGTERM and SIGINT are always ours for the run; the others only while nobody
+# else (submitit's requeue handler, a user's hook) has claimed them.
+ALWAYS = ("SIGTERM", "SIGINT")
+IF_UNCLAIMED = ("SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+class Preempted(Exception):
+    """Raised at a safe point after a stopping signal: latest/ is written, the run is resumable."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(f"stopped by {signame}")
+        self.signame = signame
+
+
+class ForcedStop(BaseException):
+    """A second stopping signal: leave at once (BaseException, so no ``except Exception`` swallows it)."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(f"stopped at once by a second {signame}")
+        self.signame = signame
+
+
+class RunInterrupted(SystemExit):
+    """How ``train()`` ends after a signal: a SystemExit with code 128 + signum and no traceback.
+
+    ``message`` is the one line already printed; ``result`` the result dict (None after a ForcedStop).
+    """
+
+    def __init__(self, code: int, message: str, result: Optional[dict] = None) -> None:
+        super().__init__(code)
+        self.message, self.result = message, result
+
+
+def exit_code(signame: str) -> int:
+    return 128 + int(getattr(signal, signame))
+
+
+class StopSignals:
+    """Context manager: stopping signals set ``requested`` (the first) or raise ForcedStop (the next).
+
+    Installed only from the main thread (Python allows handlers nowhere else; a run started
+    from another thread keeps the process's handlers). The previous handlers are restored on exit.
+    """
+
+    def __init__(self) -> None:
+        self.requested: Optional[str] = None  # the first signal's name
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in ALWAYS + IF_UNCLAIMED:
+            signum = getattr(signal, name, None)
+            if signum is None:  # not on this platform
+                continue
+            current = signal.getsignal(signum)
+            if name in IF_UNCLAIMED and current not in (signal.SIG_DFL, None):
+                continue  # someone else's (submitit requeues on SIGUSR2), or ignored on purpose (nohup)
+            self._previous[signum] = current
+            signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None:
+            raise ForcedStop(name)
+        self.requested = name
+
+    def check(self) -> None:
+        """At a safe point: raise Preempted when a stopping signal has arrived."""
+        if self.requested is not None:
+            raise Preempted(self.requested)

@@ -1,0 +1,114 @@
+"""Spill has an owner: a SIGKILLed run's spill is reclaimed by the next run anywhere; nothing tcgexp did not
+create is ever deleted."""
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+from rich.console import Console
+
+from tcgexp.train import train
+from tests.conftest import compose_config
+from tests.reliability.test_kill import ROOT
+from tests.train.conftest import TINY_TRAIN
+
+SPILLING = [*TINY_TRAIN, "cache=hot60", "cache.capacity=2", "cache.policy.hot_fraction=0.0",
+            "cache.spill_budget_bytes=1000000000"]
+
+# The child SIGKILLs itself right after its third spill file is in place: a run that never cleans up.
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from tcgexp.train import train
+    from tcgexp.config import compose
+    import tcgexp.cache.spill as spill
+    run_dir, *overrides = sys.argv[1:]
+    real = spill.SpillStore.put
+    calls = {"n": 0}
+    def put(self, *a, **k):
+        ok = real(self, *a, **k)
+        calls["n"] += ok
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return ok
+    spill.SpillStore.put = put
+    train(compose(*overrides), run_dir=run_dir)
+""")
+
+
+def test_spill_of_a_sigkilled_run_is_reclaimed_by_a_run_in_another_folder(tmp_path, private_state_dir):
+    data = f"dataset.root={tmp_path / 'data'}"
+    killed = tmp_path / "first"
+    res = subprocess.run([sys.executable, "-c", CHILD, str(killed), data, *SPILLING], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
+    left = killed / ".cache_spill" / "train"
+    assert len(list(left.glob("*.npz"))) == 3, "the killed run left its spill behind"
+    out = io.StringIO()
+    train(compose_config(data, *TINY_TRAIN), run_dir=tmp_path / "elsewhere" / "second",
+          console=Console(file=out, width=300))
+    assert not left.exists(), "no spill of the first run remains on disk"
+    assert not [p for p in killed.rglob("*") if p.suffix in (".npz", ".tmp")]
+    said = [ln for ln in out.getvalue().splitlines() if "reclaimed" in ln]
+    assert len(said) == 1 and said[0].startswith("[cache] reclaimed") and "MiB" in said[0], out.getvalue()
+    assert not list((private_state_dir / "spill").glob("*.json")), "and no registry entry points at it"
+
+
+def test_a_live_runs_spill_and_a_foreign_directory_are_never_reclaimed(tmp_path, private_state_dir):
+    from tcgexp.cache.registry import entry_path, reclaim
+    from tcgexp.cache.spill import MARKER, SpillStore
+
+    live = SpillStore(tmp_path / "live", 2**20)  # held by this process: alive
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    entry = entry_path(foreign)  # an entry someone pointed at a directory tcgexp did not make
+    entry.write_text(json.dumps({"path": str(foreign), "pid": 999999999, "host": __import__("socket").gethostname()}))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = reclaim(MARKER)
+        assert str(live.dir) not in got.dirs and (live.dir / MARKER).exists()
+        assert (foreign / "notes.txt").read_text() == "mine"
+        assert any("did not create" in str(w.message) for w in caught)
+        assert not entry.exists(), "the entry is forgotten, the directory kept"
+    finally:
+        live.close()
+    assert not live.dir.exists()
+
+
+def test_a_run_deletes_only_the_spill_it_created(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / ".cache_spill").mkdir(parents=True)
+    (run_dir / ".cache_spill" / "mine.txt").write_text("not a spill file")
+    with pytest.warns(RuntimeWarning, match="did not create"):
+        train(compose_config(f"dataset.root={tmp_path / 'data'}", *SPILLING), run_dir=run_dir)
+    assert (run_dir / ".cache_spill" / "mine.txt").read_text() == "not a spill file"
+    assert sorted(p.name for p in (run_dir / ".cache_spill").iterdir()) == ["mine.txt"], "ours went, theirs stayed"
+
+
+def test_the_sweep_callback_deletes_only_marked_spill(tmp_path):
+    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from tcgexp.cache.spill import SpillStore
+    from tcgexp.track.callbacks import SweepReport
+
+    job = tmp_path / "0"
+    spill = SpillStore(job / ".cache_spill" / "train", 2**20)
+    spill._finalizer.detach()  # as if its run had died: nothing cleans up, the lock goes with it
+    del spill
+    (job / ".cache_spill" / "notes").mkdir()
+    (job / ".cache_spill" / "notes" / "keep.txt").write_text("theirs")
+    cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(job)}, "job": {"num": 0},
+                                      "overrides": {"task": []}, "mode": RunMode.RUN}})
+    with pytest.warns(RuntimeWarning, match="did not create"):
+        SweepReport().on_job_end(cfg, JobReturn(status=JobStatus.COMPLETED))
+    assert not (job / ".cache_spill" / "train").exists()
+    assert (job / ".cache_spill" / "notes" / "keep.txt").read_text() == "theirs"

@@ -1,0 +1,188 @@
+"""SIGTERM, Ctrl-C and friends: the run stops at a safe point, resumable, bit-identical after resume=.
+
+The signal is sent by the child process to itself from inside its loader transform (called once per
+microbatch), so it lands mid-window at a known point, with no timing race; the CLI path is the real
+one (``tcgexp.train.__main__.main``, through Hydra).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tcgexp.train import train
+from tests.conftest import compose_config
+from tests.reliability.test_kill import ROOT, weights
+from tests.train.conftest import TINY_TRAIN
+
+# accum_steps=3: a signal mid-window must not lose the half-accumulated gradients
+OVERRIDES = [*TINY_TRAIN, "checkpoint.latest_every_steps=2", "tbptt.accum_steps=3"]
+
+# argv: signal-at (transform call), second-signal ("save": again inside the next checkpoint write, or "-"),
+# signal name, then the CLI's arguments
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
+    import tcgexp.train.run as run
+    import tcgexp.train.checkpoint as ckpt
+    at, second, name, *argv = sys.argv[1:]
+    sig = getattr(signal, name)
+    calls = {"n": 0}
+    real = run.prepare
+    def prepare(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == int(at):
+            os.kill(os.getpid(), sig)
+        return real(*a, **k)
+    run.prepare = prepare
+    if second == "save":
+        real_save = ckpt.save
+        def save(path, **kw):
+            if calls["n"] >= int(at):
+                os.kill(os.getpid(), sig)
+            return real_save(path, **kw)
+        ckpt.save = save
+    from tcgexp.train.__main__ import main
+    sys.argv = ["tcgexp.train", *argv]
+    main()
+""")
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("signals")
+    result = train(compose_config(f"dataset.root={root / 'data'}", *OVERRIDES), run_dir=root / "base")
+    return root, weights(root / "base"), result
+
+
+def cli(root, run_dir, *more) -> list[str]:
+    return [f"dataset.root={root / 'data'}", *OVERRIDES, *more, f"hydra.run.dir={run_dir}"]
+
+
+def signalled(root, run_dir, *more, at=20, second="-", name="SIGTERM"):
+    return subprocess.run([sys.executable, "-c", CHILD, str(at), second, name, *cli(root, run_dir, *more)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def resume(root, run_dir, new_dir, *more):
+    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *cli(root, new_dir, *more), f"resume={run_dir}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads((new_dir / "result.json").read_text())
+
+
+def strict_json(path):
+    def refuse(constant):
+        raise ValueError(f"{path} holds {constant}: not strict JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("tracking", ["off", "aim"])
+def test_sigterm_then_resume_is_bit_identical(baseline, tmp_path, tracking):
+    root, want, full = baseline
+    aim = [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}"] if tracking == "aim" else []
+    run_dir = tmp_path / "a"
+    res = signalled(root, run_dir, *aim)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
+    line = one_line(res.stderr)
+    assert line.startswith("[train] interrupted by SIGTERM") and f"resume={run_dir}" in line
+    result = strict_json(run_dir / "result.json")
+    assert result["status"] == "interrupted" and result["signal"] == "SIGTERM"
+    steps = result["processed"]["optimizer_steps"]
+    assert 0 < steps < full["processed"]["optimizer_steps"]
+    state = json.loads((run_dir / "checkpoints" / "latest" / "state.json").read_text())
+    assert state["progress"]["opt_steps"] == steps, "latest/ is where the run stopped, not 2 steps before"
+    assert state["progress"]["microbatches"] % 3 == 0 or state["progress"]["position"] == 0, "at a window boundary"
+    assert not (run_dir / ".cache_spill").exists()
+    if tracking == "aim":
+        from tcgexp.track.aim_run import open_repo
+
+        [run] = list(open_repo(tmp_path / "aim").iter_runs())
+        assert run["status"] == "interrupted" and not run.active
+    done = resume(root, run_dir, tmp_path / "b", *aim)
+    assert done["status"] == "completed"
+    assert done["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
+    assert weights(tmp_path / "b") == want
+    if tracking == "aim":
+        [run] = list(open_repo(tmp_path / "aim").iter_runs())  # the same Aim run continued
+        assert run["status"] == "completed" and run.hash == done["aim_hash"]
+
+
+def test_signal_during_validation_stops_there_and_resumes_identically(baseline, tmp_path):
+    root, want, full = baseline
+    per_epoch = full["planned"]["per_epoch_microbatches"][0]
+    run_dir = tmp_path / "a"
+    # transform calls: 1 precision check, then epoch 0's microbatches, then validation's
+    res = signalled(root, run_dir, at=1 + per_epoch + 2)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
+    result = strict_json(run_dir / "result.json")
+    assert result["status"] == "interrupted" and result["history"] == []  # validation abandoned, not recorded
+    resume(root, run_dir, tmp_path / "b")
+    assert weights(tmp_path / "b") == want
+
+
+def test_a_second_signal_stops_at_once(baseline, tmp_path):
+    root, want, _ = baseline
+    run_dir = tmp_path / "a"
+    res = signalled(root, run_dir, second="save")  # SIGTERM, then another inside the latest/ write it starts
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
+    assert one_line(res.stderr).startswith("[train] stopped at once by a second SIGTERM")
+    assert not (run_dir / "result.json").exists()
+    assert not (run_dir / ".cache_spill").exists()
+    resume(root, run_dir, tmp_path / "b")  # from the last periodic latest/
+    assert weights(tmp_path / "b") == want
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(baseline, tmp_path):
+    root, _, _ = baseline
+    res = signalled(root, tmp_path / "a", name="SIGINT")
+    assert res.returncode == 130, res.stderr[-3000:]
+    assert one_line(res.stderr).startswith("[train] interrupted by SIGINT")
+
+
+def test_handlers_are_installed_for_the_run_and_restored_after():
+    from tcgexp.train.signals import StopSignals
+
+    def theirs(signum, frame):  # e.g. submitit's requeue handler on SIGUSR2
+        pass
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)}
+    signal.signal(signal.SIGUSR2, theirs)
+    try:
+        with StopSignals() as stop:
+            assert signal.getsignal(signal.SIGUSR2) is theirs, "a claimed SIGUSR2 is left to its owner"
+            assert signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None)
+            os.kill(os.getpid(), signal.SIGUSR1)  # a scheduler's warning signal: like SIGTERM
+            assert stop.requested == "SIGUSR1"
+        assert signal.getsignal(signal.SIGUSR2) is theirs
+        assert {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)} == \
+            {s: before[s] for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    finally:
+        signal.signal(signal.SIGUSR2, before[signal.SIGUSR2])
+    with StopSignals() as stop:  # unclaimed SIGUSR2 (submitit's handler not installed): like SIGTERM
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.requested == "SIGUSR2"
+
+
+def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
+    from tcgexp.track.summary import write_summary
+
+    job = tmp_path / "sweep" / "0"
+    job.mkdir(parents=True)
+    (job / "result.json").write_text(json.dumps({"status": "interrupted", "error": None, "final": None,
+                                                 "best": {"val_loss": None}, "cache": {}}))
+    [row] = write_summary(tmp_path / "sweep")
+    assert row["status"] == "INTERRUPTED"
+    assert "1 interrupted" in (tmp_path / "sweep" / "summary.md").read_text()
