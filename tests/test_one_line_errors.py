@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tcgexp.cli import flatten, user_error
 from tcgexp.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +94,8 @@ def test_the_traceback_is_there_when_asked_for(tmp_path, how):
 
 
 def test_user_errors_and_bugs_are_told_apart():
+    from tcgexp.cli import flatten, user_error
+
     assert user_error(ConfigError("optimizer.lr=-1 is impossible")) == "optimizer.lr=-1 is impossible"
     assert user_error(RuntimeError("a bug")) is None and user_error(KeyError("x")) is None
     assert user_error(FileNotFoundError("x")) is None and user_error(FileNotFoundError("x"), (OSError,)) == "x"

@@ -64,8 +64,9 @@ def test_a_garbage_dot_aim_file_costs_tracking_not_training(tmp_path, baseline):
 def test_a_corrupt_dot_aim_dir_costs_tracking_not_training(tmp_path, baseline):
     data, base = baseline
     repo = tmp_path / "repo"
-    (repo / ".aim").mkdir(parents=True)
-    (repo / ".aim" / "VERSION").write_text("garbage")
+    repo.mkdir()
+    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    (repo / ".aim" / "run_metadata.sqlite").write_text("garbage")  # SQLAlchemy's error spans several lines
     res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={repo}")
     assert_trained_untracked(res, seconds, tmp_path / "run", base, str(repo))
 
