@@ -1,19 +1,30 @@
-"""What the Hydra entry points share (``tcgexp-train``, ``tcgexp-data``, ``tcgexp-replay``).
+"""What the entry points share (``tcgexp-train``, ``tcgexp-data``, ``tcgexp-replay``, ``tcgexp-bench``, ...).
 
-Each entry point imports this module before its ``@hydra.main`` composes; it
-registers the ``tcgexp.groups`` resolver the ``--help`` templates
+Each Hydra entry point imports this module before its ``@hydra.main`` composes;
+it registers the ``tcgexp.groups`` resolver the ``--help`` templates
 (``conf/hydra/help/``) use. Hydra's own ``$APP_CONFIG_GROUPS`` lists the
 ConfigStore schemas too (``base_cache``, ...), which no user picks; this listing
 reads the YAML options under ``conf/`` only.
+
+Every entry point's ``main`` is wrapped in :func:`one_line_errors`: a user's
+error (a bad override, a missing config, a value no schema allows, a damaged
+file) is one line, ``error: ...``, naming the key or file; a bug keeps its
+traceback. ``--verbose``, ``TCGEXP_VERBOSE=1`` or ``HYDRA_FULL_ERROR=1`` show
+the traceback of a user's error too.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+import sys
 from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 from omegaconf import OmegaConf
 
-from .config import CONF_DIR
+from .config import CONF_DIR, ConfigError
 
 CONFIG_PATH = str(CONF_DIR)  # absolute, so console scripts and `python -m` find the same folder
 
@@ -45,3 +56,132 @@ def groups_help(config_name: str, *extra: str) -> str:
 
 
 OmegaConf.register_new_resolver("tcgexp.groups", groups_help, replace=True)
+
+
+# -- one line per user error -------------------------------------------------------------------------------
+
+VERBOSE_FLAG = "--verbose"
+NOISE = ("reference_type=", "object_type=", "Config search path", "provider=", "Set the environment variable")
+HINTS = (", set env var HYDRA_FULL_ERROR=1 to see chained exception.", "")  # --verbose says it for every app
+
+
+def verbose() -> bool:
+    """Whether the user asked for tracebacks: ``TCGEXP_VERBOSE=1`` (set by ``--verbose`` and, at the
+    entry point, by the user's ``HYDRA_FULL_ERROR=1``; the wrapper sets the latter for itself)."""
+    return os.environ.get("TCGEXP_VERBOSE", "") not in ("", "0")
+
+
+def flatten(text: str) -> str:
+    """A multi-line message (Hydra's, OmegaConf's) as one line, its type and search-path noise left out."""
+    lines = []
+    for line in str(text).splitlines():
+        line = line.strip()
+        if line.startswith(NOISE[2:4]):
+            break  # MissingConfigException: the search path follows the options; the options suffice
+        if line and not line.startswith(NOISE):
+            lines.append(line.replace(*HINTS))
+    return " ".join(lines)
+
+
+def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Optional[str]:
+    """The one line for `exc` if it is the user's to fix (config, input files), None for a bug."""
+    from hydra.errors import HydraException, InstantiationException
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    if isinstance(exc, (ConfigError, *user_errors)):
+        return flatten(exc)
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(exc, InstantiationException):  # our ValueError/ConfigError (or a bad _target_) inside
+        if cause is None or isinstance(cause, (ValueError, TypeError, ImportError, AttributeError, LookupError,
+                                                OmegaConfBaseException, *user_errors)):
+            return flatten(exc)
+        return None
+    if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
+        more = flatten(cause) if isinstance(cause, OmegaConfBaseException) else ""
+        return " ".join(part for part in (flatten(exc), more) if part)
+    if isinstance(exc, MissingMandatoryValue):  # a schema entry picked as an option (cache=base_cache), ...
+        return f"{flatten(exc)} (set it, or pick a group option that sets it: --help lists them)"
+    if isinstance(exc, OmegaConfBaseException):
+        return flatten(exc)
+    return None
+
+
+def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate an entry point's ``main`` (above ``@hydra.main``): user errors exit with one line.
+
+    Hydra prints a composition error in several lines and any other error as a
+    traceback, then exits; with ``HYDRA_FULL_ERROR=1`` it raises instead, which
+    lets this wrapper decide. `user_errors` are the app's own (``DataError``, ...);
+    ``ConfigError`` and Hydra's and OmegaConf's errors always are.
+    """
+    def decorate(main: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(main)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if VERBOSE_FLAG in sys.argv[1:]:
+                sys.argv.remove(VERBOSE_FLAG)
+                os.environ["TCGEXP_VERBOSE"] = "1"  # jobs and children see it too
+            if args and isinstance(args[0], list) and VERBOSE_FLAG in args[0]:  # argparse mains: main(argv)
+                args = ([a for a in args[0] if a != VERBOSE_FLAG], *args[1:])
+                os.environ["TCGEXP_VERBOSE"] = "1"
+            if os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0"):
+                os.environ["TCGEXP_VERBOSE"] = "1"
+            if verbose():
+                os.environ["HYDRA_FULL_ERROR"] = "1"
+                return main(*args, **kwargs)
+            before = os.environ.get("HYDRA_FULL_ERROR")
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises, so the error comes here whole
+            try:
+                return main(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - sorted below: the user's error, or a bug
+                line = user_error(exc, user_errors)
+                if line is None:
+                    raise
+                report = getattr(exc, "tcgexp_sweep_report", None)  # set by job_errors in the failed job
+                where = f"a sweep job failed (every job's error: {report}): " if report else ""
+                raise SystemExit(f"error: {where}{line}") from None
+            finally:
+                if before is None:
+                    os.environ.pop("HYDRA_FULL_ERROR", None)
+                else:
+                    os.environ["HYDRA_FULL_ERROR"] = before
+
+        return wrapper
+
+    return decorate
+
+
+@contextlib.contextmanager
+def job_errors(*user_errors: type) -> Iterator[None]:
+    """Around a Hydra task's body: a user's error ends a run with one line (before Hydra adds its
+    "Error executing job" line); in a sweep the job says the line on stderr and in its log, then
+    re-raises, so Hydra records the job as failed and the sweep goes on."""
+    try:
+        yield
+    except Exception as exc:
+        line = user_error(exc, user_errors)
+        if line is None or verbose():
+            raise
+        if not in_multirun():
+            raise SystemExit(f"error: {line}") from None
+        import logging
+
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        logging.getLogger("tcgexp.report").error("error: %s", line)  # the job log (train.log)
+        exc.tcgexp_sweep_report = str(sweep_dir() / "summary.md")  # travels with the exception (pickled too)
+        raise
+
+
+def sweep_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().sweep.dir)
+
+
+def in_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # not inside a Hydra job
+        return False

@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+from ..cli import one_line_errors
+from ..train.errors import USER_ERRORS
 from . import corpus, loader, scale, scan, train
 
 BENCHES = {"corpus": corpus, "loader": loader, "scale": scale, "scan": scan, "train": train}
@@ -19,6 +21,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_line_errors(*USER_ERRORS)
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     BENCHES[args.name].run(args)

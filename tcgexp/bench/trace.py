@@ -22,8 +22,9 @@ from omegaconf import DictConfig
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.table import markdown_table
 from tcgexp.cache.policy import Policy, admit
-from tcgexp.cli import CONFIG_PATH
+from tcgexp.cli import CONFIG_PATH, job_errors, one_line_errors
 from tcgexp.config import build, option
+from tcgexp.data.errors import DataError
 from tcgexp.data.source import Key, as_key
 from tcgexp.plan import LaneIndex
 
@@ -75,8 +76,14 @@ def miss_ratio_table(traces: dict[str, list], capacities: Sequence[int],
     return header, rows
 
 
+@one_line_errors(DataError)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="replay")
 def main(cfg: DictConfig) -> None:
+    with job_errors(DataError):
+        replay_report(cfg)
+
+
+def replay_report(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
     corpus = build(cfg.dataset)
     corpus.build()

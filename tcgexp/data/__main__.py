@@ -5,7 +5,7 @@ import hydra
 from omegaconf import DictConfig
 from rich.console import Console
 
-from ..cli import CONFIG_PATH  # registers the --help resolver
+from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver
 from ..config import DataAction, build  # importing config registers the schemas
 from ..progress import report_console, stage_progress
 from .corpus import Corpus
@@ -31,12 +31,11 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     return outcome
 
 
+@one_line_errors(DataError)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="data")
 def main(cfg: DictConfig) -> None:
-    try:
+    with job_errors(DataError):
         run(cfg)
-    except DataError as exc:
-        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -18,11 +18,17 @@ Built by Hydra (``conf/tracking/aim.yaml``):
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .context import JobContext
+
+LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
+CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
 
@@ -43,32 +49,67 @@ def by_context(values: dict[str, float]) -> list[tuple[dict, dict[str, float]]]:
     return [({"subset": subset} if subset else {}, group) for subset, group in groups.items()]
 
 
+class TrackingUnavailable(Exception):
+    """Why there is no tracking for this job: said in one line, then training goes on without it."""
+
+
+def say_untracked(why: str) -> None:
+    """The one line a job prints when tracking fails; training never stops for tracking."""
+    print(f"[tracking] {one_line(why)}; training continues without tracking", file=sys.stderr, flush=True)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """`text` on one line: an Aim or SQLAlchemy error spans many."""
+    flat = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> bool:
+    """Run `fn` in a daemon thread; True if it returned (or raised) within `seconds`.
+
+    A wait on tracking must never become a wait of training: a stuck call is left
+    behind in its thread, which cannot keep the process alive.
+    """
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the caller only needs "finished or not"
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True, name="tcgexp-aim-bounded").start()
+    return done.wait(seconds)
+
+
 class AimTracker:
     def __init__(self, *, repo: Optional[str], experiment: Optional[str], hparams: dict, context: JobContext,
                  resume_hash: Optional[str] = None) -> None:
-        import aim
-
         logging.getLogger("aim").setLevel(logging.WARNING)  # its INFO chatter would drown the run's report
         logging.getLogger("aim.ext.transport").setLevel(logging.CRITICAL)  # we say it once, ourselves
-        self.where = str(ensure_repo(repo))
+        self.where = str(repo or ".")
         self.run = None
         self.hash: Optional[str] = None
-        try:
+        try:  # anything here (no aim, a garbage .aim, a read-only or locked repo) costs tracking only
+            import aim
+
+            self.where = str(prepare_repo(repo))
             self.run = aim.Run(run_hash=resume_hash, repo=self.where,
                                experiment=experiment_name(experiment, context))
             apply_attributes(self.run, run_attributes(hparams, context))
             self.hash = self.run.hash
+        except TrackingUnavailable as exc:
+            self._give_up(str(exc))
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
 
     def _give_up(self, why: str) -> None:
-        print(f"[tracking] {why}; training continues without tracking", file=sys.stderr, flush=True)
+        say_untracked(why)
         run, self.run = self.run, None
         if run is not None:
-            try:
-                run.close()
-            except Exception:  # noqa: BLE001
-                pass
+            within(CLOSE_SECONDS, run.close)
 
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
         if self.run is None:
@@ -100,12 +141,24 @@ class AimTracker:
         self._mark({"status": "failed", "error": reason}, tag="failed")
 
     def close(self) -> None:
-        if self.run is not None:
-            run, self.run = self.run, None
+        if self.run is None:
+            return
+        run, self.run = self.run, None
+        errors: list[Exception] = []
+
+        def close_run() -> None:
             try:
                 run.close()
             except Exception as exc:  # noqa: BLE001
-                print(f"[tracking] closing the Aim run at {self.where} failed ({exc})", file=sys.stderr)
+                errors.append(exc)
+                raise
+
+        if not within(CLOSE_SECONDS, close_run):
+            print(f"[tracking] the Aim run at {self.where} did not close in {CLOSE_SECONDS:.0f} s; left unflushed",
+                  file=sys.stderr, flush=True)
+        elif errors:
+            print(f"[tracking] closing the Aim run at {self.where} failed ({one_line(errors[0])})",
+                  file=sys.stderr, flush=True)
 
 
 def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
@@ -131,23 +184,60 @@ def experiment_name(experiment: Optional[str], context: JobContext) -> str:
     return str(experiment or context.experiment or "tcgexp")
 
 
-def ensure_repo(path: Optional[str | Path]) -> Path:
-    """Create the Aim repo once, under a file lock.
+def ensure_repo(path: Optional[str | Path]) -> Optional[Path]:
+    """The Aim repo at `path`, created if missing; None (said in one line) when it cannot be had.
+
+    Never raises and never waits more than LOCK_SECONDS: the sweep callback calls it
+    before any job, and a tracking problem must not stop a sweep.
+    """
+    try:
+        return prepare_repo(path)
+    except TrackingUnavailable as exc:
+        say_untracked(str(exc))
+    except Exception as exc:  # noqa: BLE001
+        say_untracked(f"could not open the Aim repo at {path} ({type(exc).__name__}: {exc})")
+    return None
+
+
+def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS) -> Path:
+    """Create the Aim repo once, under a file lock taken with a timeout; TrackingUnavailable says why not.
 
     Parallel jobs of a sweep all start by opening the repo; two that find it
     missing would both initialise it, and one then reads a half-written repo
-    ("out of date"). The lock serialises the check-and-create.
+    ("out of date"). The lock serialises the check-and-create; a lock held for
+    longer than an initialisation takes belongs to a stuck process, not to us.
     """
     import fcntl
 
     import aim
 
     root = Path(str(path or ".")).expanduser().absolute()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".tcgexp-aim-init.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".aim" / "VERSION").exists():
+    dot_aim = root / ".aim"
+    if dot_aim.exists() and not dot_aim.is_dir():
+        raise TrackingUnavailable(f"{dot_aim} is not an Aim repo (a file, not a folder)")
+    lock_path = root / ".tcgexp-aim-init.lock"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise TrackingUnavailable(f"cannot write the Aim repo at {root} ({exc.strerror or exc})") from exc
+    try:
+        deadline = time.monotonic() + lock_seconds
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingUnavailable(f"{lock_path} has been held by another process for "
+                                              f"{lock_seconds:.0f} s") from None
+                time.sleep(0.05)
+        if not (dot_aim / "VERSION").exists():
             aim.Repo.from_path(str(root), init=True)
+    finally:
+        os.close(fd)  # releases the lock
+    if not os.access(dot_aim, os.W_OK):  # as root, the mode bits say nothing; a read-only mount does
+        raise TrackingUnavailable(f"the Aim repo at {root} is not writable")
     return root
 
 

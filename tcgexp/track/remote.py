@@ -23,7 +23,9 @@ from urllib.parse import urlparse
 from .context import JobContext
 
 CHECK_SECONDS = 5.0
-START_SECONDS = 60.0
+IMPORT_SECONDS = 30.0  # the child importing aim on a loaded machine; no server involved
+START_SECONDS = 5.0  # a server that accepts connections yet never answers must not delay training longer
+STALL_SECONDS = 10.0  # at close: the longest the child may make no progress flushing before it is killed
 
 
 class RemoteAimTracker:
@@ -43,18 +45,30 @@ class RemoteAimTracker:
         if not self._alive():
             self._say(f"no Aim server answers at {uri}")
             return
-        self.proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.proc.stdin.write(json.dumps({"uri": uri, **init}) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_SECONDS)
-        reply = json.loads(self.proc.stdout.readline() or "{}") if ready else {}
+        try:  # any failure here (no child, a broken pipe, a silent server) costs tracking only
+            self.proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.proc.stdin.write(json.dumps({"uri": uri, **init}) + "\n")
+            self.proc.stdin.flush()
+            reply = self._reply(IMPORT_SECONDS)  # the child's own start: Python and aim imported, no server yet
+            if reply.get("imported"):
+                reply = self._reply(START_SECONDS)  # the server's part: a silent server costs START_SECONDS
+        except Exception as exc:  # noqa: BLE001
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
         if "hash" not in reply:
-            self._stop(f"could not start an Aim run at {uri} ({reply.get('error', 'no answer')})")
+            silent = f"no answer in {START_SECONDS:.0f} s"
+            self._stop(f"could not start an Aim run at {uri} ({reply.get('error', silent)})")
             return
         self.hash = reply["hash"]
         self._writer = threading.Thread(target=self._write, daemon=True, name="tcgexp-aim-remote")
         self._writer.start()
+
+    def _reply(self, seconds: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], seconds)
+        try:
+            return json.loads(self.proc.stdout.readline() or "{}") if ready else {}
+        except ValueError:
+            return {}
 
     def _write(self) -> None:
         while True:
@@ -75,7 +89,9 @@ class RemoteAimTracker:
             return False
 
     def _say(self, why: str) -> None:
-        print(f"[tracking] {why}; training continues without tracking", file=sys.stderr, flush=True)
+        from .aim_run import say_untracked
+
+        say_untracked(why)
 
     def _stop(self, why: str) -> None:
         self._say(why)
@@ -117,9 +133,15 @@ class RemoteAimTracker:
             return
         self._lines.put(_CLOSE)
         deadline = time.monotonic() + 120
-        while self.proc.poll() is None:  # flushing: fine while the server is there to take it
+        left, moved = self._lines.qsize(), time.monotonic()
+        while self.proc.poll() is None:  # flushing: fine while the server takes it, bounded when it stalls
             if not self._alive():
                 self._stop(f"lost the Aim server at {self.uri}")
+                return
+            if self._lines.qsize() < left:
+                left, moved = self._lines.qsize(), time.monotonic()
+            if time.monotonic() - moved > STALL_SECONDS:
+                self._stop(f"the Aim run at {self.uri} made no progress flushing for {STALL_SECONDS:.0f} s")
                 return
             if time.monotonic() > deadline:
                 self._stop(f"the Aim run at {self.uri} did not finish flushing in 120 s")
@@ -144,6 +166,7 @@ def child() -> None:
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
     init = json.loads(sys.stdin.readline())
+    print(json.dumps({"imported": True}), flush=True)  # from here on, any wait is the server's
     try:
         run = aim.Run(run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"])
         apply_attributes(run, init["attrs"])

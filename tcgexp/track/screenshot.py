@@ -27,6 +27,8 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+from ..cli import one_line_errors
+
 METRICS_QUERY = ('(metric.name == "val/loss") or (metric.name == "train/loss") or '
                  '(metric.name == "cache_train/hit_rate_pct") or (metric.name == "cache_train/bytes_loaded")')
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -158,6 +160,7 @@ def pages(base: str, sweep: Optional[str], columns: list[str]) -> dict[str, tupl
             "aim_metrics": (f"{base}/metrics?select={aim_state(select)}", [])}
 
 
+@one_line_errors(FileNotFoundError, TimeoutError)  # no chromium, no aim; `aim up` that never answers
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tcgexp.track.screenshot")
     p.add_argument("--repo", default=".", help="the folder holding .aim/")
@@ -167,6 +170,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--settle", type=float, default=12.0, help="seconds to let each page draw")
     p.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     args = p.parse_args(argv)
+    if not (Path(args.repo) / ".aim").is_dir():  # `aim up` would exit and leave us waiting for it
+        raise FileNotFoundError(f"--repo {args.repo}: no Aim repo there (no .aim folder)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     port, devtools = free_port(), free_port()

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import hydra
 from omegaconf import DictConfig
 
-from ..cli import CONFIG_PATH  # registers the --help resolver; importing config registers the schemas
+from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver; config the schemas
 from . import train
 from .errors import USER_ERRORS
 from .resume import resume_config
@@ -45,21 +45,17 @@ def optimized(result: dict[str, Any], name: Optional[str]) -> Optional[float]:
     return float(value) if value is not None else math.nan
 
 
+@one_line_errors(*USER_ERRORS)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    try:
+    with job_errors(*USER_ERRORS):  # one line for the user's errors; a failed sweep job is recorded by Hydra
         check_metric(cfg.get("optimized_metric"))
         overrides = list(HydraConfig.get().overrides.task)
         if cfg.resume:  # the checkpoint's config is the base; this command line's overrides on top, checked
             cfg, overrides = resume_config(cfg, overrides, Path(HydraConfig.get().runtime.output_dir))
         result = train(cfg, overrides=overrides)
-    except USER_ERRORS as exc:
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # Hydra records the job as failed and the sweep goes on
-        raise SystemExit(f"error: {exc}") from None
     return optimized(result, cfg.get("optimized_metric"))
 
 

@@ -1,0 +1,170 @@
+"""Aim problems cost tracking, never training: a garbage or corrupt ``.aim``, a read-only repo, the init
+lock held by a stuck process, a server that accepts connections and never answers. Each run trains to
+completion with one ``[tracking] ...; training continues without tracking`` line, a few seconds late at most."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tcgexp.track import JobContext
+from tcgexp.track.aim_run import AimTracker, ensure_repo
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000", "cache=plan"]
+EXTRA_SECONDS = 20  # generous: the bounds are 5 s (lock, silent server); a hang would be minutes
+LINE = "training continues without tracking"
+
+
+def train(data: Path, run_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *SMOKE, f"dataset.root={data}",
+                          f"hydra.run.dir={run_dir}", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return res, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> tuple[Path, float]:
+    """The corpus, built once, and how long an untracked run on it takes here."""
+    where = tmp_path_factory.mktemp("tracking_faults")
+    res, _ = train(where / "data", where / "warm", "tracking=off")  # builds the corpus
+    assert res.returncode == 0, res.stderr[-3000:]
+    res, seconds = train(where / "data", where / "base", "tracking=off")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return where / "data", seconds
+
+
+def assert_trained_untracked(res: subprocess.CompletedProcess, seconds: float, run_dir: Path, base: float,
+                             why: str) -> None:
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = [line for line in res.stderr.splitlines() if "[tracking]" in line]
+    assert len(lines) == 1 and LINE in lines[0] and why in lines[0], res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "completed" and result["aim_hash"] is None
+    assert seconds < base + EXTRA_SECONDS, f"{seconds:.1f} s against {base:.1f} s untracked"
+
+
+def test_a_garbage_dot_aim_file_costs_tracking_not_training(tmp_path, baseline):
+    data, base = baseline
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".aim").write_text("not a repo")
+    res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={repo}")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, str(repo / ".aim"))
+
+
+def test_a_corrupt_dot_aim_dir_costs_tracking_not_training(tmp_path, baseline):
+    data, base = baseline
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    (repo / ".aim" / "run_metadata.sqlite").write_text("garbage")  # SQLAlchemy's error spans several lines
+    res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={repo}")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, str(repo))
+
+
+@pytest.fixture
+def read_only_repo(tmp_path):
+    """A real Aim repo, bind-mounted read-only (as root, chmod would be ignored)."""
+    repo = tmp_path / "ro_repo"
+    repo.mkdir()
+    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    if subprocess.run(["mount", "--bind", str(repo), str(repo)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(repo)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield repo
+    finally:
+        subprocess.run(["umount", str(repo)], capture_output=True)
+
+
+def test_a_read_only_repo_costs_tracking_not_training(tmp_path, baseline, read_only_repo):
+    data, base = baseline
+    res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={read_only_repo}")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, str(read_only_repo))
+
+
+@pytest.fixture
+def held_lock(tmp_path):
+    """Another process holding the repo's init lock and never letting go (killed at teardown)."""
+    repo = tmp_path / "locked_repo"
+    repo.mkdir()
+    code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(repo / ".tcgexp-aim-init.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield repo
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_an_init_lock_held_elsewhere_costs_tracking_not_training(tmp_path, baseline, held_lock):
+    data, base = baseline
+    res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={held_lock}")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, ".tcgexp-aim-init.lock")
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server on loopback that accepts every connection and never says a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    held, stop = [], threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_server_that_never_answers_costs_tracking_not_training(tmp_path, baseline, silent_server):
+    data, base = baseline
+    res, seconds = train(data, tmp_path / "run", "tracking=aim_remote",
+                         f"tracking.uri=aim://127.0.0.1:{silent_server}")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, "no answer in 5 s")
+
+
+def test_the_sweep_callbacks_repo_check_never_raises_nor_waits(tmp_path, held_lock, capfd):
+    """ensure_repo (the sweep callback's, before any job) says the line and returns None."""
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / ".aim").write_text("x")
+    t0 = time.monotonic()
+    assert ensure_repo(garbage) is None and ensure_repo(held_lock) is None
+    assert time.monotonic() - t0 < 15
+    err = capfd.readouterr().err
+    assert err.count(LINE) == 2 and str(garbage / ".aim") in err and ".tcgexp-aim-init.lock" in err
+
+
+def test_a_tracker_that_could_not_start_records_nothing_and_raises_nothing(tmp_path, capfd):
+    (tmp_path / ".aim").write_text("x")
+    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    tracker.track({"train/loss": 1.0}, step=0)
+    tracker.finish("completed")
+    tracker.close()
+    assert tracker.hash is None and capfd.readouterr().err.count("[tracking]") == 1
