@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from .. import sim
+from ..config import DatasetConfig, check
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
@@ -25,7 +26,6 @@ from .parallel import build_days, die_with_parent
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
 
-VERIFY_MODES = ("quick", "full")
 
 
 class Corpus:
@@ -36,21 +36,12 @@ class Corpus:
                  date_to: Optional[str] = None) -> None:
         self.name = name
         self.root = Path(root).expanduser().absolute()
-        try:
-            first = dt.date.fromisoformat(start_date)
-        except ValueError as exc:
-            raise DataError(f"dataset.start_date={start_date!r} is not an ISO date", fix="use YYYY-MM-DD") from exc
-        checks = {
-            "dataset.days": days >= 1, "dataset.rows_per_day": rows_per_day >= 1,
-            "dataset.row_group_rows": row_group_rows >= 1, "dataset.episodes_per_shard": episodes_per_shard >= 1,
-            "dataset.val_fraction": 0.0 <= val_fraction < 1.0, "dataset.workers": workers >= 0,
-            "dataset.verify": verify in VERIFY_MODES,
-        }
-        for key, ok in checks.items():
-            if not ok:
-                raise DataError(f"{key} has an impossible value",
-                                fix="days/rows/row-group/shard sizes must be >= 1, val_fraction in [0, 1), "
-                                    f"workers >= 0, verify in {VERIFY_MODES}")
+        # the bounds live in the dataset schema (tcgexp.config.DatasetConfig.CHECKS); a Corpus built by
+        # python -m tcgexp.data, or by hand, gets the same refusals as a training run
+        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.")
+        if problem:
+            raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
+        first = dt.date.fromisoformat(start_date)
         chosen = selected_dates(dates, date_from, date_to, Catalog(self.root / "catalog.sqlite")) \
             if (dates or date_from or date_to) else None
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)

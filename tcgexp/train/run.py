@@ -27,6 +27,7 @@ from .diverge import DivergenceError
 from .display import RunDisplay
 from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
+from .preflight import preflight
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
 from .step import Stepper, to_mx
@@ -49,6 +50,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     console = console or report_console()
     validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
+    preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     t_start, blas = time.perf_counter(), load_fast_blas()
     mx.random.seed(int(cfg.seed))
