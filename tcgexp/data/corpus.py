@@ -13,9 +13,9 @@ import multiprocessing
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from .. import sim
 from ..config import DatasetConfig, check
@@ -90,6 +90,15 @@ class Corpus:
         sweep all build-or-validate the same days, and only one may write them; the others
         wait, then find the days finished and validate them.
         """
+        with self.locked():
+            if self.selected and not build_missing:
+                self.check_selected()
+            return self._build(progress)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The exclusive build lock on ``<root>/.build.lock``: building and cleaning never overlap
+        (a clean during a build would pull the day's files out from under it)."""
         if self.root.exists() and not self.root.is_dir():
             raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
         try:
@@ -100,9 +109,7 @@ class Corpus:
                             fix="point dataset.root at a folder you can write") from exc
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if self.selected and not build_missing:
-                self.check_selected()
-            return self._build(progress)
+            yield
 
     def _build(self, progress: Optional[ProgressFn]) -> dict[str, str]:
         catalog = self.catalog
@@ -132,13 +139,21 @@ class Corpus:
         return outcome
 
     def clean_derived(self, date: str) -> None:
-        """Delete a day's derived files; refused while the replay ZIP (its source) is missing."""
+        """Delete a day's derived files, under the build lock; refused unless the replay ZIP (their source)
+        reads back whole (every member's CRC) and was generated with the current settings."""
         p = self.paths(date)
-        if not p.zip.exists():
-            raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
-                               path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
-        for f in (p.manifest, p.parquet):
-            f.unlink(missing_ok=True)
-        shutil.rmtree(p.work, ignore_errors=True)
-        self.catalog.delete(date)
-        self.manifests.pop(date, None)
+        with self.locked():
+            if not p.zip.exists():
+                raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
+                                   path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
+            spec = self.specs[self.dates.index(date)]
+            try:  # the same reading a rebuild does: CRCs, meta.json, its shard count, the settings
+                DayBuilder(spec, p, self.fingerprint(spec), None).source().close()
+            except DataError as exc:
+                raise BuildRefused(f"not cleaning: the day could not be rebuilt from its source ({exc})",
+                                   path=p.parquet, fix="the derived Parquet is kept, the only readable copy") from None
+            for f in (p.manifest, p.parquet):
+                f.unlink(missing_ok=True)
+            shutil.rmtree(p.work, ignore_errors=True)
+            self.catalog.delete(date)
+            self.manifests.pop(date, None)
