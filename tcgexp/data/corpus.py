@@ -9,10 +9,8 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, Optional
@@ -22,7 +20,7 @@ from ..config import DatasetConfig, check
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
-from .parallel import build_days, die_with_parent
+from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
 
@@ -123,9 +121,7 @@ class Corpus:
                 p = self.paths(spec.date)
                 catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         # one missing day: its shards in parallel (the builder's own pool), finished days validated here
-        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                    initializer=die_with_parent)
-                if len(pending) == 1 and self.workers > 1 else nullcontext(None))
+        pool = (worker_pool(self.workers) if len(pending) == 1 and self.workers > 1 else nullcontext(None))
         with pool as executor:
             for spec in self.specs:
                 if spec.date in built:
