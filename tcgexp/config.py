@@ -24,6 +24,19 @@ if not (CONF_DIR / "config.yaml").is_file():
     CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
+COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
+
+
+def _iso_date(value) -> bool:
+    import datetime as dt
+
+    try:
+        dt.date.fromisoformat(str(value))
+        return True
+    except ValueError:
+        return False
+
+
 @dataclass
 class DatasetConfig:
     """Day-partitioned Parquet corpus, built from seeded simulator replays."""
@@ -49,6 +62,19 @@ class DatasetConfig:
     # ... or a range of consecutive days (an open end is the catalog's first/last built day)
     date_from: Optional[str] = None
     date_to: Optional[str] = None
+    CHECKS: ClassVar[tuple] = (
+        ("start_date", lambda v: _iso_date(v), "an ISO date, YYYY-MM-DD"),
+        ("days", lambda v: 1 <= v <= 36500, "in [1, 36500]"),
+        ("rows_per_day", lambda v: 1 <= v <= 10**9, "in [1, 1e9]"),
+        ("row_group_rows", lambda v: 1 <= v <= 10**8, "in [1, 1e8]"),
+        ("episodes_per_shard", lambda v: 1 <= v <= 10**6, "in [1, 1e6]"),
+        ("val_fraction", lambda v: 0.0 <= v < 1.0, "in [0, 1)"),
+        ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+        ("max_turns", lambda v: 1 <= v <= 10**6, "in [1, 1e6]"),
+        ("compression", lambda v: v in COMPRESSIONS, f"one of {', '.join(COMPRESSIONS)}"),
+        ("workers", lambda v: 0 <= v <= 1024, "in [0, 1024] (0 = one per core)"),
+        ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"))
+
 
 
 # -- the residency policy and the row-group cache --------------------------------------------
@@ -130,7 +156,7 @@ class TbpttConfig:
     seed: int = II("seed")  # the lane shuffle's seed: the run's
     CHECKS: ClassVar[tuple] = (
         ("chunk", lambda v: v >= 1, ">= 1 decisions"), ("batch_size", lambda v: v >= 1, ">= 1 rows"),
-        ("accum_steps", lambda v: v >= 1, ">= 1"),
+        ("accum_steps", lambda v: v >= 1, ">= 1"), ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
         ("lane_order", lambda v: v in ("grouped", "naive"), "'grouped' or 'naive'"))
 
 
@@ -194,7 +220,7 @@ class TrainerConfig:
     epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
     aux_weight: float = 0.25  # weight of the four auxiliary losses beside the policy loss
     max_steps: int = 0  # stop (resumably) after this many optimizer steps; 0 = run all epochs
-    CHECKS: ClassVar[tuple] = (("epochs", lambda v: v >= 1, ">= 1"), ("aux_weight", lambda v: v >= 0, ">= 0"),
+    CHECKS: ClassVar[tuple] = (("epochs", lambda v: 1 <= v <= 10**6, "in [1, 1e6]"), ("aux_weight", lambda v: v >= 0, ">= 0"),
                                ("max_steps", lambda v: v >= 0, ">= 0 (0 = no limit)"))
 
 
@@ -246,6 +272,8 @@ class Config:
     seed: int = 0
     resume: Optional[str] = None  # a run dir or checkpoint dir to continue
     optimized_metric: Optional[str] = "val/loss"  # what the task returns to a sweeper: val/<metric> | best/val_loss
+    # MLX and numpy seed generators take an unsigned 32-bit seed: anything else is a raw TypeError deep inside
+    CHECKS: ClassVar[tuple] = (("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),)
 
 
 class DataAction(Enum):
@@ -339,6 +367,7 @@ class ReplayConfig:
     tbptt: TbpttConfig = MISSING
     seed: int = 0
     epochs: int = 1  # epochs of the plan to replay back to back
+    CHECKS: ClassVar[tuple] = (("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"), ("epochs", lambda v: v >= 1, ">= 1"))
     split: str = "train"  # train | val
     capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
     policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])  # cache options
@@ -373,10 +402,28 @@ def validate(cfg: DictConfig) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value} is impossible: it must be a finite number")
     for prefix, node in _nodes(cfg):
-        for name, ok, want in getattr(OmegaConf.get_type(node), "CHECKS", ()):
-            value = node[name]
-            if not ok(value):
-                raise ConfigError(f"{prefix}{name}={value!r} is impossible: it must be {want}")
+        problem = check(OmegaConf.get_type(node), node, prefix)
+        if problem:
+            raise ConfigError(problem)
+
+
+def check(schema: type, values, prefix: str = "") -> Optional[str]:
+    """The first of `schema`'s CHECKS that `values` (a node or a mapping) fails, as one line; None when all pass.
+
+    Also what a part built outside ``train()`` (a Corpus of ``python -m tcgexp.data``) applies to its
+    own arguments, so the checks stay here, beside the fields.
+    """
+    for name, ok, want in getattr(schema, "CHECKS", ()):
+        if name not in values:
+            continue
+        value = values[name]
+        try:
+            passed = value is not None and ok(value)
+        except TypeError:  # a value of another type (a tracker's own knob): not ours to judge
+            passed = False
+        if not passed:
+            return f"{prefix}{name}={value!r} is impossible: it must be {want}"
+    return None
 
 
 def _nodes(cfg: DictConfig, prefix: str = ""):

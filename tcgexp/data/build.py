@@ -123,6 +123,8 @@ class DayBuilder:
                                fix="delete the manifest to rebuild the day from its replay ZIP")
         check_day(p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM,
                   full=self.verify == "full")
+        if self.verify == "full" and p.zip.exists():  # full: the durable source must read back whole too
+            DayZip(p.zip).close()  # every member's CRC (testzip); a damaged member is named
         self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         return manifest
 

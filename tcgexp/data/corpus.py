@@ -10,23 +10,21 @@ import errno
 import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from .. import sim
+from ..config import DatasetConfig, check
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
-from .parallel import build_days, die_with_parent
+from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
 
-VERIFY_MODES = ("quick", "full")
 
 
 class Corpus:
@@ -37,21 +35,12 @@ class Corpus:
                  date_to: Optional[str] = None) -> None:
         self.name = name
         self.root = Path(root).expanduser().absolute()
-        try:
-            first = dt.date.fromisoformat(start_date)
-        except ValueError as exc:
-            raise DataError(f"dataset.start_date={start_date!r} is not an ISO date", fix="use YYYY-MM-DD") from exc
-        checks = {
-            "dataset.days": days >= 1, "dataset.rows_per_day": rows_per_day >= 1,
-            "dataset.row_group_rows": row_group_rows >= 1, "dataset.episodes_per_shard": episodes_per_shard >= 1,
-            "dataset.val_fraction": 0.0 <= val_fraction < 1.0, "dataset.workers": workers >= 0,
-            "dataset.verify": verify in VERIFY_MODES,
-        }
-        for key, ok in checks.items():
-            if not ok:
-                raise DataError(f"{key} has an impossible value",
-                                fix="days/rows/row-group/shard sizes must be >= 1, val_fraction in [0, 1), "
-                                    f"workers >= 0, verify in {VERIFY_MODES}")
+        # the bounds live in the dataset schema (tcgexp.config.DatasetConfig.CHECKS); a Corpus built by
+        # python -m tcgexp.data, or by hand, gets the same refusals as a training run
+        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.")
+        if problem:
+            raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
+        first = dt.date.fromisoformat(start_date)
         chosen = selected_dates(dates, date_from, date_to, Catalog(self.root / "catalog.sqlite")) \
             if (dates or date_from or date_to) else None
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
@@ -100,6 +89,15 @@ class Corpus:
         sweep all build-or-validate the same days, and only one may write them; the others
         wait, then find the days finished and validate them.
         """
+        with self.locked():
+            if self.selected and not build_missing:
+                self.check_selected()
+            return self._build(progress)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The exclusive build lock on ``<root>/.build.lock``: building and cleaning never overlap
+        (a clean during a build would pull the day's files out from under it)."""
         if self.root.exists() and not self.root.is_dir():
             raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
         try:
@@ -110,9 +108,7 @@ class Corpus:
         with lock if lock is not None else nullcontext():
             if lock is not None:
                 fcntl.flock(lock, mode)
-            if self.selected and not build_missing:
-                self.check_selected()
-            return self._build(progress)
+            yield
 
     def _read_only_lock(self, exc: OSError):
         """A corpus on read-only (or someone else's) storage: usable when every day is finished.
@@ -144,9 +140,7 @@ class Corpus:
                 p = self.paths(spec.date)
                 catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         # one missing day: its shards in parallel (the builder's own pool), finished days validated here
-        pool = (ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                    initializer=die_with_parent)
-                if len(pending) == 1 and self.workers > 1 else nullcontext(None))
+        pool = (worker_pool(self.workers) if len(pending) == 1 and self.workers > 1 else nullcontext(None))
         with pool as executor:
             for spec in self.specs:
                 if spec.date in built:
@@ -160,13 +154,21 @@ class Corpus:
         return outcome
 
     def clean_derived(self, date: str) -> None:
-        """Delete a day's derived files; refused while the replay ZIP (its source) is missing."""
+        """Delete a day's derived files, under the build lock; refused unless the replay ZIP (their source)
+        reads back whole (every member's CRC) and was generated with the current settings."""
         p = self.paths(date)
-        if not p.zip.exists():
-            raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
-                               path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
-        for f in (p.manifest, p.parquet):
-            f.unlink(missing_ok=True)
-        shutil.rmtree(p.work, ignore_errors=True)
-        self.catalog.delete(date)
-        self.manifests.pop(date, None)
+        with self.locked():
+            if not p.zip.exists():
+                raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
+                                   path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
+            spec = self.specs[self.dates.index(date)]
+            try:  # the same reading a rebuild does: CRCs, meta.json, its shard count, the settings
+                DayBuilder(spec, p, self.fingerprint(spec), None).source().close()
+            except DataError as exc:
+                raise BuildRefused(f"not cleaning: the day could not be rebuilt from its source ({exc})",
+                                   path=p.parquet, fix="the derived Parquet is kept, the only readable copy") from None
+            for f in (p.manifest, p.parquet):
+                f.unlink(missing_ok=True)
+            shutil.rmtree(p.work, ignore_errors=True)
+            self.catalog.delete(date)
+            self.manifests.pop(date, None)

@@ -10,11 +10,15 @@ output equals a one-worker build byte for byte.
 Workers are spawned (no inherited locks or threads) and ask the kernel to
 kill them when their parent dies (PR_SET_PDEATHSIG on Linux), so a killed
 build leaves no orphans; unfinished shards are picked up by the next build.
+A parent that dies while a worker is still starting (before its initializer
+asked) is caught by comparing the parent pid after asking. Every process pool
+of tcgexp is made by ``worker_pool``, so no path forgets the initializer.
 """
 from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import signal
 import sys
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -26,13 +30,21 @@ from .build import DayBuilder, DayPaths, DaySpec
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Worker initializer: SIGKILL this process when the process that spawned it exits."""
+def die_with_parent(parent: Optional[int] = None) -> None:
+    """Worker initializer: SIGKILL this process when the process that spawned it (pid `parent`) exits."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         except OSError:
             pass
+    if parent is not None and os.getppid() != parent:  # the parent died before we asked: nobody will tell us
+        os._exit(1)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """Spawned worker processes that die with this one (the only way tcgexp makes a process pool)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
 
 
 def build_day(spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[str, dict, list[int]]:
@@ -48,8 +60,7 @@ def build_days(specs: Sequence[DaySpec], root: Path, fingerprints: Sequence[str]
     report = progress or (lambda stage, done, total: None)
     stage = f"build {len(specs)} days"
     report(stage, 0, len(specs))
-    pool = ProcessPoolExecutor(min(workers, len(specs)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=die_with_parent)
+    pool = worker_pool(min(workers, len(specs)))
     out: dict[str, tuple[str, dict, list[int]]] = {}
     try:
         futures = {pool.submit(build_day, s, str(root), fp, verify): s.date for s, fp in zip(specs, fingerprints)}

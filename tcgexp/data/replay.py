@@ -111,14 +111,11 @@ class DayZip:
         self.path = Path(path)
         try:
             self._zf = zipfile.ZipFile(self.path)
-            # CRC-check every member once (catches truncation and bit rot); workers skip it
-            bad = self._zf.testzip() if verify else None
         except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
             raise DataError(f"replay ZIP is unreadable ({exc})", path=self.path,
                             fix="restore it from a backup or move it away to re-simulate the day") from exc
-        if bad is not None:
-            raise DataError(f"replay ZIP member {bad!r} fails its CRC check", path=self.path,
-                            fix="restore it from a backup or move it away to re-simulate the day")
+        if verify:  # CRC-check every member once (catches truncation and bit rot); workers skip it
+            self.check_members()
         try:
             self.meta = json.loads(self._zf.read(META))
         except (KeyError, json.JSONDecodeError) as exc:
@@ -128,6 +125,22 @@ class DayZip:
         if len(self.members) != self.meta.get("shards"):
             raise DataError(f"replay ZIP lists {len(self.members)} shards, its {META} says {self.meta.get('shards')}",
                             path=self.path, fix="the ZIP is incomplete; restore it or move it away")
+
+    def check_members(self) -> None:
+        """Read every member through (zipfile checks its CRC at the end), naming the first that fails.
+
+        ``ZipFile.testzip`` returns a bad CRC's name but raises, unnamed, when the damage breaks
+        the deflate stream itself; either way the member is named here.
+        """
+        for info in self._zf.infolist():
+            try:
+                with self._zf.open(info) as fh:
+                    while fh.read(1 << 20):
+                        pass
+            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+                raise DataError(f"replay ZIP member {info.filename!r} fails its CRC check or cannot be "
+                                f"decompressed ({exc})", path=self.path,
+                                fix="restore it from a backup or move it away to re-simulate the day") from exc
 
     def iter_records(self, member: str) -> Iterator[dict]:
         with self._zf.open(member) as fh:

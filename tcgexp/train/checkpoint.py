@@ -11,9 +11,17 @@ then renamed into place (the old one is moved aside first and removed only
 after the rename), so a crash at any instant leaves either the previous
 checkpoint or the new one, never a half-written directory where a resume
 would read it.
+
+``checksums.json`` is written last: the sha256 of every other file, and its
+own digest over that list, so one flipped byte anywhere (a weight's exponent,
+a digit of ``state.json``, the list itself) is refused at load naming the
+file, instead of training NaN or failing an epoch later. A checkpoint from
+before checksums (no ``checksums.json``) is accepted with a warning: its
+files are still parsed and its state still checked against the plan.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +36,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from .diverge import strict
 
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
+CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
 
 
 class CheckpointError(ValueError):
@@ -126,10 +135,52 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict)
     mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
     mx.save_safetensors(str(tmp / "lanes.safetensors"), _lane_tensors(lanes))
     (tmp / "state.json").write_text(json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False))
-    for name in FILES:
+    seal(tmp)
+    for name in FILES + (CHECKSUMS,):
         with open(tmp / name, "rb") as fh:
             os.fsync(fh.fileno())
     _fsync_dir(tmp)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _digest(files: dict) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def seal(path: Path) -> None:
+    """Write ``checksums.json``: every file's sha256, and a digest of that list (so the list checks itself)."""
+    files = {name: _sha256(path / name) for name in FILES}
+    (path / CHECKSUMS).write_text(json.dumps({"files": files, "sha256": _digest(files)}, indent=2, sort_keys=True))
+
+
+def verify(path: Path) -> bool:
+    """Refuse a checkpoint whose files differ from ``checksums.json``, naming the file.
+
+    True when verified; False for a checkpoint written before checksums (the caller warns).
+    """
+    path = Path(path)
+    sums = path / CHECKSUMS
+    if not sums.exists():
+        return False
+    try:
+        record = json.loads(sums.read_text())
+        files = record["files"]
+        ok = isinstance(files, dict) and set(files) == set(FILES) and record["sha256"] == _digest(files)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _damaged(sums, exc) from exc
+    if not ok:
+        raise _damaged(sums, "its own digest does not match its list of files")
+    for name in FILES:
+        if _sha256(path / name) != files[name]:
+            raise _damaged(path / name, "sha256 differs from checksums.json")
+    return True
 
 
 def find(resume: str) -> Path:
@@ -146,39 +197,75 @@ def find(resume: str) -> Path:
                           "checkpoints/latest/); pass a run dir or a checkpoint dir")
 
 
-def _damaged(path: Path, exc: Exception) -> CheckpointError:
-    return CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); resume from another "
-                           "checkpoint (epoch_NNNN/ or best/)")
+def _damaged(path: Path, why) -> CheckpointError:
+    why = f"{type(why).__name__}: {why}" if isinstance(why, Exception) else why
+    return CheckpointError(f"{path} is damaged ({why}); resume from another checkpoint (epoch_NNNN/ or best/)")
 
 
 def read_state(path: Path) -> dict:
-    """The checkpoint's state.json (progress, schedule, config, provenance), before any weights are read."""
+    """The checkpoint's state.json (progress, schedule, config, provenance), its files verified first."""
     path = Path(path)
     for name in FILES:
         if not (path / name).exists():
             raise CheckpointError(f"{path / name} is missing: the checkpoint is incomplete")
+    verify(path)
     try:
-        return json.loads((path / "state.json").read_text())
+        state = json.loads((path / "state.json").read_text())
     except ValueError as exc:
-        raise _damaged(path, exc) from exc
+        raise _damaged(path / "state.json", exc) from exc
+    if not isinstance(state, dict) or not isinstance(state.get("progress"), dict):
+        raise _damaged(path / "state.json", "no progress record")
+    return state
 
 
-def load(path: Path, *, model, optimizer) -> tuple[dict, dict[str, np.ndarray]]:
-    """Restore model and optimizer in place; return (state, lane arrays)."""
+def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]] = None
+         ) -> tuple[dict, dict[str, np.ndarray]]:
+    """Restore model and optimizer in place; return (state, lane arrays).
+
+    `lanes_shape` (lanes in the index, model.hidden): the lanes file must fit it, ids in range.
+    """
     path = Path(path)
     state = read_state(path)
+    tensors = {}
+    for name in ("model.safetensors", "optimizer.safetensors", "lanes.safetensors"):
+        try:
+            tensors[name] = mx.load(str(path / name))
+        except Exception as exc:  # safetensors parse errors have no common base class
+            raise _damaged(path / name, exc) from exc
+    params, opt = tensors["model.safetensors"], tensors["optimizer.safetensors"]
+    check_lanes(tensors["lanes.safetensors"], lanes_shape, path / "lanes.safetensors")
     try:
-        params = mx.load(str(path / "model.safetensors"))
-        opt = mx.load(str(path / "optimizer.safetensors"))
-        lanes = _lane_arrays(mx.load(str(path / "lanes.safetensors")))
-    except Exception as exc:  # safetensors parse errors have no common base class
-        raise _damaged(path, exc) from exc
+        lanes = _lane_arrays(tensors["lanes.safetensors"])
+    except Exception as exc:
+        raise _damaged(path / "lanes.safetensors", exc) from exc
     expected = dict(tree_flatten(model.parameters()))
     if set(params) != set(expected) or any(params[k].shape != expected[k].shape for k in expected):
         raise CheckpointError(f"{path / 'model.safetensors'} does not match the configured model "
                               "(different model.hidden or feature/action sizes?)")
+    for name, value in params.items():  # a checkpoint without checksums can still hold a flipped exponent
+        if not bool(mx.all(mx.isfinite(value)).item()):
+            raise _damaged(path / "model.safetensors", f"parameter {name} holds NaN or infinity")
     model.update(tree_unflatten(list(params.items())))
     optimizer.state = tree_unflatten(list(opt.items()))
     mx.eval(model.parameters(), optimizer.state)
     return state, lanes
 
+
+
+def check_lanes(tensors: dict, shape: Optional[tuple[int, int]], path: Path) -> None:
+    """Sparse lane memories must fit the lane index: [lanes, hidden], ids unique, sorted and in range."""
+    for key in [k for k in tensors if k.endswith(".shape")]:
+        name = key[:-len(".shape")]
+        have = tuple(int(x) for x in np.array(tensors[key]))
+        ids = np.array(tensors.get(f"{name}.ids", np.empty(0, np.int64)))
+        rows = tensors.get(f"{name}.rows")
+        problem = None
+        if shape is not None and have != tuple(shape):
+            problem = f"{name} memory is {list(have)}, the lane index and model.hidden give {list(shape)}"
+        elif len(have) != 2 or rows is None or tuple(rows.shape) != (len(ids), have[1]):
+            problem = f"{name} ids and rows do not match"
+        elif len(ids) and (ids.min() < 0 or ids.max() >= have[0] or np.any(np.diff(ids) <= 0)):
+            problem = f"{name} lane ids are not unique ids in [0, {have[0]})"
+        if problem:
+            raise CheckpointError(f"{path}: {problem}; resume with the data and model it was trained with, or "
+                                  "from another checkpoint")

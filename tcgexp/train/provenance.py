@@ -76,3 +76,45 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
                               f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)"
                               + ("; a new schedule needs scheduler.reset=true" if any(d.startswith("scheduler")
                                                                                      for d in diffs) else ""))
+
+
+def check_progress(saved: dict, *, planned_microbatches: list[int], planned_steps: list[int], accum_steps: int,
+                   epochs: int, path: Path) -> None:
+    """state.json's counters against this run's plan, at load: a damaged or foreign state is refused now,
+    not found by the count assertion at the end of an epoch.
+
+    A checkpoint is written at an optimizer-window boundary (or the plan's end), or after an epoch
+    (position 0 of the next one), so its counters follow from (epoch, position) and the plan.
+    """
+    where = f"{path / 'state.json'}"
+    p = saved.get("progress", {})
+    try:
+        epoch, position = int(p["epoch"]), int(p["position"])
+        mbs, steps, e_mbs, e_steps = (int(p[k]) for k in ("microbatches", "opt_steps", "epoch_microbatches",
+                                                          "epoch_opt_steps"))
+        history = list(p.get("history") or [])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: progress is unreadable ({type(exc).__name__}: {exc}); resume from "
+                              "another checkpoint") from exc
+    problems = []
+    if not 0 <= epoch <= epochs:
+        problems.append(f"epoch={epoch} but trainer.epochs={epochs} (set trainer.epochs >= {epoch})")
+    elif epoch == epochs and position:
+        problems.append(f"position={position} after the last epoch")
+    elif epoch < epochs and not 0 <= position <= planned_microbatches[epoch]:
+        problems.append(f"position={position} outside epoch {epoch}'s {planned_microbatches[epoch]} planned "
+                        "microbatches")
+    if not problems:
+        done_mbs, done_steps = sum(planned_microbatches[:epoch]), sum(planned_steps[:epoch])
+        if position:  # inside an epoch: its counters follow from the position
+            want = {"epoch_microbatches": position, "epoch_opt_steps": -(-position // accum_steps),
+                    "microbatches": done_mbs + position, "opt_steps": done_steps + -(-position // accum_steps)}
+        else:  # at an epoch boundary: the whole of every epoch before
+            want = {"microbatches": done_mbs, "opt_steps": done_steps}
+        have = {"epoch_microbatches": e_mbs, "epoch_opt_steps": e_steps, "microbatches": mbs, "opt_steps": steps}
+        problems += [f"{k}={have[k]}, the plan gives {v}" for k, v in want.items() if have[k] != v]
+        if len(history) != epoch:
+            problems.append(f"history has {len(history)} epochs, epoch={epoch}")
+    if problems:
+        raise CheckpointError(f"{where} disagrees with this run's plan ({'; '.join(problems)}); resume with the "
+                              "config it was trained with, or from another checkpoint")

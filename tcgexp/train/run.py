@@ -32,6 +32,7 @@ from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
 from .runlock import hold_run_dir
 from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
+from .preflight import preflight
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
 from .step import Stepper, to_mx
@@ -58,6 +59,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     console = console or report_console()
     validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
+    preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     with hold_run_dir(run_dir), StopSignals() as signals:  # one run per folder; signals stop it cleanly
         try:

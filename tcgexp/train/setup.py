@@ -24,7 +24,8 @@ from ..plan import LaneIndex, Planner
 from ..progress import stage_progress
 from . import checkpoint as ckpt
 from .model import RecurrentPolicy
-from .provenance import check_resumable
+from .preflight import check_val_rows
+from .provenance import check_progress, check_resumable
 from .schedule import Schedule, resume_schedule
 from .state import LaneMemory, TrainState
 
@@ -47,6 +48,7 @@ def prepare_data(cfg: DictConfig) -> DataParts:
         corpus.build(progress=update, build_missing=not corpus.selected)  # a selection only uses built days
     index = LaneIndex.of(corpus)
     planner: Planner = build(cfg.tbptt)(index)
+    check_val_rows(cfg, planner.validation_plan().rows)  # an empty split fails here, not after an epoch
     epochs = range(int(cfg.trainer.epochs))
     lengths = [planner.microbatches_per_epoch(e) for e in epochs]
     steps = [planner.steps_per_epoch(e) for e in epochs]
@@ -73,17 +75,31 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
         optimizer = _optimizer(cfg, model, schedule)
         return Learner(model, optimizer, schedule, TrainState(), memory)
     path = ckpt.find(str(cfg.resume))
-    saved_state = ckpt.read_state(path)
+    saved_state = ckpt.read_state(path)  # every file verified against checksums.json
+    if not (path / ckpt.CHECKSUMS).exists():
+        console.print(f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
+                      "cannot be verified, only parsed and checked against the plan")
     check_resumable(saved_state, cfg, data.manifests, path)
-    progress = TrainState.from_state(saved_state["progress"])
     epochs = int(cfg.trainer.epochs)
+    check_progress(saved_state, planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
+                   accum_steps=int(cfg.tbptt.accum_steps), epochs=epochs, path=path)
+    try:
+        progress = TrainState.from_state(saved_state["progress"])
+    except TypeError as exc:  # keys this code does not know
+        raise ckpt.CheckpointError(f"{path / 'state.json'}: progress is unreadable ({exc})") from exc
     remaining = sum(data.planned_steps[progress.epoch:]) - progress.epoch_opt_steps if progress.epoch < epochs else 0
     if cfg.scheduler.reset:  # a new schedule over what this run has left, from the optimizer's current step
         schedule = build(cfg.scheduler)(run_steps=remaining, start=progress.opt_steps)
     else:
-        schedule = resume_schedule(saved_state["schedule"], step=progress.opt_steps, remaining_steps=remaining)
+        try:
+            schedule = resume_schedule(saved_state["schedule"], step=progress.opt_steps, remaining_steps=remaining)
+        except (KeyError, TypeError, ValueError, ImportError) as exc:  # ScheduleError (horizon) passes through
+            if type(exc).__module__.startswith("tcgexp."):
+                raise
+            raise ckpt.CheckpointError(f"{path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
+                                       f"{exc}); resume from another checkpoint") from exc
     optimizer = _optimizer(cfg, model, schedule)
-    saved, lanes = ckpt.load(path, model=model, optimizer=optimizer)
+    saved, lanes = ckpt.load(path, model=model, optimizer=optimizer, lanes_shape=memory.h.shape)
     if saved.get("blas") != blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
         console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
                       f"{blas}; the continuation will not be bit-identical")

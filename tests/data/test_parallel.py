@@ -59,3 +59,51 @@ def _pdeathsig() -> int:
 def test_build_workers_die_with_their_parent():
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent) as pool:
         assert pool.submit(_pdeathsig).result() == signal.SIGKILL
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by init
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+@pytest.mark.parametrize("days", [3, 1], ids=["whole-days", "shards-of-one-day"])
+def test_sigkilled_build_leaves_no_worker_alive(tmp_path, days):
+    """SIGKILL the parent of a 2-worker build mid-build: within seconds none of its processes is left."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    from tests.conftest import TINY
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tcgexp.data", f"dataset.root={tmp_path / 'data'}", *TINY,
+                             f"dataset.days={days}", "dataset.rows_per_day=20000", "dataset.workers=2"],
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while time.monotonic() < deadline:  # until both workers have started working
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            workers = [k for k in kids if "spawn_main" in " ".join(k.cmdline())]
+            if len(workers) >= 2 and all(k.cpu_times().user > 0.3 for k in workers[:2]):
+                break
+            time.sleep(0.1)
+        assert len(workers) >= 2, "the build never started its workers"
+        everyone = psutil.Process(proc.pid).children(recursive=True)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_gone(k.pid) for k in everyone):
+        time.sleep(0.1)
+    left = [k.pid for k in everyone if not _gone(k.pid)]
+    for pid in left:  # never leave them running past the test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes outlived their killed parent: {left}"

@@ -111,7 +111,7 @@ def test_killed_inside_validation_or_a_checkpoint_write(baseline, tmp_path, faul
                           *OVERRIDES], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
     latest = run_dir / "checkpoints" / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == ["lanes.safetensors", "model.safetensors",
+    assert sorted(p.name for p in latest.iterdir()) == ["checksums.json", "lanes.safetensors", "model.safetensors",
                                                         "optimizer.safetensors", "state.json"], "never half-written"
     resume(root, run_dir, tmp_path / "b")
     assert weights(tmp_path / "b") == want

@@ -47,7 +47,7 @@ def test_outputs_of_a_run(baseline):
     for key in ("loss", "policy", "accuracy", "aux_ko", "policy_early", "policy_late", "accuracy_early"):
         assert np.isfinite(final[key]), key
     for name in ("best", "latest", "epoch_0001", "epoch_0002"):
-        assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted(ckpt.FILES)
+        assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted([*ckpt.FILES, ckpt.CHECKSUMS])
     assert not (run_dir / ".cache_spill").exists()
 
 

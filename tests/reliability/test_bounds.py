@@ -1,0 +1,87 @@
+"""Inputs that pass composition but cannot work are refused before any work, naming the key and the fix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tcgexp.config import ConfigError
+from tcgexp.data import DataError
+from tcgexp.train import train
+from tcgexp.train.preflight import check_memory, check_run_dir, model_bytes
+from tests.conftest import compose_config, make_corpus
+from tests.train.conftest import TINY_TRAIN
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cfg(root, *more):
+    return compose_config(f"dataset.root={root}", *TINY_TRAIN, "trainer.epochs=1", *more)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("seed=-1", "seed"), ("seed=4294967296", "seed"),
+    ("dataset.seed=-3", "dataset.seed"), ("dataset.rows_per_day=0", "dataset.rows_per_day"),
+    ("dataset.max_turns=0", "dataset.max_turns"), ("dataset.compression=zip", "dataset.compression"),
+    ("dataset.episodes_per_shard=0", "dataset.episodes_per_shard"), ("dataset.workers=-2", "dataset.workers"),
+    ("dataset.val_fraction=1.0", "dataset.val_fraction"), ("dataset.start_date=2026-13-01", "dataset.start_date"),
+    ("dataset.val_fraction=0.0", "dataset.val_fraction"),
+    ("model.hidden=100000000", "model.hidden"),
+], ids=lambda v: v if "=" in v else None)
+def test_out_of_bounds_values_are_refused_before_any_work(override, key, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        train(cfg(tmp_path / "data", override), run_dir=tmp_path / "run")
+    msg = str(err.value)
+    assert f"{key}=" in msg and "\n" not in msg
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists(), "refused before any work"
+
+
+def test_the_memory_estimate_names_both_knobs_and_the_numbers():
+    c = compose_config("model.hidden=4096", "tbptt.batch_size=100000")
+    with pytest.raises(ConfigError) as err:
+        check_memory(c, available=2**30)
+    msg = str(err.value)
+    assert "model.hidden=4096" in msg and "tbptt.batch_size=100000" in msg and "1.0 GiB is available" in msg
+    check_memory(compose_config(), available=2**30)  # the default model fits in 1 GiB with room to spare
+    assert model_bytes(compose_config()) < 2**28
+
+
+def test_the_data_app_applies_the_same_bounds(tmp_path):
+    with pytest.raises(DataError, match=r"dataset\.seed=-1 is impossible"):
+        make_corpus(tmp_path / "data", "dataset.seed=-1")
+
+
+def test_a_corpus_whose_validation_split_is_empty_is_refused_before_the_first_step(tmp_path):
+    # one episode: a 10 % share of it rounds to no validation episode
+    with pytest.raises(ConfigError, match=r"validation split is empty.*dataset\.val_fraction") as err:
+        train(cfg(tmp_path / "data", "dataset.rows_per_day=1"), run_dir=tmp_path / "run")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "result.json").exists()
+
+
+@pytest.mark.parametrize("where", ["root", "home", "repo", "repo-subfolder-parent", "foreign"])
+def test_a_run_dir_that_is_not_a_run_dir_is_refused(where, tmp_path):
+    if where == "foreign":
+        run_dir = tmp_path / "mine"
+        run_dir.mkdir()
+        (run_dir / "thesis.tex").write_text("precious")
+    else:
+        run_dir = {"root": Path("/"), "home": Path.home(), "repo": ROOT, "repo-subfolder-parent": ROOT.parent}[where]
+    before = sorted(p.name for p in run_dir.iterdir())
+    with pytest.raises(ConfigError) as err:
+        train(cfg(tmp_path / "data"), run_dir=run_dir)
+    assert "hydra.run.dir=" in str(err.value) and str(run_dir) in str(err.value)
+    assert sorted(p.name for p in run_dir.iterdir()) == before, "nothing written"
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_dir_hydra_made_or_an_earlier_run_left_is_accepted(tmp_path):
+    made = tmp_path / "outputs" / "run"
+    (made / ".hydra").mkdir(parents=True)
+    (made / ".hydra" / "config.yaml").write_text("{}")
+    (made / "train.log").write_text("")
+    check_run_dir(made)
+    check_run_dir(tmp_path / "not-yet")
+    (made / "checkpoints").mkdir()
+    (made / "result.json").write_text("{}")
+    check_run_dir(made)

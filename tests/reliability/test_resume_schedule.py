@@ -1,0 +1,32 @@
+"""A resume never silently changes the run: a new schedule is refused unless asked for, then recorded as run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tcgexp.train import train
+from tcgexp.train.checkpoint import CheckpointError
+from tests.conftest import compose_config
+from tests.train.conftest import TINY_TRAIN
+
+
+def cfg(root, *more):
+    return compose_config(f"dataset.root={root}", *TINY_TRAIN, "trainer.epochs=1", *more)
+
+
+def test_a_schedule_change_on_resume_is_refused_by_name_and_runs_with_reset(tmp_path):
+    train(cfg(tmp_path / "data", "trainer.max_steps=3"), run_dir=tmp_path / "a")  # cosine, the default
+    with pytest.raises(CheckpointError) as err:
+        train(cfg(tmp_path / "data", "scheduler=constant", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b")
+    msg = str(err.value)
+    assert "scheduler._target_" in msg and "Constant" in msg and "scheduler.reset=true" in msg
+    assert not (tmp_path / "b" / "checkpoints").exists()
+
+    result = train(cfg(tmp_path / "data", "scheduler=constant", "scheduler.reset=true", f"resume={tmp_path / 'a'}"),
+                   run_dir=tmp_path / "c")
+    assert result["status"] == "completed"
+    state = json.loads((tmp_path / "c" / "checkpoints" / "latest" / "state.json").read_text())
+    assert state["schedule"]["_target_"].endswith("Constant"), "the schedule that ran is the one recorded"
+    assert state["config"]["scheduler"]["_target_"].endswith("Constant")
+    assert state["schedule"]["start"] == 3, "the new schedule starts at the optimizer step it resumed from"
