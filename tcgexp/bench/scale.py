@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> None:
             results[days] = {"corpus": corpus, "root": root}
         largest = real[-1]
         per_day = {}
-        for days in sorted(args.days):
+        for days in sorted(args.days, key=lambda d: (d not in results, d)):  # built sizes first: they calibrate
             src = results.get(days) or results[largest]
             corpus = src["corpus"]
             spec = {"days": days, "synthetic": days not in results, "tmp": str(tmp),
