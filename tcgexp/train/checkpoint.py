@@ -33,6 +33,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ..data.manifest import file_sha256
+
 from .diverge import strict
 
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
@@ -142,12 +144,6 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict)
     _fsync_dir(tmp)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _digest(files: dict) -> str:
@@ -156,7 +152,7 @@ def _digest(files: dict) -> str:
 
 def seal(path: Path) -> None:
     """Write ``checksums.json``: every file's sha256, and a digest of that list (so the list checks itself)."""
-    files = {name: _sha256(path / name) for name in FILES}
+    files = {name: file_sha256(path / name) for name in FILES}
     (path / CHECKSUMS).write_text(json.dumps({"files": files, "sha256": _digest(files)}, indent=2, sort_keys=True))
 
 
@@ -178,7 +174,7 @@ def verify(path: Path) -> bool:
     if not ok:
         raise _damaged(sums, "its own digest does not match its list of files")
     for name in FILES:
-        if _sha256(path / name) != files[name]:
+        if file_sha256(path / name) != files[name]:
             raise _damaged(path / name, "sha256 differs from checksums.json")
     return True
 
