@@ -61,11 +61,16 @@ def test_a_garbage_dot_aim_file_costs_tracking_not_training(tmp_path, baseline):
     assert_trained_untracked(res, seconds, tmp_path / "run", base, str(repo / ".aim"))
 
 
-def test_a_corrupt_dot_aim_dir_costs_tracking_not_training(tmp_path, baseline):
-    data, base = baseline
-    repo = tmp_path / "repo"
+def aim_repo(repo):
+    """A real, empty Aim repo at `repo`, made by Aim's own CLI."""
     repo.mkdir()
     subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    return repo
+
+
+def test_a_corrupt_dot_aim_dir_costs_tracking_not_training(tmp_path, baseline):
+    data, base = baseline
+    repo = aim_repo(tmp_path / "repo")
     (repo / ".aim" / "run_metadata.sqlite").write_text("garbage")  # SQLAlchemy's error spans several lines
     res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={repo}")
     assert_trained_untracked(res, seconds, tmp_path / "run", base, str(repo))
@@ -74,9 +79,7 @@ def test_a_corrupt_dot_aim_dir_costs_tracking_not_training(tmp_path, baseline):
 @pytest.fixture
 def read_only_repo(tmp_path):
     """A real Aim repo, bind-mounted read-only (as root, chmod would be ignored)."""
-    repo = tmp_path / "ro_repo"
-    repo.mkdir()
-    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    repo = aim_repo(tmp_path / "ro_repo")
     if subprocess.run(["mount", "--bind", str(repo), str(repo)], capture_output=True).returncode != 0:
         pytest.skip("cannot bind-mount here")
     try:
