@@ -50,6 +50,13 @@ class Batch:
         return self.mb.index
 
 
+@dataclass
+class Skip:
+    """A padding position of a shard (no rows): the trainer computes nothing, its rank still steps."""
+
+    index: int
+
+
 def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> Batch:
     """Gather the microbatch's rows from each row group it touches, in microbatch row order."""
     from ..data.source import packed_records
@@ -93,6 +100,8 @@ class Loader:
         self.batches = 0
 
     def _work(self, mb: Microbatch) -> Any:
+        if not mb.rows:
+            return Skip(mb.index)
         batch = assemble(mb, self.source, self.columns)
         return self.transform(batch) if self.transform else batch
 

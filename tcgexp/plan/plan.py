@@ -107,6 +107,8 @@ class Plan:
         """Microbatch i from the plan's arrays (about 20 numpy calls)."""
         ix = self.index
         a, b = int(self.bounds[i]), int(self.bounds[i + 1])
+        if a == b:
+            return empty_microbatch(i)
         lane, d0, d1 = self.lane[a:b], self.d0[a:b], self.d1[a:b]
         sizes, rg = self.chunk_rows[a:b], self.chunk_rg[a:b]
         pos = ranges(ix.dec_row0[d0], sizes)
@@ -134,6 +136,34 @@ class Plan:
             index=i, keys=tuple(take), take=take, row_lane=np.repeat(np.arange(b - a, dtype=np.int32), sizes),
             row_dec=row_dec, row_ids=row_ids, lane_ids=lane.astype(np.int64), lane_fresh=lane_dec_start == 0,
             lane_decisions=n_dec.astype(np.int32), lane_dec_start=lane_dec_start)
+
+    # -- shards ----------------------------------------------------------------------------
+    def real(self) -> np.ndarray:
+        """bool per microbatch: it holds rows (False for the padding that keeps shards in lockstep)."""
+        return np.diff(self.bounds) > 0
+
+    def padded(self, length: int) -> "Plan":
+        """This plan with empty microbatches appended up to `length` (a shard of a lockstep epoch)."""
+        if length < len(self):
+            raise ValueError(f"cannot pad a plan of {len(self)} microbatches to {length}")
+        bounds = np.concatenate([self.bounds, np.full(length - len(self), self.bounds[-1], np.int64)])
+        return Plan(self.index, self.lane, self.d0, self.d1, bounds, self.split, self.epoch, self.tbptt)
+
+    @classmethod
+    def interleave(cls, plans: Sequence["Plan"]) -> "Plan":
+        """Microbatch i of every shard in shard order, then i + 1, ...: what `len(plans)` ranks run in
+        lockstep, as one plan (shards that ran out contribute empty microbatches)."""
+        first = plans[0]
+        n = max(len(p) for p in plans)
+        plans = [p.padded(n) for p in plans]
+        lo = np.stack([p.bounds[:-1] for p in plans], axis=1).reshape(-1)  # position-major, shard-minor
+        hi = np.stack([p.bounds[1:] for p in plans], axis=1).reshape(-1)
+        base = np.cumsum([0] + [len(p.lane) for p in plans[:-1]])
+        shard = np.tile(np.arange(len(plans)), n)
+        take = ranges(lo + base[shard], hi - lo)
+        lane, d0, d1 = (np.concatenate([getattr(p, a) for p in plans])[take] for a in ("lane", "d0", "d1"))
+        bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+        return cls(first.index, lane, d0, d1, bounds, first.split, first.epoch, first.tbptt)
 
     # -- the whole plan ---------------------------------------------------------------------
     def row_ids(self) -> np.ndarray:
@@ -168,6 +198,13 @@ class Plan:
         if self._stats is None:
             self._stats = working_set_stats(self)
         return self._stats
+
+
+def empty_microbatch(i: int) -> Microbatch:
+    """Position i of a shard that has no work there: no rows, no lanes (the loader skips it)."""
+    z32, z64 = np.empty(0, np.int32), np.empty(0, np.int64)
+    return Microbatch(index=i, keys=(), take={}, row_lane=z32, row_dec=z32, row_ids=z64, lane_ids=z64,
+                      lane_fresh=np.empty(0, bool), lane_decisions=z32, lane_dec_start=z32)
 
 
 class Microbatches(Sequence):
@@ -214,8 +251,7 @@ def working_set_stats(plan: Plan) -> dict:
     """How many row groups are live (a lane started there and not finished) per microbatch."""
     n, ix = len(plan), plan.index
     lanes_per_mb = np.diff(plan.bounds)
-    rows = np.add.reduceat(plan.chunk_rows, plan.bounds[:-1]) if n else np.empty(0, np.int64)
-    rows[lanes_per_mb == 0] = 0
+    rows = np.diff(np.concatenate([[0], np.cumsum(plan.chunk_rows)])[plan.bounds])  # empty microbatches: 0
     mb_of_key, _ = plan._mb_keys()
     keys_per_mb = np.bincount(mb_of_key, minlength=n)
     if plan.tbptt and n:

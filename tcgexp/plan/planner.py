@@ -11,6 +11,15 @@ never interleaving lanes of far-apart row groups: lanes are admitted in that
 order, so only a few row groups are live at any time and a cache of a few
 row groups suffices. ``naive`` (a global lane shuffle) is kept for comparison.
 
+Shards (data-parallel ranks, ``tcgexp.train.distributed``): the epoch's lane
+order is cut into ``shards`` parts, whole row groups at a time in that order
+(each rank's cache holds only its own row groups), each row group going to
+the shard with the fewest rows so far; each shard is packed on its own. A
+rank runs its shard padded with empty microbatches to the longest shard's
+length, so all ranks reach every optimizer step together. ``shard=None``
+with several shards is the single-process equivalent: the shards'
+microbatches interleaved (shard 0's i-th, shard 1's i-th, ...).
+
 Everything is array work over the lane index except the packing itself,
 which is a greedy decision per chunk (continue active lanes first, then admit
 new ones) kept as one tight loop over plain ints. Plans are identical to the
@@ -81,13 +90,19 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 
 class Planner:
     def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int = 0,
-                 enabled: bool = True, lane_order: str = "grouped", accum_steps: int = 1) -> None:
-        """Built from the ``tbptt`` config group (its schema holds the defaults and checks)."""
+                 enabled: bool = True, lane_order: str = "grouped", accum_steps: int = 1,
+                 shards: int = 1, shard: Optional[int] = None) -> None:
+        """Built from the ``tbptt`` config group (its schema holds the defaults and checks); the
+        trainer adds `shards` (the world size, or ``tbptt.shards``) and `shard` (this rank)."""
         self.index, self.chunk, self.batch_size = index, chunk if enabled else 1, batch_size
         self.seed, self.enabled, self.order = seed, enabled, lane_order
         self.accum_steps = accum_steps
+        if shards < 1 or (shard is not None and not 0 <= shard < shards):
+            raise ValueError(f"shard {shard} of {shards} shards: need shards >= 1 and 0 <= shard < shards")
+        self.shards, self.shard = shards, (0 if shards == 1 else shard)
         self._chunks: Optional[tuple] = None
         self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
+        self._shard_plans: Optional[tuple] = None  # (epoch, [plan per shard]) of the latest epoch
         if enabled:
             size, lane, d = index.largest_decision()
             if size > batch_size:
@@ -147,14 +162,60 @@ class Planner:
         return lanes[np.concatenate(parts)] if parts else lanes
 
     def epoch_plan(self, epoch: int) -> Plan:
+        """What this process runs in epoch `epoch`: the whole plan, its shard (padded), or the
+        shards interleaved (``shard=None``)."""
         if self._last is None or self._last.epoch != epoch:
-            self._last = self._plan("train", epoch)
+            if self.shards == 1:
+                self._last = self._plan("train", epoch)
+            else:
+                plans = self.shard_plans(epoch)
+                n = max(len(p) for p in plans)
+                self._last = Plan.interleave(plans) if self.shard is None else plans[self.shard].padded(n)
         return self._last
 
+    def shard_plans(self, epoch: int) -> list[Plan]:
+        """Every shard's own plan of epoch `epoch` (unpadded): any rank can compute any rank's."""
+        if self._shard_plans is None or self._shard_plans[0] != epoch:
+            lanes = self.lane_order("train", epoch)
+            self._shard_plans = (epoch, [self._pack(part, "train", epoch) for part in self.partition(lanes)])
+        return self._shard_plans[1]
+
+    def partition(self, lanes: np.ndarray) -> list[np.ndarray]:
+        """`lanes` (in admission order) cut into `shards` parts: whole runs of one row group, each to
+        the part with the fewest rows so far (ties: the lowest), order kept inside each part."""
+        if self.shards == 1:
+            return [lanes]
+        ix = self.index
+        rg = ix.lane_rg[lanes]
+        starts = np.flatnonzero(np.diff(rg, prepend=-1)) if len(lanes) else np.empty(0, np.int64)
+        lane_rows = ix.dec_row0[ix.lane_dec0[lanes + 1]] - ix.dec_row0[ix.lane_dec0[lanes]]
+        run_rows = np.add.reduceat(lane_rows, starts).tolist() if len(lanes) else []
+        load, owner = [0] * self.shards, np.empty(len(starts), np.int64)
+        for k, r in enumerate(run_rows):  # one step per row group (per lane in the naive order)
+            s = load.index(min(load))
+            owner[k], load[s] = s, load[s] + r
+        lane_owner = np.repeat(owner, np.diff(np.append(starts, len(lanes))))
+        return [lanes[lane_owner == s] for s in range(self.shards)]
+
+    def lane_owner(self, epoch: int) -> np.ndarray:
+        """Shard of every lane in epoch `epoch` (-1: not a training lane): whose memory is whose."""
+        owner = np.full(self.index.n_lanes, -1, np.int64)
+        for s, part in enumerate(self.partition(self.lane_order("train", epoch))):
+            owner[part] = s
+        return owner
+
+    def real_microbatches(self, epoch: int) -> int:
+        """Microbatches with rows in epoch `epoch`, over all shards (padding left out)."""
+        if self.shards == 1:
+            return self.microbatches_per_epoch(epoch)
+        return sum(len(p) for p in self.shard_plans(epoch))
+
     def microbatches_per_epoch(self, epoch: int) -> int:
-        """len(epoch_plan(epoch)), from the packing alone (no plan arrays are built)."""
+        """len(epoch_plan(epoch)); without shards from the packing alone (no plan arrays are built)."""
         if self._last is not None and self._last.epoch == epoch:
             return len(self._last)
+        if self.shards > 1:
+            return len(self.epoch_plan(epoch))
         lanes = self.lane_order("train", epoch)
         if not self.enabled:
             return len(self._rows_plan(lanes, epoch)[1]) - 1
@@ -167,25 +228,37 @@ class Planner:
         return -(-self.microbatches_per_epoch(epoch) // self.accum_steps)
 
     def live_lanes(self, epoch: int, position: int) -> np.ndarray:
-        """Lanes whose carried memory the rest of epoch `epoch` reads, from microbatch `position` on.
+        """Lanes whose carried memory the rest of epoch `epoch` reads, from microbatch `position` on
+        (of every shard: a checkpoint holds all ranks' lanes).
 
         None at an epoch boundary (memory is reset there): what a checkpoint must keep.
         """
         if position <= 0:
             return np.empty(0, np.int64)
+        if self.shards > 1 and self.shard is not None:
+            return np.unique(np.concatenate([p.live_lanes(position) for p in self.shard_plans(epoch)]))
         return self.epoch_plan(epoch).live_lanes(position)
 
     def validation_plan(self) -> Plan:
-        plan = self._plan("val", None)
-        plan.check_coverage(self.split_row_ids("val"))
-        return plan
+        """This rank's share of validation (every validation row exactly once over all ranks), or all
+        of it in one process. Validation carries memory but no gradient: no lockstep needed."""
+        if self.shards == 1 or self.shard is None:
+            plan = self._plan("val", None)
+            plan.check_coverage(self.split_row_ids("val"))
+            return plan
+        plans = [self._pack(part, "val", None) for part in self.partition(self.lane_order("val", None))]
+        whole = Plan.interleave(plans)  # every shard's rows, for the global coverage check
+        whole.check_coverage(self.split_row_ids("val"))
+        return plans[self.shard]
 
     def split_row_ids(self, split: str) -> np.ndarray:
         return np.concatenate([np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
                                for r in self.index.row_groups if r.split == split] or [np.empty(0, np.int64)])
 
     def _plan(self, split: str, epoch: Optional[int]) -> Plan:
-        lanes = self.lane_order(split, epoch)
+        return self._pack(self.lane_order(split, epoch), split, epoch)
+
+    def _pack(self, lanes: np.ndarray, split: str, epoch: Optional[int]) -> Plan:
         if not self.enabled:
             d, bounds = self._rows_plan(lanes, epoch)
             return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
