@@ -13,6 +13,8 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from .launch import launch_time, rank_suffix
+
 from .schema import (  # noqa: F401  (re-exported: the schemas are part of this module's interface)
     GROUPS, OPTION_SCHEMAS, AdamWConfig, AimRemoteTrackingConfig, AimTrackingConfig, CacheConfig, CheckpointConfig,
     Config, DataAction, DataAppConfig, DatasetConfig, FlatCacheConfig, Hot60CacheConfig, Hot60PolicyConfig,
@@ -38,6 +40,14 @@ def register_configs() -> None:
 
 
 register_configs()
+
+
+# Hydra's ${now:} differs between the ranks of one mlx.launch by however long they took to start:
+# ${launch_now:} is rank 0's clock on every rank, so they share one run dir; a plain run is unchanged.
+# ${rank_suffix:} keeps each rank's job log its own (train.log, train.rank1.log, ...).
+OmegaConf.register_new_resolver("launch_now", lambda pattern: launch_time().strftime(pattern), use_cache=True,
+                                replace=True)
+OmegaConf.register_new_resolver("rank_suffix", rank_suffix, replace=True)
 
 
 def build(node, *args, **kwargs):
@@ -121,7 +131,7 @@ def check(schema: type, values, prefix: str = "") -> Optional[str]:
             continue
         value = values[name]
         try:
-            passed = value is not None and ok(value)
+            passed = ok(value) if value is not None or name in getattr(schema, "NULLABLE", ()) else False
         except TypeError:  # a value of another type (a tracker's own knob): not ours to judge
             passed = False
         if not passed:

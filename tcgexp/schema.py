@@ -145,9 +145,13 @@ class TbpttConfig:
     accum_steps: int = 1  # microbatches per optimizer update
     lane_order: str = "grouped"  # grouped: few live row groups | naive: global lane shuffle
     seed: int = II("seed")  # the lane shuffle's seed: the run's
+    # lane shards: null = one per rank (mlx.launch); N on one process = N ranks' plans interleaved
+    shards: Optional[int] = None
+    NULLABLE: ClassVar[tuple] = ("shards",)
     CHECKS: ClassVar[tuple] = (
         ("chunk", lambda v: v >= 1, ">= 1 decisions"), ("batch_size", lambda v: v >= 1, ">= 1 rows"),
         ("accum_steps", lambda v: v >= 1, ">= 1"), ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+        ("shards", lambda v: v is None or v >= 1, "null (one per rank) or >= 1"),
         ("lane_order", lambda v: v in ("grouped", "naive"), "'grouped' or 'naive'"))
 
 

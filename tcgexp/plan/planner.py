@@ -91,12 +91,13 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 class Planner:
     def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int = 0,
                  enabled: bool = True, lane_order: str = "grouped", accum_steps: int = 1,
-                 shards: int = 1, shard: Optional[int] = None) -> None:
+                 shards: Optional[int] = 1, shard: Optional[int] = None) -> None:
         """Built from the ``tbptt`` config group (its schema holds the defaults and checks); the
         trainer adds `shards` (the world size, or ``tbptt.shards``) and `shard` (this rank)."""
         self.index, self.chunk, self.batch_size = index, chunk if enabled else 1, batch_size
         self.seed, self.enabled, self.order = seed, enabled, lane_order
         self.accum_steps = accum_steps
+        shards = 1 if shards is None else shards  # ``tbptt.shards: null``: the trainer gives one per rank
         if shards < 1 or (shard is not None and not 0 <= shard < shards):
             raise ValueError(f"shard {shard} of {shards} shards: need shards >= 1 and 0 <= shard < shards")
         self.shards, self.shard = shards, (0 if shards == 1 else shard)

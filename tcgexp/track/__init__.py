@@ -13,7 +13,8 @@ from .context import JobContext, job_context
 class Tracker(Protocol):
     hash: Optional[str]
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None: ...
+    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
+              context: Optional[dict] = None) -> None: ...  # context: extra Aim context ({"rank": r})
 
     def finish(self, status: str) -> None: ...  # run["status"] = "completed" | "stopped"
 
@@ -30,7 +31,7 @@ class NullTracker:
     def __init__(self, **_) -> None:
         pass
 
-    def track(self, values, *, step, epoch=None) -> None:
+    def track(self, values, *, step, epoch=None, context=None) -> None:
         pass
 
     def finish(self, status: str) -> None:

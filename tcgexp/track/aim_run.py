@@ -41,12 +41,13 @@ def subset_of(name: str) -> Optional[str]:
     return None
 
 
-def by_context(values: dict[str, float]) -> list[tuple[dict, dict[str, float]]]:
-    """`values` split into (context, values) groups: one Aim ``track`` call each."""
+def by_context(values: dict[str, float], extra: Optional[dict] = None) -> list[tuple[dict, dict[str, float]]]:
+    """`values` split into (context, values) groups: one Aim ``track`` call each. `extra` joins every
+    group's context (``{"rank": r}``: one rank's own counters in a distributed run)."""
     groups: dict[Optional[str], dict[str, float]] = {}
     for name, value in values.items():
         groups.setdefault(subset_of(name), {})[name] = float(value)
-    return [({"subset": subset} if subset else {}, group) for subset, group in groups.items()]
+    return [({**({"subset": subset} if subset else {}), **(extra or {})}, group) for subset, group in groups.items()]
 
 
 class TrackingUnavailable(Exception):
@@ -111,11 +112,12 @@ class AimTracker:
         if run is not None:
             within(CLOSE_SECONDS, run.close)
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
+    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
+              context: Optional[dict] = None) -> None:
         if self.run is None:
             return
         try:  # one call per context: one message to a remote server, not one per metric
-            for context, group in by_context(values):
+            for context, group in by_context(values, context):
                 self.run.track(group, step=step, epoch=epoch, context=context)
         except Exception as exc:  # noqa: BLE001
             self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")

@@ -17,6 +17,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from ..launch import launched_rank, rank_suffix
 from ..ownership import remove_spill_root
 from .summary import write_summary
 
@@ -30,15 +31,16 @@ class SweepReport(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)
-        remove_spill_root(job_dir / ".cache_spill")  # whatever the job did or did not; only what tcgexp made
+        rank = launched_rank()  # each rank of an mlx.launch run removes its own spill, records its own status
+        remove_spill_root(job_dir / (f".cache_spill.rank{rank}" if rank else ".cache_spill"))  # only what tcgexp made
         error = None
         if job_return.status == JobStatus.FAILED:
             exc = job_return._return_value  # the exception; .return_value would re-raise it
             error = f"{type(exc).__name__}: {exc}"
         status = {"status": job_return.status.name, "error": error, "job_num": config.hydra.job.get("num"),
                   "overrides": list(config.hydra.overrides.task)}
-        (job_dir / "job_status.json").write_text(json.dumps(status, indent=2))
-        if config.hydra.mode == RunMode.MULTIRUN:
+        (job_dir / f"job_status{rank_suffix()}.json").write_text(json.dumps(status, indent=2))
+        if config.hydra.mode == RunMode.MULTIRUN and not rank:
             write_summary(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

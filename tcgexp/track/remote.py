@@ -100,7 +100,8 @@ class RemoteAimTracker:
             proc.kill()
             proc.wait()
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None) -> None:
+    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
+              context: Optional[dict] = None) -> None:
         if self.proc is None:
             return
         now = time.monotonic()
@@ -110,7 +111,8 @@ class RemoteAimTracker:
                 self._stop(f"lost the Aim server at {self.uri}")
                 return
         try:
-            self._lines.put_nowait(json.dumps({"values": values, "step": step, "epoch": epoch}) + "\n")
+            self._lines.put_nowait(json.dumps({"values": values, "step": step, "epoch": epoch,
+                                                "context": context}) + "\n")
         except queue.Full:
             pass  # the child is far behind; dropping a point beats stalling the step
 
@@ -186,7 +188,7 @@ def child() -> None:
             if msg.get("untag") in (run.props.tags or []):
                 run.remove_tag(msg["untag"])
             continue
-        for context, group in by_context(msg["values"]):
+        for context, group in by_context(msg["values"], msg.get("context")):
             run.track(group, step=msg["step"], epoch=msg["epoch"], context=context)
     run.close()
 

@@ -3,8 +3,9 @@ from ..config import ConfigError
 from ..data.errors import DataError
 from .diverge import DivergenceError
 from .checkpoint import CheckpointError, CheckpointWriteError
+from .distributed import DistributedError
 from .schedule import ScheduleError
 from .step import PrecisionError
 
 USER_ERRORS = (ConfigError, DataError, CheckpointError, CheckpointWriteError, ScheduleError, PrecisionError,
-               DivergenceError)
+               DivergenceError, DistributedError)

@@ -25,8 +25,9 @@ class RunDirBusy(ConfigError):
 
 
 @contextlib.contextmanager
-def hold_run_dir(run_dir: Path) -> Iterator[None]:
-    lock = HeldLock(Path(run_dir) / LOCK_NAME, "run")
+def hold_run_dir(run_dir: Path, name: str = LOCK_NAME) -> Iterator[None]:
+    """`name`: rank r > 0 of a distributed run holds its own lock in rank 0's run dir."""
+    lock = HeldLock(Path(run_dir) / name, "run")
     try:
         holder = lock.acquire()
     except OSError as exc:  # a read-only or foreign folder: say which, before any work

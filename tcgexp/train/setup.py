@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from .. import sim
-from ..config import build
+from ..config import ConfigError, build
 from ..data import Corpus
 from ..plan import LaneIndex, Planner
 from ..progress import stage_progress
@@ -26,6 +26,7 @@ from . import checkpoint as ckpt
 from .model import RecurrentPolicy
 from .preflight import check_val_rows
 from .provenance import check_progress, check_resumable
+from .distributed import World
 from .schedule import Schedule, resume_schedule
 from .state import LaneMemory, TrainState
 
@@ -36,23 +37,45 @@ class DataParts:
     manifests: list[dict]
     index: LaneIndex
     planner: Planner
-    planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)))
+    planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)): positions)
     planned_steps: list[int]
+    planned_real: list[int]  # per epoch, microbatches with rows over all ranks (= positions without shards)
 
 
-def prepare_data(cfg: DictConfig) -> DataParts:
+def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
+    """(shards, this process's shard): one per rank under a launcher; ``tbptt.shards=N`` on one process
+    runs the N shards interleaved (shard None), which needs whole positions per optimizer window."""
+    want = cfg.tbptt.get("shards")
+    if world.size > 1:
+        if want not in (None, world.size):
+            raise ConfigError(f"tbptt.shards={want} but {world.size} ranks were launched: leave tbptt.shards "
+                              f"unset (one shard per rank) or set it to {world.size}")
+        return world.size, world.rank
+    shards = int(want or 1)
+    accum = int(cfg.tbptt.accum_steps)
+    if shards > 1 and accum % shards:
+        raise ConfigError(f"tbptt.shards={shards} with tbptt.accum_steps={accum}: one process runs {shards} ranks' "
+                          f"microbatches in turn, so an optimizer window must hold whole turns; set "
+                          f"tbptt.accum_steps to a multiple of {shards} ({shards} x the ranks' accum_steps)")
+    return shards, None
+
+
+def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     """Build or validate the days, index the lanes, and count every epoch's steps (the horizon; no plans built)."""
+    world = world or World()
     corpus: Corpus = build(cfg.dataset)
     progress, update = stage_progress()
     with progress:
         corpus.build(progress=update, build_missing=not corpus.selected)  # a selection only uses built days
     index = LaneIndex.of(corpus)
-    planner: Planner = build(cfg.tbptt)(index)
-    check_val_rows(cfg, planner.validation_plan().rows)  # an empty split fails here, not after an epoch
+    shards, shard = shards_of(cfg, world)
+    planner: Planner = build(cfg.tbptt)(index, shards=shards, shard=shard)
+    check_val_rows(cfg, planner.validation_plan().rows if shards == 1 else len(planner.split_row_ids("val")))
     epochs = range(int(cfg.trainer.epochs))
     lengths = [planner.microbatches_per_epoch(e) for e in epochs]
     steps = [planner.steps_per_epoch(e) for e in epochs]
-    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps)
+    real = [planner.real_microbatches(e) for e in epochs]
+    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
 
 
 @dataclass
@@ -66,7 +89,8 @@ class Learner:
     resumed_from: Optional[Path] = None
 
 
-def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Console) -> Learner:
+def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Console, world: World | None = None
+                 ) -> Learner:
     """Model, optimizer (with its schedule), progress and lane memory: fresh, or restored from ``cfg.resume``."""
     model: RecurrentPolicy = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
     memory = LaneMemory(len(data.index.lanes), model.hidden)
@@ -80,6 +104,7 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
         console.print(f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
                       "cannot be verified, only parsed and checked against the plan")
     check_resumable(saved_state, cfg, data.manifests, path)
+    check_world(saved_state, world or World(), data.planner.shards, path)
     epochs = int(cfg.trainer.epochs)
     check_progress(saved_state, planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
                    accum_steps=int(cfg.tbptt.accum_steps), epochs=epochs, path=path)
@@ -105,6 +130,20 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
                       f"{blas}; the continuation will not be bit-identical")
     memory.h[:] = lanes["train"]
     return Learner(model, optimizer, schedule, progress, memory, saved.get("aim_hash"), path)
+
+
+def check_world(saved: dict, world: World, shards: int, path: Path) -> None:
+    """A checkpoint continues on the number of ranks (and shards) it was written by: the plan, the lane
+    memories' owners and the reduction all follow from it."""
+    was = saved.get("world") or {"size": 1, "shards": 1}  # checkpoints from before distributed training
+    if (int(was.get("size", 1)), int(was.get("shards", 1))) != (world.size, shards):
+        how = (f"mlx.launch -n {was.get('size')} ..." if int(was.get("size", 1)) > 1
+               else ("a plain tcgexp-train" + (f" with tbptt.shards={was.get('shards')}"
+                                               if int(was.get("shards", 1)) > 1 else "")))
+        raise ckpt.CheckpointError(
+            f"resume={path}: the checkpoint was written by {was.get('size')} rank(s) over {was.get('shards')} "
+            f"shard(s), this run has {world.size} rank(s) over {shards}; resume it the same way ({how}), or "
+            "start a new run from its weights")
 
 
 def _optimizer(cfg: DictConfig, model: RecurrentPolicy, schedule: Schedule) -> optim.Optimizer:

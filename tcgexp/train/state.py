@@ -41,9 +41,11 @@ class TrainState:
     epoch: int = 0
     position: int = 0  # next microbatch of this epoch's plan
     opt_steps: int = 0  # optimizer updates applied, whole run
-    microbatches: int = 0  # microbatches processed, whole run
-    epoch_microbatches: int = 0  # processed in the current epoch (incl. before a resume)
+    microbatches: int = 0  # plan positions processed, whole run (with shards: padding included)
+    epoch_microbatches: int = 0  # positions processed in the current epoch (incl. before a resume)
     epoch_opt_steps: int = 0
+    real: int = 0  # microbatches with rows processed, whole run, over all ranks
+    epoch_real: int = 0
     rows: int = 0
     best_val_loss: Optional[float] = None  # None until a finite validation loss exists
     best_epoch: Optional[int] = None
@@ -54,7 +56,8 @@ class TrainState:
 
     @classmethod
     def from_state(cls, saved: dict) -> "TrainState":
-        p = cls(**saved)
+        saved = {"real": saved.get("microbatches", 0), "epoch_real": saved.get("epoch_microbatches", 0), **saved}
+        p = cls(**saved)  # (checkpoints from before shards had no padding: real == positions)
         if p.best_val_loss is not None and not np.isfinite(p.best_val_loss):  # checkpoints before strict JSON
             p.best_val_loss, p.best_epoch = None, None
         return p

@@ -36,7 +36,8 @@ def test_two_job_sweep_tracks_to_aim_and_reports(tmp_path):
     for run in runs:
         job_dir = tmp_path / "sweep" / str(run["job_num"])
         job_cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
-        assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(job_cfg, resolve=True)))
+        assert run["hparams"] == {**json.loads(json.dumps(OmegaConf.to_container(job_cfg, resolve=True))),
+                                  "world_size": 1}
         assert run["overrides"] == OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
         cache = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices.cache  # off or plan
         assert run.name == f"cache={cache}" and run["swept"] == {"cache": cache}, (run.name, run["swept"])

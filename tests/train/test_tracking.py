@@ -19,7 +19,7 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
     assert [r.hash for r in runs] == [result["aim_hash"]]
     run = runs[0]
     assert run.experiment == "unit"
-    assert run["hparams"] == json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True)))
+    assert run["hparams"] == {**json.loads(json.dumps(OmegaConf.to_container(cfg, resolve=True))), "world_size": 1}
     assert run.name == "defaults" and run["swept"] == {} and run["status"] == "completed"
     # names as in the README, in Aim context {"subset": "train"} / {"subset": "val"} for grouping
     metrics = {(m.name, m.context.to_dict().get("subset")): m for m in run.metrics()}

@@ -1,0 +1,59 @@
+"""What a distributed launcher (``mlx.launch``, ``mpirun``) tells each process, read before MLX starts.
+
+Hydra resolves the run dir and the job log's name before ``train()`` runs, so
+these live below every package: the config resolvers ``${launch_now:...}``
+and ``${rank_suffix:}`` (``tcgexp.config``) and the job-end callback use them.
+The collective itself (rank 0's clock to every rank) is one ``all_sum``
+through ``tcgexp.train.distributed.World``.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from typing import Optional
+
+# what a launcher sets in every rank's environment (mlx.launch: MLX_RANK; mpirun: OMPI_/PMI_ variables)
+LAUNCH_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+RANK_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+_LAUNCH_TIME: Optional[datetime.datetime] = None  # per process: when this launch started, by rank 0's clock
+
+
+def launched() -> bool:
+    return any(v in os.environ for v in LAUNCH_VARS)
+
+
+def launched_rank() -> int:
+    """This process's rank as its launcher set it (0 without one)."""
+    for var in RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def rank_suffix() -> str:
+    """"" for rank 0 (and every plain run), ".rank<r>" for the others: their own job logs and status."""
+    rank = launched_rank()
+    return f".rank{rank}" if rank else ""
+
+
+def launch_time() -> datetime.datetime:
+    """Now, agreed by every rank of a launch (rank 0's clock): one run dir for all of them.
+
+    Hydra's ``${now:}`` differs between ranks by however long each took to start.
+    """
+    global _LAUNCH_TIME
+    if _LAUNCH_TIME is None:
+        now = time.time()
+        if launched():
+            import mlx.core as mx
+
+            from .train.distributed import World
+
+            world = World.init()
+            if world.size > 1:
+                mine = mx.array([now if world.lead else 0.0], dtype=mx.float64)
+                now = float(world.all_sum(mine, "agreeing on the run dir at start-up")[0].item())
+        _LAUNCH_TIME = datetime.datetime.fromtimestamp(now)
+    return _LAUNCH_TIME

@@ -1,0 +1,187 @@
+"""Data-parallel training over MLX's own distributed layer (``mlx.launch``: ring over TCP, or MPI).
+
+``World.init()`` reads the rank and world size from ``mx.distributed.init()``
+when a launcher started this process (it sets ``MLX_RANK``, or MPI its own
+variables); a plain ``tcgexp-train`` is world size 1 and touches none of this.
+
+What crosses ranks, and when (everything else stays on its rank):
+
+- once per optimizer step, ONE ``all_sum`` over the flattened gradient tree
+  with the step's scalars appended (real microbatches, rows, loss sums, the
+  stop flag): ``Sync.reduce``. Concatenating a few hundred KB costs less than
+  one round trip per tensor on a ring;
+- small integer vectors: each rank's cache counters (its row of a
+  [size, n] matrix, the others zero), the weights' checksum at every
+  checkpoint, validation sums, the live lanes' memories for a checkpoint.
+
+A peer that dies makes the ring's next send fail ("connection to a peer was
+lost") within a second: ``PeerLost`` turns that into one line naming the rank
+whose run lock is free (dead) when it can tell, so no rank waits at an
+all-reduce for a partner that is gone.
+"""
+from __future__ import annotations
+
+import hashlib
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..launch import launched
+
+
+
+class DistributedError(RuntimeError):
+    """The ranks can no longer train together: printed as one line, the run exits non-zero."""
+
+
+class PeerLost(DistributedError):
+    """A collective failed because another rank is gone: the run stops on every rank."""
+
+
+class RanksDiverged(DistributedError):
+    """Ranks hold different weights: data parallelism is broken, nothing after this is one model."""
+
+
+@dataclass
+class World:
+    rank: int = 0
+    size: int = 1
+    group: Any = None
+    run_dir: Optional[Path] = None  # where each rank's run lock says whether it is alive
+
+    @classmethod
+    def init(cls) -> "World":
+        if not launched():
+            return cls()
+        group = mx.distributed.init()  # the same group on every call: the CLI may have made it already
+        return cls(group.rank(), group.size(), group)
+
+    @property
+    def lead(self) -> bool:
+        """Rank 0 writes, tracks and reports for the run."""
+        return self.rank == 0
+
+    # -- collectives (every rank calls each one, in the same order) --------------------------------
+    def all_sum(self, x: mx.array, what: str) -> mx.array:
+        """`x` summed over ranks, evaluated (so a lost peer surfaces here, named by `what`)."""
+        if self.size == 1:
+            return x
+        try:
+            out = mx.distributed.all_sum(x, group=self.group, stream=mx.cpu)
+            mx.eval(out)
+        except RuntimeError as exc:
+            raise self.lost(what, exc) from exc
+        return out
+
+    def sum_ints(self, values: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
+        """Integer vectors summed over ranks, exactly (int64)."""
+        a = np.asarray(values, np.int64)
+        return np.array(self.all_sum(mx.array(a), what)) if self.size > 1 else a
+
+    def gather_rows(self, row: np.ndarray, what: str) -> np.ndarray:
+        """[size, n]: every rank's `row` (float64 or int64), by one all_sum of a matrix with ours filled."""
+        row = np.asarray(row)
+        if self.size == 1:
+            return row[None]
+        dtype = np.int64 if np.issubdtype(row.dtype, np.integer) else np.float64
+        block = np.zeros((self.size, len(row)), dtype)
+        block[self.rank] = row
+        return np.array(self.all_sum(mx.array(block), what))
+
+    def agree(self, signame: Optional[str], what: str) -> Optional[str]:
+        """The stop signal any rank has received (the lowest rank's), so all stop at the same point."""
+        import signal
+
+        mine = int(getattr(signal, signame)) if signame else 0
+        got = self.gather_rows(np.array([mine], np.int64), what)[:, 0]
+        first = next((int(s) for s in got if s), 0)
+        return signal.Signals(first).name if first else None
+
+    def check_same_weights(self, model, where: str) -> None:
+        """Every rank's parameters hash alike (sha256 of the bytes), else stop naming the ranks and step."""
+        if self.size == 1:
+            return
+        h = hashlib.sha256()
+        for name, value in tree_flatten(model.parameters()):
+            h.update(name.encode())
+            h.update(np.array(value).tobytes())
+        mine = np.frombuffer(h.digest()[:16], np.uint16).astype(np.int64)  # 8 exact 16-bit words
+        rows = self.gather_rows(mine, f"the weights' checksum at {where}")
+        differ = [r for r in range(self.size) if not np.array_equal(rows[r], rows[0])]
+        if differ:
+            raise RanksDiverged(f"rank(s) {', '.join(map(str, differ))} hold different weights from rank 0 at "
+                                f"{where}: the ranks no longer train one model; stop and resume from the last "
+                                "checkpoint (all ranks started from its weights)")
+
+    # -- a lost peer ----------------------------------------------------------------------------
+    def lost(self, what: str, exc: BaseException) -> PeerLost:
+        dead = self.dead_ranks()
+        who = (f"rank {', '.join(map(str, dead))} died" if dead else
+               "a peer rank died or became unreachable (its host's log names it)")
+        return PeerLost(f"[distributed] rank {self.rank} of {self.size}: {who}; lost at {what} ({exc}); the run "
+                        f"stops on every rank; resume={self.run_dir} continues from its last latest/ with "
+                        f"{self.size} ranks")
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks on this host whose run lock is free: their process is gone (flock dies with it)."""
+        if self.run_dir is None:
+            return []
+        from ..ownership import HeldLock, read_info
+
+        dead = []
+        for r in range(self.size):
+            path = Path(self.run_dir) / rank_lock_name(r)
+            if r == self.rank or not path.exists() or read_info(path).get("host") != socket.gethostname():
+                continue
+            lock = HeldLock(path, "probe")
+            try:
+                if lock.acquire() is None:  # we could take it: its holder is dead
+                    dead.append(r)
+            except OSError:
+                continue
+            finally:
+                lock.release()
+        return dead
+
+
+def rank_lock_name(rank: int) -> str:
+    """Rank 0 holds the run dir's own lock (a world-size-1 run is unchanged); rank r its own."""
+    return ".tcgexp-run.lock" if rank == 0 else f".tcgexp-run.rank{rank}.lock"
+
+
+class Sync:
+    """The optimizer step's one all-reduce: gradients flattened, the step's scalars appended.
+
+    Ranks with no real microbatch in a window (shard padding) send zeros: the same tree shape,
+    so every rank's vector lines up.
+    """
+
+    def __init__(self, world: World, params) -> None:
+        self.world = world
+        leaves = tree_flatten(params)
+        self.names = [k for k, _ in leaves]
+        self.shapes = [v.shape for _, v in leaves]
+        self.sizes = [int(v.size) for _, v in leaves]
+        self.zeros = tree_unflatten([(k, mx.zeros_like(v)) for k, v in leaves])
+
+    def reduce(self, grads, scalars: np.ndarray, where: str):
+        """(summed gradient tree, summed scalars).
+
+        One process takes the same path minus the all_sum (summing with zeros is exact): the update
+        then sees the same float32 values in the same buffers, so one process running the ranks'
+        shards in turn (``tbptt.shards``) ends bit-identical to the ranks."""
+        leaves = [v for _, v in tree_flatten(grads if grads is not None else self.zeros)]
+        flat = mx.concatenate([v.reshape(-1) for v in leaves] + [mx.array(scalars.astype(np.float32))])
+        total = np.array(self.world.all_sum(flat, f"the gradient all-reduce of {where}"))
+        out, offset = [], 0
+        for name, shape, size in zip(self.names, self.shapes, self.sizes):
+            # a fresh buffer per leaf, not a view into the flat sum: the CPU kernels reduce a view at an
+            # unaligned offset in another order, and the clip's norm would differ from one process's
+            out.append((name, mx.array(total[offset:offset + size].reshape(shape))))
+            offset += size
+        return tree_unflatten(out), total[offset:].astype(np.float64)
