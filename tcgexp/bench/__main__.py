@@ -7,9 +7,10 @@ import sys
 
 from ..cli import one_line_errors
 from ..train.errors import USER_ERRORS
-from . import corpus, loader, scale, scan, train
+from . import corpus, distributed, loader, scale, scan, train
 
-BENCHES = {"corpus": corpus, "loader": loader, "scale": scale, "scan": scan, "train": train}
+BENCHES = {"corpus": corpus, "distributed": distributed, "loader": loader, "scale": scale, "scan": scan,
+           "train": train}
 
 
 def parser() -> argparse.ArgumentParser:

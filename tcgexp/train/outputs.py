@@ -183,7 +183,7 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
         "world_size": world.size, "shards": data.planner.shards,
         "wall_seconds": wall, "rows_per_second": p.rows / busy,
         "data_stall_seconds": stall_seconds, "data_stall_share": stall_seconds / busy,
-        "allreduce_seconds": reduce_seconds,
+        "step_seconds": step_seconds, "allreduce_seconds": reduce_seconds,  # rank 0's: compute = step - allreduce
         "blas": blas, "aim_hash": aim_hash,
     }
     if world.size > 1:
