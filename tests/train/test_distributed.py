@@ -1,0 +1,240 @@
+"""Data-parallel training with ``mlx.launch -n 2 --backend ring`` on this machine (loopback), for real.
+
+What a 2-rank run must show: one run (one result.json, one Aim run with world_size 2, per-rank cache
+counters), globally exact counts, weights bit-identical to one process running both shards in turn
+(``tbptt.shards=2 tbptt.accum_steps=2``), every spill gone; a rank killed mid-epoch takes the other
+down within seconds naming it, and a resume with 2 ranks ends bit-identical to an uninterrupted run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from tcgexp.train import train
+from tcgexp.train.checkpoint import CheckpointError
+from tcgexp.config import ConfigError
+from tests.train.conftest import TINY_TRAIN
+
+MLX_LAUNCH = shutil.which("mlx.launch")
+needs_launch = pytest.mark.skipif(MLX_LAUNCH is None, reason="mlx.launch (from the mlx package) is not on PATH")
+# a slower run for the kill test: enough optimizer steps to kill one rank mid-epoch
+LONGER = ["dataset.rows_per_day=3000", "tbptt.batch_size=32", "trainer.epochs=3"]
+
+
+def free_port() -> int:
+    """A port whose successor is free too (the ring listens on one port per rank)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair on loopback")
+
+
+def launch_cmd(overrides: list[str], run_dir: Path, ranks: int = 2) -> list[str]:
+    return [MLX_LAUNCH, "-n", str(ranks), "--backend", "ring", "--starting-port", str(free_port()),
+            sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def launch(overrides: list[str], run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(launch_cmd(overrides, run_dir), capture_output=True, text=True, timeout=timeout)
+
+
+def single(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, timeout=300)
+
+
+def weights(run_dir: Path, name: str = "latest", file: str = "model.safetensors") -> dict:
+    return {k: np.array(v) for k, v in mx.load(str(run_dir / "checkpoints" / name / file)).items()}
+
+
+def assert_bit_identical(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    differ = [k for k in a if not np.array_equal(a[k], b[k])]
+    assert not differ, f"differ: {differ[:5]}"
+
+
+def rank_failures(output: str) -> list[str]:
+    """mlx.launch's own lines about ranks that ended badly (it exits 0 whatever its ranks did)."""
+    return [line for line in output.splitlines() if "Node with rank" in line]
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """The tiny training config as command-line overrides, its corpus built once."""
+    base = tmp_path_factory.mktemp("dist")
+    overrides = [f"dataset.root={base / 'data'}", *TINY_TRAIN]  # (tracking=off)
+    built = single([*overrides, "trainer.epochs=1"], base / "warm")
+    assert built.returncode == 0, built.stderr[-2000:]
+    return base, overrides
+
+
+@pytest.fixture(scope="module")
+def two_ranks(cli):
+    base, overrides = cli
+    run_dir = base / "two"
+    res = launch([*overrides, "tracking=aim", f"tracking.repo={base / 'aim'}"], run_dir)
+    return run_dir, res
+
+
+pytestmark = needs_launch
+
+
+@pytest.mark.slow
+def test_two_ranks_are_one_run_with_exact_global_counts(cli, two_ranks):
+    base, _ = cli
+    run_dir, res = two_ranks
+    assert res.returncode == 0 and not rank_failures(res.stdout + res.stderr), res.stderr[-3000:]
+    r = json.loads((run_dir / "result.json").read_text())
+    assert r["status"] == "completed" and r["world_size"] == 2 and r["shards"] == 2
+    assert r["planned"]["microbatches"] == r["processed"]["microbatches"] > 0
+    assert r["planned"]["optimizer_steps"] == r["processed"]["optimizer_steps"]
+    assert r["processed"]["positions"] == r["planned"]["positions"] == r["processed"]["optimizer_steps"]
+    # every training row once per epoch, over both ranks; every validation row once
+    one = json.loads((base / "warm" / "result.json").read_text())
+    assert r["processed"]["rows"] == 2 * one["processed"]["rows"]
+    assert all(h["val"]["rows"] == one["final"]["rows"] for h in r["history"])
+    # per-rank cache counters, summed into the run's
+    per_rank = r["cache_per_rank"]["train"]
+    assert len(per_rank) == 2 and all(c["accesses"] > 0 for c in per_rank)
+    assert r["cache"]["train"]["accesses"] == sum(c["accesses"] for c in per_rank)
+    assert r["cache"]["train"]["misses"] == sum(c["misses"] for c in per_rank)
+    # one result.json and one job log per rank; both ranks' spill removed
+    assert sorted(p.name for p in run_dir.glob("*.json")) == ["job_status.json", "job_status.rank1.json",
+                                                              "result.json"]
+    assert (run_dir / "train.log").exists() and (run_dir / "train.rank1.log").exists()
+    assert not list(run_dir.glob(".cache_spill*")), "a rank's spill dir was left behind"
+
+
+@pytest.mark.slow
+def test_one_aim_run_with_world_size_and_rank_contexts(cli, two_ranks):
+    from tcgexp.track.aim_run import open_repo
+
+    base, _ = cli
+    run_dir, res = two_ranks
+    r = json.loads((run_dir / "result.json").read_text())
+    repo = open_repo(base / "aim")
+    runs = [run for run in repo.iter_runs() if run.hash == r["aim_hash"]]
+    assert len(runs) == 1 and runs[0]["hparams"]["world_size"] == 2
+    contexts = {json.dumps(m.context.to_dict(), sort_keys=True) for m in runs[0].metrics()
+                if m.name == "cache_train/accesses"}
+    assert {'{"rank": 0, "subset": "train"}', '{"rank": 1, "subset": "train"}', '{"subset": "train"}'} <= contexts
+    all_runs = list(repo.iter_runs())
+    assert sum(1 for run in all_runs if run.get("hparams", {}).get("world_size") == 2) == 1  # rank 1 tracks nothing
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_process_running_both_shards_in_turn(cli, two_ranks):
+    """World size 2, accum_steps=1 is world size 1, accum_steps=2 over the interleaved plan: bit for bit."""
+    base, overrides = cli
+    run_dir, res = two_ranks
+    assert res.returncode == 0, res.stderr[-3000:]
+    one = single([*overrides, "tbptt.shards=2", "tbptt.accum_steps=2"], base / "shards")
+    assert one.returncode == 0, one.stderr[-3000:]
+    for name in ("latest", "epoch_0001", "epoch_0002"):
+        assert_bit_identical(weights(run_dir, name), weights(base / "shards", name))
+    assert_bit_identical(weights(run_dir, "latest", "optimizer.safetensors"),
+                         weights(base / "shards", "latest", "optimizer.safetensors"))
+    a, b = (json.loads((d / "result.json").read_text()) for d in (run_dir, base / "shards"))
+    assert a["processed"]["optimizer_steps"] == b["processed"]["optimizer_steps"]
+    assert a["processed"]["microbatches"] == b["processed"]["microbatches"]
+    # validation sums add in another order over two ranks: equal to float64 rounding, not bit for bit
+    assert a["final"]["loss"] == pytest.approx(b["final"]["loss"], rel=1e-6)
+
+
+def rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The pid of `rank` of the launch writing to `run_dir` (its environment says MLX_RANK)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmd and b"tcgexp.train" in cmd and f"MLX_RANK={rank}".encode() in env:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.slow
+def test_killed_rank_stops_the_other_and_two_rank_resume_is_bit_identical(cli):
+    base, overrides = cli
+    overrides = [*overrides, *LONGER, f"dataset.root={base / 'data_long'}"]  # a corpus of its own size
+    whole = launch(overrides, base / "whole")
+    assert whole.returncode == 0 and not rank_failures(whole.stdout + whole.stderr), whole.stderr[-3000:]
+    killed = base / "killed"
+    proc = subprocess.Popen(launch_cmd(overrides, killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    state = killed / "checkpoints" / "latest" / "state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # mid-epoch: after a few latest/ checkpoints of epoch 0
+        try:
+            p = json.loads(state.read_text())["progress"]
+            if p["opt_steps"] >= 4 and p["epoch"] == 0:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.01)
+    else:
+        proc.kill()
+        pytest.fail("the 2-rank run wrote no latest/ checkpoint in epoch 0 within 120 s")
+    pid = rank_pid(killed, 1)
+    assert pid is not None and proc.poll() is None
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert took < 30, f"the surviving rank took {took:.0f} s to stop"
+    survivor = [line for line in rank_failures(out + err) if "rank 0" in line]
+    assert survivor and "code 0" not in survivor[0], out[-2000:] + err[-2000:]
+    assert "rank 1 died" in err, err[-3000:]
+    r = json.loads((killed / "result.json").read_text())
+    assert r["status"] == "failed" and "rank 1 died" in r["error"]
+    assert not (killed / ".cache_spill").exists(), "the surviving rank left its spill"
+    # continue from latest/ with 2 ranks: bit-identical to the run that was never interrupted
+    resumed = launch([f"resume={killed}"], base / "resumed")
+    assert resumed.returncode == 0 and not rank_failures(resumed.stdout + resumed.stderr), resumed.stderr[-3000:]
+    res = json.loads((base / "resumed" / "result.json").read_text())
+    assert res["status"] == "completed" and res["world_size"] == 2 and res["resumed_from"]
+    assert_bit_identical(weights(base / "resumed"), weights(base / "whole"))
+    # the killed rank's spill: reclaimed by the next run (its owner lock died with it)
+    assert not [p for p in killed.glob(".cache_spill*/**/*") if p.is_file() and p.suffix != ".lock"]
+    assert_bit_identical(weights(base / "resumed", "latest", "optimizer.safetensors"),
+                         weights(base / "whole", "latest", "optimizer.safetensors"))
+
+
+@pytest.mark.slow
+def test_resume_with_another_world_size_is_refused_by_name(cli, two_ranks, tmp_path):
+    from tests.conftest import compose_config
+
+    base, _ = cli
+    run_dir, res = two_ranks
+    assert res.returncode == 0, res.stderr[-3000:]
+    cfg = compose_config(f"dataset.root={base / 'data'}", *TINY_TRAIN, f"resume={run_dir}")
+    with pytest.raises(CheckpointError, match=r"written by 2 rank\(s\).*this run has 1 rank\(s\).*mlx.launch -n 2"):
+        train(cfg, run_dir=tmp_path / "again")
+
+
+@pytest.mark.parametrize("shards,accum,match", [(2, 1, "multiple of 2"), (3, 4, "multiple of 3")],
+                         ids=["accum-1", "accum-not-multiple"])
+def test_shards_on_one_process_need_whole_turns_per_window(train_cfg, tmp_path, shards, accum, match):
+    with pytest.raises(ConfigError, match=match):
+        train(train_cfg(f"tbptt.shards={shards}", f"tbptt.accum_steps={accum}"), run_dir=tmp_path / "run")
