@@ -3,8 +3,8 @@
 Hydra resolves the run dir and the job log's name before ``train()`` runs, so
 these live below every package: the config resolvers ``${launch_now:...}``
 and ``${rank_suffix:}`` (``tcgexp.config``) and the job-end callback use them.
-The collective itself (rank 0's clock to every rank) is one ``all_sum``
-through ``tcgexp.train.distributed.World``.
+The one collective here (rank 0's clock to every rank) is a single
+``all_sum`` of one float64.
 """
 from __future__ import annotations
 
@@ -49,11 +49,12 @@ def launch_time() -> datetime.datetime:
         if launched():
             import mlx.core as mx
 
-            from .train.distributed import World
-
-            world = World.init()
-            if world.size > 1:
-                mine = mx.array([now if world.lead else 0.0], dtype=mx.float64)
-                now = float(world.all_sum(mine, "agreeing on the run dir at start-up")[0].item())
+            try:
+                group = mx.distributed.init()  # the group train() will use: init returns the same one
+            except RuntimeError:  # not a real launch: train() says so in one line; the local clock here
+                group = None
+            if group is not None and group.size() > 1:
+                mine = mx.array([now if group.rank() == 0 else 0.0], dtype=mx.float64)
+                now = float(mx.distributed.all_sum(mine, group=group, stream=mx.cpu)[0].item())
         _LAUNCH_TIME = datetime.datetime.fromtimestamp(now)
     return _LAUNCH_TIME

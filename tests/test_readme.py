@@ -35,6 +35,9 @@ def readme_commands() -> list[list[str]]:
             if any(mark in part for mark in ("<", "|", "...", "$")):
                 continue
             words = shlex.split(part, comments=True)
+            if words[:1] == ["mlx.launch"]:  # mlx.launch [its options] <app> ...: the app composes the same
+                apps = [i for i, w in enumerate(words) if w in APPS]
+                words = words[apps[0]:] if apps else []
             if words[:2] == ["python", "-m"] and words[2:3] and words[2].startswith("tcgexp"):
                 out.append([words[2], *words[3:]])
             elif words and words[0] in APPS:

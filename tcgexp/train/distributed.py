@@ -58,7 +58,13 @@ class World:
     def init(cls) -> "World":
         if not launched():
             return cls()
-        group = mx.distributed.init()  # the same group on every call: the CLI may have made it already
+        try:
+            group = mx.distributed.init()  # the same group on every call: the run dir's resolver made it
+        except RuntimeError as exc:
+            raise DistributedError(f"[distributed] this process was launched as a rank (MLX_RANK or MPI variables "
+                                   f"are set) but mx.distributed could not start ({exc}); launch with "
+                                   "mlx.launch -n N --backend ring tcgexp-train ..., or unset those variables"
+                                   ) from exc
         return cls(group.rank(), group.size(), group)
 
     @property

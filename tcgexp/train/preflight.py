@@ -38,7 +38,8 @@ def check_run_dir(run_dir: Path) -> None:
         raise ConfigError(f"hydra.run.dir={where} is a file, not a folder; {fix}")
     if where.is_dir():
         foreign = sorted(p.name for p in where.iterdir()
-                         if not (p.name.startswith(".") or p.name.endswith(".log") or p.name in OURS))
+                         if not (p.name.startswith(".") or p.name.endswith(".log") or p.name in OURS
+                                 or (p.name.startswith("job_status.rank") and p.name.endswith(".json"))))
         if foreign:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise ConfigError(f"hydra.run.dir={where} already holds files tcgexp did not write ({shown}); {fix}")
