@@ -61,6 +61,9 @@ class Loop:
         self.sync = Sync(self.world, stepper.model.trainable_parameters())
         # one compiled graph for gradients and update, where no gradient has to leave the process
         self.fused = self.accum_steps == 1 and self.world.size == 1
+        # one process running several shards in turn keeps one sum per shard and adds them at the end of
+        # the window, in shard order: the association the ranks' all-reduce has (exact for two)
+        self.slots = planner.shards if self.world.size == 1 and planner.shards > 1 else 1
         self.step_seconds = self.reduce_seconds = 0.0
 
     # -- one epoch of training -----------------------------------------------------------
@@ -73,7 +76,7 @@ class Loop:
             p.epoch_microbatches = p.epoch_opt_steps = p.epoch_real = 0
         self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
         self.hooks.on_advance(p.position, {})
-        acc, window, sums = None, 0, {k: 0.0 for k in METRICS}
+        accs, window, sums = [None] * self.slots, 0, {k: 0.0 for k in METRICS}
         local = np.zeros(SUMS + len(METRICS))  # this window's scalars on this rank
         rows, stall0, busy0 = 0, self.train_loader.stall_seconds, self.step_seconds
         for prep in self.train_loader.iterate(plan, start=p.position):
@@ -91,8 +94,9 @@ class Loop:
                 else:
                     if not skip:
                         loss, parts, carry, g = self.stepper.grads(inputs, targets, h0)
-                        acc = add_grads(acc, g)
-                        mx.eval(loss, parts, carry, acc)
+                        slot = prep.index % self.slots  # the interleaved plan's shard of this position
+                        accs[slot] = add_grads(accs[slot], g)
+                        mx.eval(loss, parts, carry, accs[slot])
                     window += 1
                     applied = window == self.accum_steps or prep.index == len(plan) - 1
             if not skip:
@@ -111,6 +115,9 @@ class Loop:
             elif applied:  # the window's one all-reduce: gradients and scalars together
                 local[STOPS], local[SIGNUMS] = self.stop_scalars()
                 r0 = time.perf_counter()
+                acc = None
+                for a in accs:
+                    acc = a if acc is None else (acc if a is None else add_grads(acc, a))
                 acc, total = self.sync.reduce(acc, local, where)
                 self.reduce_seconds += time.perf_counter() - r0
                 window_values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(METRICS)}
@@ -122,7 +129,7 @@ class Loop:
                 if world.size > 1:
                     diverge.check(window_values, where=where, hint=self.hint)
                     agreed = self.agreed(total)
-                acc, window = None, 0
+                accs, window = [None] * self.slots, 0
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
                 p.epoch_microbatches + 1

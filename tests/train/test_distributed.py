@@ -32,28 +32,29 @@ needs_launch = pytest.mark.skipif(MLX_LAUNCH is None, reason="mlx.launch (from t
 LONGER = ["dataset.rows_per_day=3000", "tbptt.batch_size=32", "trainer.epochs=3"]
 
 
-def free_port() -> int:
-    """A port whose successor is free too (the ring listens on one port per rank)."""
+def free_port(ranks: int = 2) -> int:
+    """A port whose successors are free too (the ring listens on one port per rank)."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
+            for k in range(1, ranks):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + k))
             return port
         except OSError:
             continue
-    raise RuntimeError("no free port pair on loopback")
+    raise RuntimeError("no free run of ports on loopback")
 
 
 def launch_cmd(overrides: list[str], run_dir: Path, ranks: int = 2) -> list[str]:
-    return [MLX_LAUNCH, "-n", str(ranks), "--backend", "ring", "--starting-port", str(free_port()),
+    return [MLX_LAUNCH, "-n", str(ranks), "--backend", "ring", "--starting-port", str(free_port(ranks)),
             sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"]
 
 
-def launch(overrides: list[str], run_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(launch_cmd(overrides, run_dir), capture_output=True, text=True, timeout=timeout)
+def launch(overrides: list[str], run_dir: Path, timeout: float = 300, ranks: int = 2) -> subprocess.CompletedProcess:
+    return subprocess.run(launch_cmd(overrides, run_dir, ranks), capture_output=True, text=True, timeout=timeout)
 
 
 def single(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess:
@@ -157,6 +158,24 @@ def test_two_ranks_equal_one_process_running_both_shards_in_turn(cli, two_ranks)
     assert a["processed"]["microbatches"] == b["processed"]["microbatches"]
     # validation sums add in another order over two ranks: equal to float64 rounding, not bit for bit
     assert a["final"]["loss"] == pytest.approx(b["final"]["loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks,accum,exact", [(2, 2, True), (3, 1, False)], ids=["2-ranks-accum-2", "3-ranks"])
+def test_ranks_equal_one_process_running_their_shards(cli, tmp_path, ranks, accum, exact):
+    """Two ranks add their window sums as one process adds its per-shard sums: bit for bit, whatever
+    accum_steps; a ring of three adds in another order, so equal to float32 rounding."""
+    _, overrides = cli
+    res = launch([*overrides, f"tbptt.accum_steps={accum}"], tmp_path / "ranks", ranks=ranks)
+    assert res.returncode == 0 and not rank_failures(res.stdout + res.stderr), res.stderr[-3000:]
+    one = single([*overrides, f"tbptt.shards={ranks}", f"tbptt.accum_steps={ranks * accum}"], tmp_path / "one")
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = weights(tmp_path / "ranks"), weights(tmp_path / "one")
+    if exact:
+        assert_bit_identical(a, b)
+    else:
+        assert max(float(np.abs(a[k] - b[k]).max()) for k in a) < 1e-5
+    assert json.loads((tmp_path / "ranks" / "result.json").read_text())["world_size"] == ranks
 
 
 def rank_pid(run_dir: Path, rank: int) -> int | None:
