@@ -193,28 +193,50 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
     return None
 
 
-@pytest.mark.slow
-def test_killed_rank_stops_the_other_and_two_rank_resume_is_bit_identical(cli):
+@pytest.fixture(scope="module")
+def longer(cli):
+    """The kill and signal tests' config (its own corpus) and its uninterrupted 2-rank run."""
     base, overrides = cli
-    overrides = [*overrides, *LONGER, f"dataset.root={base / 'data_long'}"]  # a corpus of its own size
+    overrides = [*overrides, *LONGER, f"dataset.root={base / 'data_long'}"]
     whole = launch(overrides, base / "whole")
     assert whole.returncode == 0 and not rank_failures(whole.stdout + whole.stderr), whole.stderr[-3000:]
-    killed = base / "killed"
-    proc = subprocess.Popen(launch_cmd(overrides, killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return base, overrides
+
+
+def start_and_wait_mid_epoch(overrides: list[str], run_dir: Path) -> subprocess.Popen:
+    """A 2-rank launch, returned once rank 0 has written latest/ a few optimizer steps into epoch 0."""
+    proc = subprocess.Popen(launch_cmd(overrides, run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    state = killed / "checkpoints" / "latest" / "state.json"
+    state = run_dir / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # mid-epoch: after a few latest/ checkpoints of epoch 0
+    while time.monotonic() < deadline:
         try:
             p = json.loads(state.read_text())["progress"]
             if p["opt_steps"] >= 4 and p["epoch"] == 0:
-                break
+                return proc
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.01)
-    else:
-        proc.kill()
-        pytest.fail("the 2-rank run wrote no latest/ checkpoint in epoch 0 within 120 s")
+    proc.kill()
+    pytest.fail("the 2-rank run wrote no latest/ checkpoint in epoch 0 within 120 s")
+
+
+def resume_matches_whole(base: Path, stopped: Path, name: str) -> None:
+    """resume=<stopped run> with 2 ranks ends bit-identical to the uninterrupted 2-rank run."""
+    resumed = launch([f"resume={stopped}"], base / name)
+    assert resumed.returncode == 0 and not rank_failures(resumed.stdout + resumed.stderr), resumed.stderr[-3000:]
+    res = json.loads((base / name / "result.json").read_text())
+    assert res["status"] == "completed" and res["world_size"] == 2 and res["resumed_from"]
+    assert_bit_identical(weights(base / name), weights(base / "whole"))
+    assert_bit_identical(weights(base / name, "latest", "optimizer.safetensors"),
+                         weights(base / "whole", "latest", "optimizer.safetensors"))
+
+
+@pytest.mark.slow
+def test_killed_rank_stops_the_other_and_two_rank_resume_is_bit_identical(longer):
+    base, overrides = longer
+    killed = base / "killed"
+    proc = start_and_wait_mid_epoch(overrides, killed)
     pid = rank_pid(killed, 1)
     assert pid is not None and proc.poll() is None
     t0 = time.monotonic()
@@ -228,16 +250,27 @@ def test_killed_rank_stops_the_other_and_two_rank_resume_is_bit_identical(cli):
     r = json.loads((killed / "result.json").read_text())
     assert r["status"] == "failed" and "rank 1 died" in r["error"]
     assert not (killed / ".cache_spill").exists(), "the surviving rank left its spill"
-    # continue from latest/ with 2 ranks: bit-identical to the run that was never interrupted
-    resumed = launch([f"resume={killed}"], base / "resumed")
-    assert resumed.returncode == 0 and not rank_failures(resumed.stdout + resumed.stderr), resumed.stderr[-3000:]
-    res = json.loads((base / "resumed" / "result.json").read_text())
-    assert res["status"] == "completed" and res["world_size"] == 2 and res["resumed_from"]
-    assert_bit_identical(weights(base / "resumed"), weights(base / "whole"))
+    resume_matches_whole(base, killed, "resumed")
     # the killed rank's spill: reclaimed by the next run (its owner lock died with it)
     assert not [p for p in killed.glob(".cache_spill*/**/*") if p.is_file() and p.suffix != ".lock"]
-    assert_bit_identical(weights(base / "resumed", "latest", "optimizer.safetensors"),
-                         weights(base / "whole", "latest", "optimizer.safetensors"))
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_stops_both_at_the_same_step_and_resumes_exactly(longer):
+    """A scheduler's SIGTERM may reach one rank first: the ranks agree through the next all-reduce,
+    both write latest/ at the same step, and the run continues bit-identically."""
+    base, overrides = longer
+    stopped = base / "sigterm"
+    proc = start_and_wait_mid_epoch(overrides, stopped)
+    os.kill(rank_pid(stopped, 1), signal.SIGTERM)  # the rank that writes nothing
+    out, err = proc.communicate(timeout=60)
+    r = json.loads((stopped / "result.json").read_text())
+    assert r["status"] == "interrupted" and r["signal"] == "SIGTERM", err[-3000:]
+    assert "interrupted by SIGTERM" in err and "code 143" in out + err
+    assert not list(stopped.glob(".cache_spill*")), "a rank's spill was left behind"
+    state = json.loads((stopped / "checkpoints" / "latest" / "state.json").read_text())["progress"]
+    assert state["opt_steps"] == r["processed"]["optimizer_steps"]
+    resume_matches_whole(base, stopped, "resumed_after_sigterm")
 
 
 @pytest.mark.slow
