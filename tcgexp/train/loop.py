@@ -112,23 +112,8 @@ class Loop:
             agreed = None
             if applied and self.fused:
                 window_values, total = values, local
-            elif applied:  # the window's one all-reduce: gradients and scalars together
-                local[STOPS], local[SIGNUMS] = self.stop_scalars()
-                r0 = time.perf_counter()
-                acc = None
-                for a in accs:
-                    acc = a if acc is None else (acc if a is None else add_grads(acc, a))
-                acc, total = self.sync.reduce(acc, local, where)
-                self.reduce_seconds += time.perf_counter() - r0
-                window_values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(METRICS)}
-                if world.size == 1 and self.planner.shards == 1:
-                    window_values = values  # the last microbatch's, as ever without shards
-                norm = self.stepper.apply(acc, mx.array(1.0 / total[REAL], dtype=mx.float32))
-                mx.eval(norm, self.stepper.state)
-                window_values["grad_norm"] = float(norm)
-                if world.size > 1:
-                    diverge.check(window_values, where=where, hint=self.hint)
-                    agreed = self.agreed(total)
+            elif applied:
+                window_values, total, agreed = self.close_window(accs, local, values if not skip else None, where)
                 accs, window = [None] * self.slots, 0
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
@@ -152,6 +137,32 @@ class Loop:
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
         return {**{k: v / max(rows, 1) for k, v in sums.items()},
                 "rows_per_second": rows / max(stall + busy, 1e-9), "data_stall_share": stall / max(stall + busy, 1e-9)}
+
+    def close_window(self, accs: list, local: np.ndarray, last: Optional[dict], where: str):
+        """The window's one all-reduce (gradients and scalars together) and its update.
+
+        Returns (the values the step reports, the reduced scalars, the stop signal the ranks agreed
+        on). Several ranks report and check the window's global means; one process without shards
+        reports its last microbatch's values, as it always has."""
+        local[STOPS], local[SIGNUMS] = self.stop_scalars()
+        r0 = time.perf_counter()
+        acc = None
+        for a in accs:  # per-shard sums in shard order (one slot without shards)
+            acc = a if acc is None else (acc if a is None else add_grads(acc, a))
+        acc, total = self.sync.reduce(acc, local, where)
+        self.reduce_seconds += time.perf_counter() - r0
+        norm = self.stepper.apply(acc, mx.array(1.0 / total[REAL], dtype=mx.float32))
+        mx.eval(norm, self.stepper.state)
+        if self.world.size == 1 and self.planner.shards == 1 and last is not None:
+            values = dict(last)
+        else:
+            values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(METRICS)}
+        values["grad_norm"] = float(norm)
+        agreed = None
+        if self.world.size > 1:
+            diverge.check(values, where=where, hint=self.hint)
+            agreed = self.agreed(total)
+        return values, total, agreed
 
     def stop_scalars(self) -> tuple[int, int]:
         """(1, signal number) when this rank has a stopping signal pending, else (0, 0)."""
