@@ -30,7 +30,13 @@ CHANGED=0
 
 die() { echo "slurm-local: $*" >&2; exit 1; }
 
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# $1: a daemon's pid file. A stale one (the daemon died with the machine) may name a pid that another
+# process has since taken, so the pid must also be that daemon (slurmd.pid -> slurmd).
+running() {
+  local pid
+  [ -f "$1" ] && pid=$(cat "$1") && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null \
+    && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$1" .pid)" ]
+}
 
 install() {
   local missing=() bin
