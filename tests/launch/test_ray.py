@@ -49,7 +49,7 @@ def ray_head(loopback_ray):
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
-            head.wait(timeout=20)
+            head.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
         try:  # GCS and raylet may outlive --block's own shutdown: the rest of the group goes too

@@ -2,6 +2,7 @@
 job stopped by `scancel --signal=TERM` that checkpoints, exits, and resumes bit-identically."""
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import time
@@ -70,6 +71,8 @@ def test_scancel_term_checkpoints_and_the_resumed_job_is_bit_identical(slurm, tm
     assert 0 < state["progress"]["opt_steps"] == result["processed"]["optimizer_steps"]
     assert result["processed"]["optimizer_steps"] < result["planned"]["optimizer_steps"], "stopped mid-run"
     assert not (job_dir / ".cache_spill").exists()
+    [row] = csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))  # the run itself refreshed the report
+    assert row["status"] == "INTERRUPTED"
     [log] = (tmp_path / "sweep" / ".submitit").rglob("*_log.err")
     assert f"interrupted by SIGTERM after optimizer step {state['progress']['opt_steps']}" in log.read_text()
     assert sacct_state(job_id) == "FAILED"  # exit status 143 = 128 + SIGTERM
