@@ -35,6 +35,8 @@ def ray_head(loopback_ray):
     checkout's tcgexp (job_env's PYTHONPATH, inherited from the raylet)."""
     port = free_port()
     address = f"127.0.0.1:{port}"
+    # `ray start` in token mode wants the token to exist (~/.ray/auth_token; a new machine has none)
+    subprocess.run(["ray", "get-auth-token", "--generate"], env=job_env(), capture_output=True, check=True)
     head = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
                              "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
                             env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -74,7 +76,10 @@ def test_a_ray_cluster_sweep_tracks_to_one_aim_server(tmp_path, ray_head, aim_se
     # object_store_memory=null: the plugin presets it, and Ray refuses it when joining a running cluster
     res = multirun(tmp_path, *SMOKE, "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{port}",
                    "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_head}",
-                   "+hydra.launcher.ray.init.object_store_memory=null")
+                   "+hydra.launcher.ray.init.object_store_memory=null",
+                   # a task per job's 2 CPUs: one job at a time, so on 2 cores the server keeps up with the
+                   # job's closing flush (which tcgexp bounds at 10 s without progress)
+                   "+hydra.launcher.ray.remote.num_cpus=2")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "[tracking]" not in res.stderr, res.stderr[-3000:]
     check_sweep(tmp_path / "sweep", repo, jobs=2)
