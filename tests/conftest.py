@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -86,3 +90,32 @@ def private_state_dir(tmp_path_factory):
         os.environ.pop("TCGEXP_STATE_DIR", None)
     else:
         os.environ["TCGEXP_STATE_DIR"] = previous
+
+
+# A real `aim server` on loopback, for the tests that track to one (tests/track, tests/launch).
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def aim_server(tmp_path):
+    repo = tmp_path / "server_repo"
+    repo.mkdir()
+    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen(["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "aim server did not start"
+            time.sleep(0.3)
+    yield repo, port, proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

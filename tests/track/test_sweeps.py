@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tcgexp.track.aim_run import open_repo
+from tests.conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000"]
@@ -93,34 +93,6 @@ def test_submitit_local_runs_a_job(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["processed"]["optimizer_steps"] > 0
     assert list((tmp_path / "sweep").rglob("*.submitit*")) or (tmp_path / "sweep" / ".submitit").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def aim_server(tmp_path):
-    repo = tmp_path / "server_repo"
-    repo.mkdir()
-    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True)
-    port = free_port()
-    proc = subprocess.Popen(["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "aim server did not start"
-            time.sleep(0.3)
-    yield repo, port, proc
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 @pytest.mark.slow
