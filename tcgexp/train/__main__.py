@@ -6,6 +6,8 @@ optimises (``hydra/sweeper=optuna``, nevergrad, ax) can drive it.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,7 +17,7 @@ from omegaconf import DictConfig
 from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver; config the schemas
 from . import train
 from .errors import USER_ERRORS
-from .resume import resume_config
+from .resume import requeued_resume, resume_config
 
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
@@ -53,8 +55,13 @@ def main(cfg: DictConfig) -> Optional[float]:
     with job_errors(*USER_ERRORS):  # one line for the user's errors; a failed sweep job is recorded by Hydra
         check_metric(cfg.get("optimized_metric"))
         overrides = list(HydraConfig.get().overrides.task)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        if not cfg.resume and (again := requeued_resume(run_dir)):  # SLURM restarted this job: go on
+            print(f"[train] requeued job (SLURM_RESTART_COUNT={os.environ['SLURM_RESTART_COUNT']}): continuing "
+                  f"from its own checkpoint, resume={again}", file=sys.stderr, flush=True)
+            cfg.resume = again
         if cfg.resume:  # the checkpoint's config is the base; this command line's overrides on top, checked
-            cfg, overrides = resume_config(cfg, overrides, Path(HydraConfig.get().runtime.output_dir))
+            cfg, overrides = resume_config(cfg, overrides, run_dir)
         result = train(cfg, overrides=overrides)
     return optimized(result, cfg.get("optimized_metric"))
 

@@ -92,3 +92,28 @@ def test_scancel_term_checkpoints_and_the_resumed_job_is_bit_identical(slurm, tm
     base = tmp_path / "base"
     train(compose_config(f"dataset.root={tmp_path / 'data'}", *PREEMPT), run_dir=base)
     assert weights(tmp_path / "resumed" / "0") == weights(base)
+
+
+def test_a_requeued_job_continues_from_its_own_checkpoint(slurm, tmp_path):
+    """`scontrol requeue` (what preemption with PreemptMode=REQUEUE and submitit's time-limit requeue do):
+    SLURM stops the job (SIGTERM: latest/ written) and starts it again in the same run dir with
+    SLURM_RESTART_COUNT=1; the run goes on from its own latest/ and the sweep completes, bit-identical."""
+    job = multirun(tmp_path, *PREEMPT, *launcher(slurm), wait=False)
+    job_dir = tmp_path / "sweep" / "0"
+    state = job_dir / "checkpoints" / "latest" / "state.json"
+    deadline = time.monotonic() + 180
+    while not state.exists():
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.2)
+    job_id = slurm_job_id(job_dir)
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    _, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err[-3000:]
+    done = json.loads((job_dir / "result.json").read_text())
+    assert done["status"] == "completed" and done["resumed_from"], done["status"]
+    assert done["processed"]["optimizer_steps"] == done["planned"]["optimizer_steps"]
+    logs = "".join(p.read_text() for p in (tmp_path / "sweep" / ".submitit").rglob("*_log.err"))
+    assert "requeued job (SLURM_RESTART_COUNT=1): continuing from its own checkpoint" in logs, logs[-3000:]
+    base = tmp_path / "base"
+    train(compose_config(f"dataset.root={tmp_path / 'data'}", *PREEMPT), run_dir=base)
+    assert weights(job_dir) == weights(base)
