@@ -9,6 +9,10 @@ by ``schema.to_numpy`` would (fixed_size_list columns as 2-d arrays).
 pyarrow ``ParquetFile`` objects are not shared across threads: each thread
 opens its own per file (``threading.local``) and reuses it, so a decode costs
 no footer re-parse and no thread ever touches another's file handle.
+
+A file may be a local Path or a ``RemoteFile`` (a day in an object store, read
+by range requests through the local tier); ``stats`` counts the bytes this
+source took from the store and from the tier.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from tcgexp.data.remote import FetchStats, as_file, parquet_file, read_metadata
 from tcgexp.data.schema import to_numpy
 
 Key = tuple[int, int]  # (file index, row-group index): the unit the planner plans and the cache keeps
@@ -105,12 +110,13 @@ class ParquetSource:
         self.columns = list(columns)
         if not self.columns or len(set(self.columns)) != len(self.columns):
             raise ValueError(f"{name}: columns must be a non-empty list without repeats, got {self.columns}")
-        self.paths = [Path(f) for f in files]
+        self.paths = [as_file(f) for f in files]
+        self.stats = FetchStats()
         # Footers only: row-group counts for key checks, and the projection
         # checked against every file now rather than at the first decode.
         self.row_groups: list[int] = []
         for path in self.paths:
-            meta = pq.read_metadata(path)
+            meta = read_metadata(path, self.stats)
             missing = [c for c in self.columns if c not in meta.schema.to_arrow_schema().names]
             if missing:
                 raise ValueError(f"{name}: columns {missing} are not in {path}")
@@ -148,7 +154,7 @@ class ParquetSource:
             opened = self._local.files = {}
         pf = opened.get(file_index)
         if pf is None:
-            pf = opened[file_index] = pq.ParquetFile(self.paths[file_index])
+            pf = opened[file_index] = parquet_file(self.paths[file_index], self.stats)
             with self._lock:
                 self._opened.append(pf)  # so close() reaches every thread's handles
         return pf
