@@ -53,7 +53,7 @@ class Corpus:
         self._remote_catalog = RemoteCatalog(self.store) if self.remote else None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
-        chosen = selected_dates(dates, date_from, date_to, Catalog(self.root / "catalog.sqlite")) \
+        chosen = selected_dates(dates, date_from, date_to, self.catalog) \
             if (dates or date_from or date_to) else None
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
