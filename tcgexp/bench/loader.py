@@ -1,7 +1,16 @@
-"""Loader throughput: decode-every-time, cold and warm cache, beside raw pyarrow and memcpy.
+"""Loader throughput: decode-every-time, cold and warm cache, beside raw pyarrow and memcpy; and from S3.
 
     python -m tcgexp.bench loader                 # the 5d corpus under data/ (built if missing)
     python -m tcgexp.bench loader --dataset demo
+    python -m tcgexp.bench loader --no-s3         # without the object-store rows
+
+The S3 rows publish the same corpus to an S3 protocol server on loopback
+(moto's, started here; ``tcgexp.bench.loopback_s3``) and decode every train
+row group once through a cold cache over ``dataset.root=s3://...``: with an
+empty local tier (every column chunk fetched by a ranged GET), then with the
+tier filled by that read (what a second epoch's spill-less miss or a second
+run pays). Loopback has no network latency or bandwidth limit, so the cold
+row is the client's cost, a floor for a real store.
 
 All rows are measured in one run on the same files and the same epoch plan.
 "Raw pyarrow" decodes each train row group once (read_row_group + to_numpy);
@@ -32,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=0, help="loader threads (0: assemble in the consumer)")
     p.add_argument("--repeat", type=int, default=5, help="best of N for each row")
+    p.add_argument("--s3", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the rows read from S3 (a loopback moto server; needs the test extra)")
 
 
 def best_of(n: int, fn, setup=None, teardown=None) -> float:
@@ -87,6 +98,10 @@ def run(args: argparse.Namespace) -> None:
     raw = add("raw pyarrow read_row_group + to_numpy (kept)", t_raw, rg_rows, f"{len(keys)} row groups")
     cold = add("cache cold: every row group missed once", t_cold, rg_rows)
     rows_out[-1][3] = f"{100 * (cold / raw - 1):+.1f}% vs raw decode"
+    if args.s3:
+        for name, seconds, note in s3_rows(args, corpus, keys):
+            add(name, seconds, rg_rows, note)
+            rows_out[-1][3] += f"; {100 * (rg_rows / seconds / raw - 1):+.1f}% vs raw local"
 
     def epoch(cache) -> None:
         for _ in Loader(cache, TRAIN_COLUMNS, workers=args.workers).iterate(plan):
@@ -124,3 +139,43 @@ def run(args: argparse.Namespace) -> None:
           f"microbatches x <= {args.batch_size} rows (chunk {args.chunk}), {row_bytes} bytes/row "
           f"({len(TRAIN_COLUMNS)} columns), loader workers={args.workers}, best of {args.repeat}\n")
     print(markdown_table(["path", "rows/s", "GB/s", "note"], rows_out))
+
+
+def s3_rows(args, corpus, keys) -> list[tuple[str, float, str]]:
+    """(row name, best seconds, note) for every train row group decoded once from s3://: cold tier, warm tier."""
+    import tempfile
+    from pathlib import Path
+
+    from ..data.publish import publish
+    from .loopback_s3 import loopback_s3
+
+    uri = "s3://tcgexp/bench"
+    with loopback_s3("tcgexp") as endpoint, tempfile.TemporaryDirectory(prefix="tcgexp-bench-tier-") as tmp:
+        publish(corpus, uri, None)
+        opened = []
+
+        def remote(tier: str):  # opened (manifests, footers) outside the timed region, as the local files are
+            c = build(compose(f"dataset={args.dataset}", f"dataset.root={uri}", f"dataset.storage.endpoint={endpoint}",
+                              f"dataset.storage.tier_dir={tier}").dataset)
+            c.build()
+            opened.append(c)
+            return build(option("cache", "lru", f"cache.capacity={len(keys)}", "cache.spill=false"))(
+                c.files, TRAIN_COLUMNS)
+
+        def read(c):
+            for k in keys:
+                c.get(k)
+        fetched = []
+
+        def done(c):
+            fetched.append(c.counters()["remote_bytes"])
+            c.close()
+        cold = best_of(args.repeat, read, lambda: remote(str(Path(tempfile.mkdtemp(dir=tmp)) / "tier")), done)
+        cold_bytes = fetched[-1]
+        warm_tier = str(Path(tmp) / "warm")
+        read(remote(warm_tier))  # fill the tier once
+        fetched.clear()
+        warm = best_of(args.repeat, read, lambda: remote(warm_tier), done)
+    return [("S3 (loopback moto) cold: empty local tier, ranged GETs", cold,
+             f"{cold_bytes / 2**20:.1f} MiB fetched"),
+            ("S3 warm: every chunk from the local tier", warm, f"{max(fetched) / 2**20:.1f} MiB fetched")]
