@@ -211,3 +211,35 @@ def test_training_from_s3_is_bit_identical_and_a_second_run_downloads_nothing(s3
     assert saved[1]["train"]["remote_bytes"] > 0 and saved[1]["val"]["remote_bytes"] > 0
     assert saved[2]["train"]["remote_bytes"] == 0 == saved[2]["val"]["remote_bytes"]
     assert saved[2]["train"]["tier_bytes"] >= saved[1]["train"]["remote_bytes"]
+
+
+@pytest.mark.slow
+def test_the_readme_commands_publish_and_train_from_s3(s3, tmp_path):
+    """The README's commands as a user runs them: build, tcgexp-data action=publish, tcgexp-train from s3://."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.train.conftest import TINY_TRAIN
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}  # this checkout, whatever is installed; AWS_* point at moto
+    data = [f"dataset.root={tmp_path / 'data'}", *DAYS]
+    target = "s3://tcgexp/readme"
+
+    def cli(*args: str) -> str:
+        res = subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout + res.stderr
+
+    cli("tcgexp.data", *data)
+    assert "published" in cli("tcgexp.data", *data, "action=publish", f"target={target}")
+    assert "unchanged" in cli("tcgexp.data", *data, "action=publish", f"target={target}")
+    run_dir = tmp_path / "run"
+    cli("tcgexp.train", *TINY_TRAIN, f"dataset.root={target}", "trainer.epochs=1", f"hydra.run.dir={run_dir}",
+        f"dataset.storage.tier_dir={tmp_path / 'tier'}")
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "completed" and result["cache"]["train"]["remote_bytes"] > 0
