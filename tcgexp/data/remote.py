@@ -96,6 +96,21 @@ class RemoteFile:
             i += 1
         return bytes(out)
 
+    def prefetch(self, row_group: int, columns, stats: Optional[FetchStats] = None) -> None:
+        """Fetch the row group's chunks of `columns` that the tier lacks, concurrently, into the tier.
+
+        pyarrow then reads them one by one from local disk: a row group costs one round trip to the
+        store instead of one per column (the store's latency, not its bandwidth, bounds a cold read).
+        Without a tier there is nowhere to put them, and pyarrow's own reads fetch them in turn.
+        """
+        if not self.tier.enabled:
+            return
+        wanted = set(columns)
+        todo = [p for p in self.parts if p.get("row_group") == row_group and p["what"].split(" ", 1)[-1]
+                .split(".")[0] in wanted and not self.tier.path(self.file_sha, p["offset"], p["sha256"]).exists()]
+        if len(todo) > 1:
+            list(self.store.pool().map(lambda p: self._part(p, stats or self.stats), todo))
+
     def _part(self, part: dict, stats: FetchStats) -> bytes:
         data = self.tier.get(self.file_sha, part["offset"], part["sha256"])
         if data is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from tcgexp.data.remote import FetchStats, as_file, parquet_file, read_metadata
+from tcgexp.data.remote import FetchStats, RemoteFile, as_file, parquet_file, read_metadata
 from tcgexp.data.schema import to_numpy
 
 Key = tuple[int, int]  # (file index, row-group index): the unit the planner plans and the cache keeps
@@ -141,6 +141,8 @@ class ParquetSource:
     def read(self, key: Key) -> Arrays:
         """Decode one row group; the arrays come back read-only (they will be shared)."""
         f, rg = key
+        if isinstance(self.paths[f], RemoteFile):  # its chunks in one round of concurrent GETs
+            self.paths[f].prefetch(rg, self.columns, self.stats)
         table = self._parquet(f).read_row_group(rg, columns=self.columns)
         data = to_numpy(table, self.columns)
         check_values(data, path=self.paths[f], row_group=rg)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 import pyarrow as pa
@@ -27,6 +29,7 @@ import pyarrow.fs as pafs
 from .errors import DataError
 
 MANIFEST_SUFFIX = ".manifest.json"
+FETCH_THREADS = 8  # concurrent ranged GETs of one row group's column chunks (a row group reads ~10)
 
 
 def is_remote(root) -> bool:
@@ -55,6 +58,7 @@ class Store:
 
     def __init__(self, uri: str, storage=None, *, writable: bool = False) -> None:
         self.uri = str(uri).rstrip("/")
+        self._lock, self._pool = threading.Lock(), None
         scheme, _, rest = self.uri.partition("://")
         self.endpoint = "the SDK's default endpoint"
         if scheme == "s3":
@@ -94,6 +98,13 @@ class Store:
 
     def path(self, rel: str) -> str:
         return f"{self.base}/{rel}" if rel else self.base
+
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads for concurrent range reads (made on first use; requests wait on the network, not the GIL)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="tcgexp-fetch")
+            return self._pool
 
     # -- reading ----------------------------------------------------------------------------
     def size(self, rel: str) -> Optional[int]:
