@@ -17,6 +17,9 @@ of the same sweep reads them from local disk instead of the network.
   entry or none. A reader whose entry was evicted under it gets a miss.
 - A byte budget: past it, the least recently used entries (mtime, touched on
   every hit) go first, one evicting process at a time (flock on ``.lock``).
+  A job counts its own writes between scans of the folder, so concurrent
+  jobs can pass the budget by what each wrote since its last scan (at most
+  10 % of the budget and one entry each) until one of them scans again.
 - Ownership as for spill (``tcgexp.ownership``): the tier folder carries the
   marker ``.tcgexp-tier``; a folder that holds anything else without it is
   refused, and eviction deletes only files named like entries. Temporary files
