@@ -243,3 +243,28 @@ def test_the_readme_commands_publish_and_train_from_s3(s3, tmp_path):
         f"dataset.storage.tier_dir={tmp_path / 'tier'}")
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "completed" and result["cache"]["train"]["remote_bytes"] > 0
+
+
+def test_a_run_started_on_the_local_copy_resumes_from_s3_bit_exactly(s3, tmp_path):
+    """dataset.root and dataset.storage say where the same bytes come from, so a resume may change them."""
+    from mlx.utils import tree_flatten
+
+    from tcgexp.train.resume import resume_config
+    from tcgexp.train.run import train
+    from tests.train.conftest import TINY_TRAIN
+
+    def weights(result) -> dict:
+        return {k: np.array(v).tobytes() for k, v in tree_flatten(result["model"].parameters())}
+
+    local_root = tmp_path / "data"
+    base = [f"dataset.root={local_root}", *TINY_TRAIN, "trainer.epochs=1"]
+    whole = train(compose(*base), run_dir=tmp_path / "whole")
+    train(compose(*base, "trainer.max_steps=3"), run_dir=tmp_path / "a", overrides=[*base, "trainer.max_steps=3"])
+    publish(build(compose(*base).dataset), "s3://tcgexp/resume", None)
+    moved = ["dataset.root=s3://tcgexp/resume", f"dataset.storage.tier_dir={tmp_path / 'tier'}", "trainer.max_steps=0",
+             f"resume={tmp_path / 'a'}"]
+    cfg, overrides = resume_config(compose(*base, *moved), moved)
+    resumed = train(cfg, run_dir=tmp_path / "b", overrides=overrides)
+    assert resumed["resumed_from"] and resumed["processed"]["optimizer_steps"] == whole["processed"]["optimizer_steps"]
+    assert resumed["cache"]["train"]["remote_bytes"] > 0
+    assert weights(resumed) == weights(whole)
