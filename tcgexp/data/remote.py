@@ -107,7 +107,7 @@ class RemoteFile:
             return
         wanted = set(columns)
         todo = [p for p in self.parts if p.get("row_group") == row_group and p["what"].split(" ", 1)[-1]
-                .split(".")[0] in wanted and not self.tier.path(self.file_sha, p["offset"], p["sha256"]).exists()]
+                .split(".")[0] in wanted and not self.tier.has(self.file_sha, p["offset"], p["sha256"])]
         if len(todo) > 1:
             list(self.store.pool().map(lambda p: self._part(p, stats or self.stats), todo))
 
