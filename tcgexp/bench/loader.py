@@ -21,7 +21,9 @@ copies the same number of bytes as the loader delivers, batch by batch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -91,17 +93,21 @@ def run(args: argparse.Namespace) -> None:
         for k in keys:
             c.get(k)
 
-    t_raw, t_cold = float("inf"), float("inf")
-    for _ in range(args.repeat):
-        t_raw = min(t_raw, best_of(1, raw_decode, lambda: None))
-        t_cold = min(t_cold, best_of(1, cold_decode, new_cache, lambda c: c.close()))
-    raw = add("raw pyarrow read_row_group + to_numpy (kept)", t_raw, rg_rows, f"{len(keys)} row groups")
-    cold = add("cache cold: every row group missed once", t_cold, rg_rows)
+    t = {"raw": float("inf"), "cold": float("inf"), "s3 cold": float("inf"), "s3 warm": float("inf")}
+    with S3Paths(args.dataset, corpus, keys) if args.s3 else contextlib.nullcontext() as s3:
+        for _ in range(args.repeat):  # every path once a round, so drift hits them alike
+            t["raw"] = min(t["raw"], best_of(1, raw_decode, lambda: None))
+            t["cold"] = min(t["cold"], best_of(1, cold_decode, new_cache, lambda c: c.close()))
+            if s3 is not None:
+                t["s3 cold"], t["s3 warm"] = min(t["s3 cold"], s3.once("cold")), min(t["s3 warm"], s3.once("warm"))
+    raw = add("raw pyarrow read_row_group + to_numpy (kept)", t["raw"], rg_rows, f"{len(keys)} row groups")
+    cold = add("cache cold: every row group missed once", t["cold"], rg_rows)
     rows_out[-1][3] = f"{100 * (cold / raw - 1):+.1f}% vs raw decode"
-    if args.s3:
-        for name, seconds, note in s3_rows(args, corpus, keys):
-            add(name, seconds, rg_rows, note)
-            rows_out[-1][3] += f"; {100 * (rg_rows / seconds / raw - 1):+.1f}% vs raw local"
+    if s3 is not None:
+        for kind, name in (("cold", "S3 (loopback moto) cold: empty local tier, ranged GETs"),
+                           ("warm", "S3 warm: every chunk from the local tier")):
+            rate = add(name, t[f"s3 {kind}"], rg_rows, f"{max(s3.fetched[kind]) / 2**20:.1f} MiB fetched")
+            rows_out[-1][3] += f"; {100 * (rate / cold - 1):+.1f}% vs cache cold, local"
 
     def epoch(cache) -> None:
         for _ in Loader(cache, TRAIN_COLUMNS, workers=args.workers).iterate(plan):
@@ -141,41 +147,46 @@ def run(args: argparse.Namespace) -> None:
     print(markdown_table(["path", "rows/s", "GB/s", "note"], rows_out))
 
 
-def s3_rows(args, corpus, keys) -> list[tuple[str, float, str]]:
-    """(row name, best seconds, note) for every train row group decoded once from s3://: cold tier, warm tier."""
-    import tempfile
-    from pathlib import Path
+class S3Paths(contextlib.ExitStack):
+    """The same corpus published to a loopback S3 server; one timed pass of every train row group per call.
 
-    from ..data.publish import publish
-    from .loopback_s3 import loopback_s3
+    Each pass opens the corpus afresh (manifests, footers: outside the timing, as the local files are
+    opened outside it) and decodes every key once through a cold cache: ``cold`` with an empty local
+    tier, ``warm`` with the tier the first pass filled. ``fetched`` holds each pass's remote bytes.
+    """
 
-    uri = "s3://tcgexp/bench"
-    with loopback_s3("tcgexp") as endpoint, tempfile.TemporaryDirectory(prefix="tcgexp-bench-tier-") as tmp:
-        publish(corpus, uri, None)
-        opened = []
+    def __init__(self, dataset: str, corpus, keys) -> None:
+        super().__init__()
+        self.dataset, self.corpus, self.keys = dataset, corpus, keys
+        self.fetched: dict[str, list[int]] = {"cold": [], "warm": []}
 
-        def remote(tier: str):  # opened (manifests, footers) outside the timed region, as the local files are
-            c = build(compose(f"dataset={args.dataset}", f"dataset.root={uri}", f"dataset.storage.endpoint={endpoint}",
-                              f"dataset.storage.tier_dir={tier}").dataset)
-            c.build()
-            opened.append(c)
-            return build(option("cache", "lru", f"cache.capacity={len(keys)}", "cache.spill=false"))(
-                c.files, TRAIN_COLUMNS)
+    def __enter__(self) -> "S3Paths":
+        import tempfile
 
-        def read(c):
-            for k in keys:
+        from ..data.publish import publish
+        from .loopback_s3 import loopback_s3
+
+        super().__enter__()
+        self.endpoint = self.enter_context(loopback_s3("tcgexp"))
+        self.tmp = Path(self.enter_context(tempfile.TemporaryDirectory(prefix="tcgexp-bench-tier-")))
+        self.uri = "s3://tcgexp/bench"
+        publish(self.corpus, self.uri, None)
+        self.once("warm")  # fills the warm tier
+        self.fetched["warm"].clear()
+        return self
+
+    def once(self, kind: str) -> float:
+        import tempfile
+
+        tier = self.tmp / "warm" if kind == "warm" else Path(tempfile.mkdtemp(dir=self.tmp)) / "tier"
+        corpus = build(compose(f"dataset={self.dataset}", f"dataset.root={self.uri}",
+                               f"dataset.storage.endpoint={self.endpoint}", f"dataset.storage.tier_dir={tier}").dataset)
+        corpus.build()
+        with build(option("cache", "lru", f"cache.capacity={len(self.keys)}", "cache.spill=false"))(
+                corpus.files, TRAIN_COLUMNS) as c:
+            t0 = time.perf_counter()
+            for k in self.keys:
                 c.get(k)
-        fetched = []
-
-        def done(c):
-            fetched.append(c.counters()["remote_bytes"])
-            c.close()
-        cold = best_of(args.repeat, read, lambda: remote(str(Path(tempfile.mkdtemp(dir=tmp)) / "tier")), done)
-        cold_bytes = fetched[-1]
-        warm_tier = str(Path(tmp) / "warm")
-        read(remote(warm_tier))  # fill the tier once
-        fetched.clear()
-        warm = best_of(args.repeat, read, lambda: remote(warm_tier), done)
-    return [("S3 (loopback moto) cold: empty local tier, ranged GETs", cold,
-             f"{cold_bytes / 2**20:.1f} MiB fetched"),
-            ("S3 warm: every chunk from the local tier", warm, f"{max(fetched) / 2**20:.1f} MiB fetched")]
+            seconds = time.perf_counter() - t0
+            self.fetched[kind].append(c.counters()["remote_bytes"])
+        return seconds
