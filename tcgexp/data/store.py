@@ -181,10 +181,7 @@ class RemoteCatalog:
         """Rows shaped like the SQLite catalog's (``Catalog.row_from``), in date order."""
         from .catalog import Catalog
 
-        rows = []
-        for name in self.store.list("bc_data", MANIFEST_SUFFIX):
-            date = name[: -len(MANIFEST_SUFFIX)]
-            m = self.manifest(date)
-            if m is not None:
-                rows.append(Catalog.row_from(m, f"bc_data/{date}.parquet", f"bc_data/{name}"))
-        return rows
+        dates = [name[: -len(MANIFEST_SUFFIX)] for name in self.store.list("bc_data", MANIFEST_SUFFIX)]
+        manifests = list(self.store.pool().map(self.manifest, dates))  # a year is 365 GETs: not one by one
+        return [Catalog.row_from(m, f"bc_data/{d}.parquet", f"bc_data/{d}{MANIFEST_SUFFIX}")
+                for d, m in zip(dates, manifests) if m is not None]
