@@ -19,7 +19,7 @@ from .schema import (  # noqa: F401  (re-exported: the schemas are part of this 
     GROUPS, OPTION_SCHEMAS, AdamWConfig, AimRemoteTrackingConfig, AimTrackingConfig, CacheConfig, CheckpointConfig,
     Config, DataAction, DataAppConfig, DatasetConfig, FlatCacheConfig, Hot60CacheConfig, Hot60PolicyConfig,
     LoaderConfig, ModelConfig, OffTrackingConfig, OptimizerConfig, PolicyConfig, ReplayConfig, SchedulerConfig,
-    SGDConfig, TbpttConfig, TrackingConfig, TrainerConfig)
+    SGDConfig, StorageConfig, TbpttConfig, TrackingConfig, TrainerConfig)
 
 # Hydra's configs: an installed tcgexp carries conf/ as the package tcgexp.conf, next to this file (setup.py);
 # a source checkout (editable installs too) has it at the repository's top level.

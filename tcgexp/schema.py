@@ -29,6 +29,31 @@ def _iso_date(value) -> bool:
 
 
 @dataclass
+class StorageConfig:
+    """Where a corpus in an object store (``dataset.root=s3://bucket/prefix``) is read from, and the local tier.
+
+    Ignored for a local ``dataset.root``. Credentials are never config: pyarrow's S3 client reads
+    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, ~/.aws, instance roles).
+    """
+
+    endpoint: Optional[str] = None  # http(s)://host:port of an S3-compatible server; None: AWS_ENDPOINT_URL[_S3], else AWS
+    region: Optional[str] = None  # None: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
+    # fetched row-group column chunks kept on local disk across epochs and runs; None: $TCGEXP_STATE_DIR/tier,
+    # else $XDG_CACHE_HOME/tcgexp/tier (~/.cache/tcgexp/tier). Shared safely by concurrent jobs.
+    tier_dir: Optional[str] = None
+    tier_budget_bytes: int = 16 * 1024**3  # the tier's disk; least recently used chunks go first; 0 = no tier
+    retries: int = 3  # attempts per request (the AWS standard retry strategy, with backoff); more = slower to fail
+    connect_timeout_s: float = 5.0  # per connection attempt: an endpoint that is down fails fast
+    request_timeout_s: float = 30.0  # per request: a server that stops answering costs at most this per attempt
+    # (endpoint may be None, which CHECKS cannot express: tcgexp.data.store checks its form when it is used)
+    CHECKS: ClassVar[tuple] = (
+        ("tier_budget_bytes", lambda v: v >= 0, ">= 0 (0 = no local tier)"),
+        ("retries", lambda v: 1 <= v <= 20, "in [1, 20] attempts"),
+        ("connect_timeout_s", lambda v: 0 < v <= 600, "in (0, 600] seconds"),
+        ("request_timeout_s", lambda v: 0 < v <= 3600, "in (0, 3600] seconds"))
+
+
+@dataclass
 class DatasetConfig:
     """Day-partitioned Parquet corpus, built from seeded simulator replays."""
 
@@ -53,6 +78,8 @@ class DatasetConfig:
     # ... or a range of consecutive days (an open end is the catalog's first/last built day)
     date_from: Optional[str] = None
     date_to: Optional[str] = None
+    # root=s3://bucket/prefix (or gs://, abfs://): a published corpus, read by range requests through a local tier
+    storage: StorageConfig = field(default_factory=StorageConfig)
     CHECKS: ClassVar[tuple] = (
         ("start_date", lambda v: _iso_date(v), "an ISO date, YYYY-MM-DD"),
         ("days", lambda v: 1 <= v <= 36500, "in [1, 36500]"),
@@ -274,6 +301,7 @@ class Config:
 class DataAction(Enum):
     build = "build"  # build missing days, validate finished ones
     clean = "clean"  # drop derived files (refused for a day whose replay ZIP is missing)
+    publish = "publish"  # upload finished days to target=s3://bucket/prefix, each day's manifest last
 
 
 @dataclass
@@ -282,6 +310,7 @@ class DataAppConfig:
 
     dataset: DatasetConfig = MISSING
     action: DataAction = DataAction.build
+    target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
 
 
 GROUPS: dict[str, type] = {

@@ -353,6 +353,8 @@ class RowGroupCache:
             "ssd_hits": 0, "ssd_spills": 0, "ssd_resident": 0, "ssd_bytes": 0, "spill_errors": 0,
             "spill_skipped": 0, "spill_dropped": 0, "spill_disabled": 0}
         n.update(spill)
+        # bytes this cache's decodes took from an object store and from its local tier (0 for a local corpus)
+        n["remote_bytes"], n["tier_bytes"] = self._source.stats.remote_bytes, self._source.stats.tier_bytes
         n["hit_rate_pct"] = 100.0 * n["hits"] / n["accesses"] if n["accesses"] else 0.0
         # The first touch of a key can only miss, so it is left out; a miss that
         # joined another thread's load of the same key cost no load of its own.

@@ -1,4 +1,5 @@
-"""``tcgexp-data`` / ``python -m tcgexp.data``: build or validate the configured corpus days."""
+"""``tcgexp-data`` / ``python -m tcgexp.data``: build or validate the configured corpus days, clean them,
+or publish them to an object store (``action=publish target=s3://bucket/prefix``)."""
 from __future__ import annotations
 
 import hydra
@@ -8,13 +9,20 @@ from rich.console import Console
 from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver
 from ..config import DataAction, build  # importing config registers the schemas
 from ..progress import report_console, stage_progress
-from .corpus import Corpus
+from .corpus import Corpus, refuse_remote
 from .errors import DataError
 
 
 def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     console = console or report_console()
     corpus: Corpus = build(cfg.dataset)
+    if cfg.action == DataAction.publish:
+        from .publish import publish
+
+        return publish(corpus, cfg.target, cfg.dataset.storage, report=lambda line: console.print(
+            f"[data] {line}", markup=False, soft_wrap=True))
+    if corpus.remote:
+        raise refuse_remote(corpus.root)
     if cfg.action == DataAction.clean:
         for date in corpus.dates:
             corpus.clean_derived(date)

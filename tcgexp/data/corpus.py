@@ -2,6 +2,11 @@
 
 ``Corpus`` is what ``hydra.utils.instantiate(cfg.dataset)`` returns; every
 knob of the ``dataset`` config group is one of its constructor arguments.
+
+A root in an object store (``s3://bucket/prefix``) is a published corpus: its
+days are never built there, only opened (``_open_remote``): each must be
+published with the current settings, and ``files`` are then ``RemoteFile``s
+read through the local tier (``remote.py``, ``tier.py``).
 """
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from .. import sim
-from ..config import DatasetConfig, check
+from ..config import DatasetConfig, StorageConfig, check
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
 from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
+from .store import RemoteCatalog, Store, is_remote
 
 
 
@@ -32,16 +38,22 @@ class Corpus:
                  row_group_rows: int, episodes_per_shard: int, val_fraction: float, seed: int,
                  max_turns: int, would_ko: bool, compression: str, workers: int, verify: str,
                  dates: Optional[list] = None, date_from: Optional[str] = None,
-                 date_to: Optional[str] = None) -> None:
+                 date_to: Optional[str] = None, storage=None) -> None:
         self.name = name
-        self.root = Path(root).expanduser().absolute()
         # the bounds live in the dataset schema (tcgexp.config.DatasetConfig.CHECKS); a Corpus built by
         # python -m tcgexp.data, or by hand, gets the same refusals as a training run
-        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.")
+        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.") or \
+            check(StorageConfig, storage or {}, "dataset.storage.")
         if problem:
             raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
+        self.storage = storage
+        self.remote = is_remote(root)
+        self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
+        self.store = Store(self.root, storage) if self.remote else None
+        self._remote_catalog = RemoteCatalog(self.store) if self.remote else None
+        self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
-        chosen = selected_dates(dates, date_from, date_to, Catalog(self.root / "catalog.sqlite")) \
+        chosen = selected_dates(dates, date_from, date_to, self.catalog) \
             if (dates or date_from or date_to) else None
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
@@ -59,12 +71,15 @@ class Corpus:
         return DayPaths(self.root, date)
 
     @property
-    def files(self) -> list[Path]:
+    def files(self) -> list:
+        """The day files: Paths, or for a root in a store the RemoteFiles ``build`` opened."""
+        if self.remote:
+            return list(self._remote_files)
         return [self.paths(d).parquet for d in self.dates]
 
     @property
-    def catalog(self) -> Catalog:
-        return Catalog(self.root / "catalog.sqlite")
+    def catalog(self) -> Catalog | RemoteCatalog:
+        return self._remote_catalog if self.remote else Catalog(self.root / "catalog.sqlite")
 
     def fingerprint(self, spec: DaySpec) -> str:
         """Simulator + encoder config + every knob that shapes the day's bytes."""
@@ -89,15 +104,47 @@ class Corpus:
         sweep all build-or-validate the same days, and only one may write them; the others
         wait, then find the days finished and validate them.
         """
+        if self.remote:
+            return self._open_remote()
         with self.locked():
             if self.selected and not build_missing:
                 self.check_selected()
             return self._build(progress)
 
+    def _open_remote(self) -> dict[str, str]:
+        """A published corpus: every day published with these settings, then its files opened for range reads.
+
+        Nothing is built in a store: a day that is missing (no manifest) or was built with other settings
+        is refused in one line, with the commands that publish it.
+        """
+        from .remote import RemoteFile
+        from .tier import Tier
+
+        published = {d: self.catalog.manifest(d) for d in self.dates}  # one GET per day, no listing needed
+        missing = [d for d, m in published.items() if m is None]
+        other = [f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
+                 for s, (d, m) in zip(self.specs, published.items()) if m and m["fingerprint"] != self.fingerprint(s)]
+        if missing or other:
+            parts = ([f"not published: {', '.join(missing)}"] if missing else []) + \
+                ([f"published with other settings: {'; '.join(other)}"] if other else [])
+            raise DataError(f"days {'; '.join(parts)}", path=self.catalog.path,
+                            fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
+                                f"dataset settings), then tcgexp-data action=publish target={self.root}")
+        storage = self.storage or {}
+        tier = Tier(storage.get("tier_dir"), int(storage.get("tier_budget_bytes", StorageConfig.tier_budget_bytes)))
+        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", self.catalog.manifest(d), tier)
+                              for d in self.dates]
+        for date, f in zip(self.dates, self._remote_files):
+            self.manifests[date] = f.manifest
+            f.metadata()  # footers now: a damaged or unreachable object fails before any planning
+        return {d: "published" for d in self.dates}
+
     @contextmanager
     def locked(self) -> Iterator[None]:
         """The exclusive build lock on ``<root>/.build.lock``: building and cleaning never overlap
         (a clean during a build would pull the day's files out from under it)."""
+        if self.remote:
+            raise refuse_remote(self.root)
         if self.root.exists() and not self.root.is_dir():
             raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
         try:
@@ -156,6 +203,8 @@ class Corpus:
     def clean_derived(self, date: str) -> None:
         """Delete a day's derived files, under the build lock; refused unless the replay ZIP (their source)
         reads back whole (every member's CRC) and was generated with the current settings."""
+        if self.remote:
+            raise refuse_remote(self.root)
         p = self.paths(date)
         with self.locked():
             if not p.zip.exists():
@@ -172,3 +221,9 @@ class Corpus:
             shutil.rmtree(p.work, ignore_errors=True)
             self.catalog.delete(date)
             self.manifests.pop(date, None)
+
+
+def refuse_remote(root: str) -> DataError:
+    return DataError(f"dataset.root={root} is in an object store, where days are only read, never built or "
+                     "cleaned", fix=f"build the corpus locally (dataset.root=<folder>), then tcgexp-data "
+                     f"action=publish target={root}")

@@ -16,12 +16,14 @@ class DataError(ValueError):
         self,
         what: str,
         *,
-        path: Optional[Path | str] = None,
+        path: Optional[Path | str | object] = None,  # a Path, or a URI (anything whose str has '://')
         row_group: Optional[int] = None,
         lane: Optional[tuple[int, int]] = None,
         fix: Optional[str] = None,
     ) -> None:
-        self.path = Path(path) if path is not None else None
+        # an object-store URI stays a string: Path() would fold its "//"
+        remote = path is not None and "://" in str(path)
+        self.path = str(path) if remote else Path(path) if path is not None else None
         self.row_group = row_group
         self.lane = lane
         where = []

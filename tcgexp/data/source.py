@@ -9,6 +9,10 @@ by ``schema.to_numpy`` would (fixed_size_list columns as 2-d arrays).
 pyarrow ``ParquetFile`` objects are not shared across threads: each thread
 opens its own per file (``threading.local``) and reuses it, so a decode costs
 no footer re-parse and no thread ever touches another's file handle.
+
+A file may be a local Path or a ``RemoteFile`` (a day in an object store, read
+by range requests through the local tier); ``stats`` counts the bytes this
+source took from the store and from the tier.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from tcgexp.data.remote import FetchStats, RemoteFile, as_file, parquet_file, read_metadata
 from tcgexp.data.schema import to_numpy
 
 Key = tuple[int, int]  # (file index, row-group index): the unit the planner plans and the cache keeps
@@ -105,12 +110,13 @@ class ParquetSource:
         self.columns = list(columns)
         if not self.columns or len(set(self.columns)) != len(self.columns):
             raise ValueError(f"{name}: columns must be a non-empty list without repeats, got {self.columns}")
-        self.paths = [Path(f) for f in files]
+        self.paths = [as_file(f) for f in files]
+        self.stats = FetchStats()
         # Footers only: row-group counts for key checks, and the projection
         # checked against every file now rather than at the first decode.
         self.row_groups: list[int] = []
         for path in self.paths:
-            meta = pq.read_metadata(path)
+            meta = read_metadata(path, self.stats)
             missing = [c for c in self.columns if c not in meta.schema.to_arrow_schema().names]
             if missing:
                 raise ValueError(f"{name}: columns {missing} are not in {path}")
@@ -135,6 +141,8 @@ class ParquetSource:
     def read(self, key: Key) -> Arrays:
         """Decode one row group; the arrays come back read-only (they will be shared)."""
         f, rg = key
+        if isinstance(self.paths[f], RemoteFile):  # its chunks in one round of concurrent GETs
+            self.paths[f].prefetch(rg, self.columns, self.stats)
         table = self._parquet(f).read_row_group(rg, columns=self.columns)
         data = to_numpy(table, self.columns)
         check_values(data, path=self.paths[f], row_group=rg)
@@ -148,7 +156,7 @@ class ParquetSource:
             opened = self._local.files = {}
         pf = opened.get(file_index)
         if pf is None:
-            pf = opened[file_index] = pq.ParquetFile(self.paths[file_index])
+            pf = opened[file_index] = parquet_file(self.paths[file_index], self.stats)
             with self._lock:
                 self._opened.append(pf)  # so close() reaches every thread's handles
         return pf

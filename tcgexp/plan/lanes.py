@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from ..data.errors import DataError
 from ..data.lanecheck import check_lanes
 
+from ..data.remote import as_file, parquet_file
 from ..data.source import Key  # (file index, row-group index)
 
 
@@ -90,10 +90,10 @@ class LaneIndex:
         return cls(corpus.files, [corpus.manifests[d] for d in corpus.dates])
 
     def __init__(self, files: Sequence[Path], manifests: Sequence[dict]) -> None:
-        self.files = [Path(f) for f in files]
+        self.files = [as_file(f) for f in files]  # local Paths, or RemoteFiles (only the lane columns are fetched)
         parts = []
         for fi, (path, manifest) in enumerate(zip(self.files, manifests)):
-            pf = pq.ParquetFile(path)
+            pf = parquet_file(path)
             indices = [rg["index"] for rg in manifest["row_groups"]]
             table = pf.read_row_groups(indices, columns=self.COLUMNS, use_threads=False)
             cols = {c: table.column(c).to_numpy() for c in self.COLUMNS}

@@ -23,7 +23,7 @@ from .provenance import value_at
 
 # what a resume may change: how the run is carried out, never what it computes
 ALLOWED = ("trainer.epochs", "trainer.max_steps", "checkpoint", "tracking", "cache", "loader", "dataset.root",
-           "dataset.workers", "dataset.verify", "optimized_metric", "resume", "scheduler.reset", "hydra")
+           "dataset.storage", "dataset.workers", "dataset.verify", "optimized_metric", "resume", "scheduler.reset", "hydra")
 
 
 def _key(override) -> str:

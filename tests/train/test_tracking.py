@@ -25,7 +25,7 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
     metrics = {(m.name, m.context.to_dict().get("subset")): m for m in run.metrics()}
     steps = result["processed"]["optimizer_steps"]
     for name in ("train/loss", "train/policy", "lr", "train/grad_norm", "cache_train/hits", "cache_train/misses",
-                 "cache_train/hit_rate_pct", "cache_train/bytes_loaded"):
+                 "cache_train/hit_rate_pct", "cache_train/bytes_loaded", "cache_train/remote_bytes"):
         assert (name, "train") in metrics, name
         assert len(metrics[name, "train"].values.values_list()) == steps, name
     for name in ("val/loss", "val/accuracy", "val/policy_early", "cache_val/hits"):
