@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-PATH_KEYS = ("root", "repo", "dir", "uri", "resume", "path")  # where things live, not what a job is
+PATH_KEYS = ("root", "repo", "dir", "uri", "resume", "path", "endpoint", "tier_dir", "target")  # where things live, not what a job is
 
 
 @dataclass(frozen=True)
