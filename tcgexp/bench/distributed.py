@@ -8,7 +8,8 @@ same composed experiment: ``tcgexp-train`` alone (world size 1), the same
 with ``tbptt.shards=2 tbptt.accum_steps=2`` (one process computing what two
 ranks compute; its final weights equal the ranks'), and ``mlx.launch -n 2
 --backend ring tcgexp-train`` (world size 2: each rank half the lanes, one
-all-reduce per optimizer step). Reported from each run's result.json: rows/s
+all-reduce per optimizer step; ranks sharing a host split its cores between
+their BLAS threads), and the same with every rank's BLAS on every core. Reported from each run's result.json: rows/s
 over all ranks in the last (warm) epoch, and rank 0's step time split into
 compute, all-reduce (which includes waiting for the slower rank) and data
 stall. The two ranks share this machine's cores, so the figures say what the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,8 +89,13 @@ def run(args) -> None:
         shards = run_one("one process, shards=2", [], [*overrides, "tbptt.shards=2", "tbptt.accum_steps=2"], out,
                          args.timeout)
         two = run_one("mlx.launch -n 2", launcher(), overrides, out, args.timeout)
+        cores = str(os.cpu_count() or 1)  # every rank's BLAS on every core: what tcgexp no longer does by default
+        crowded = run_one("mlx.launch -n 2 all cores", [*launcher(), "--env", f"MKL_NUM_THREADS={cores}",
+                                                          "--env", f"OMP_NUM_THREADS={cores}"], overrides, out,
+                          args.timeout)
         rows = [row("tcgexp-train", "1", one), row("tcgexp-train tbptt.shards=2 tbptt.accum_steps=2", "1", shards),
-                row("mlx.launch -n 2 --backend ring tcgexp-train", "2", two)]
+                row("mlx.launch -n 2 --backend ring tcgexp-train", "2", two),
+                row(f"... with --env MKL_NUM_THREADS={cores} (each rank all cores)", "2", crowded)]
         print(markdown_table(["command", "world size", "rows/s (last epoch)", "rows/s (run)", "compute %",
                               "all-reduce %", "data stall %", "optimizer steps", "final val loss"], rows))
         print()

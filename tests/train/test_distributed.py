@@ -290,3 +290,24 @@ def test_resume_with_another_world_size_is_refused_by_name(cli, two_ranks, tmp_p
 def test_shards_on_one_process_need_whole_turns_per_window(train_cfg, tmp_path, shards, accum, match):
     with pytest.raises(ConfigError, match=match):
         train(train_cfg(f"tbptt.shards={shards}", f"tbptt.accum_steps={accum}"), run_dir=tmp_path / "run")
+
+
+@pytest.mark.parametrize("hosts,rank,local", [([["127.0.0.1:5000"], ["127.0.0.1:5001"]], 1, 2),
+                                               ([["10.0.0.1:5000"], ["10.0.0.2:5000"]], 0, 1)],
+                         ids=["two-on-one-host", "one-per-host"])
+def test_ranks_on_one_host_split_its_cores_between_their_blas_threads(tmp_path, monkeypatch, hosts, rank, local):
+    from tcgexp.launch import local_ranks, share_cores
+
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps(hosts))
+    monkeypatch.setenv("MLX_HOSTFILE", str(hostfile))
+    monkeypatch.setenv("MLX_RANK", str(rank))
+    for var in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    assert local_ranks() == local
+    share_cores()
+    want = str(max(1, (os.cpu_count() or 1) // 2)) if local == 2 else None
+    assert os.environ.get("MKL_NUM_THREADS") == want and os.environ.get("OMP_NUM_THREADS") == want
+    monkeypatch.setenv("MKL_NUM_THREADS", "7")  # the user's own setting wins
+    share_cores()
+    assert os.environ["MKL_NUM_THREADS"] == "7"
