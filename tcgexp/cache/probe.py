@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import time
+import warnings
+from collections.abc import Callable
 
 import psutil
 
@@ -24,3 +26,28 @@ class MemoryProbe:
         if now - self._at >= self.interval:
             self._pct, self._at = psutil.virtual_memory().percent, now
         return self._pct
+
+
+class Pressure:
+    """Whether memory is above the cache's high watermark, by `probe` (a percent).
+
+    A probe that raises must not stop training: it is warned about once and read as
+    "no pressure". ``pct`` is the last reading (the cache's ``memory_pct`` counter).
+    """
+
+    def __init__(self, probe: Callable[[], float] | None, high_watermark_pct: float, name: str) -> None:
+        self.probe = probe or MemoryProbe()
+        self.high_watermark_pct = float(high_watermark_pct)
+        self.name, self.pct, self._failed = name, 0.0, False
+
+    def __call__(self) -> bool:
+        try:
+            pct = float(self.probe())
+        except Exception as exc:  # noqa: BLE001
+            if not self._failed:
+                self._failed = True
+                warnings.warn(f"cache-{self.name}: memory probe failed ({exc}); assuming no pressure",
+                              RuntimeWarning, stacklevel=4)
+            return False
+        self.pct = pct
+        return pct > self.high_watermark_pct

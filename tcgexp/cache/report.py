@@ -10,6 +10,19 @@ DEAD_SPILL_EVICTIONS = 8
 LOW_WARM_HIT_RATE_PCT = 90.0
 
 
+def with_rates(n: dict) -> dict:
+    """`n` (counts) with ``hit_rate_pct`` and ``warm_hit_rate_pct`` derived from them.
+
+    The warm rate leaves out the first touch of each key (it can only miss) and counts a miss
+    that joined another thread's load of the same key as no load of its own. Counts of several
+    caches (a distributed run's ranks) may be summed first and the rates derived after.
+    """
+    n["hit_rate_pct"] = 100.0 * n["hits"] / n["accesses"] if n["accesses"] else 0.0
+    warm = n["accesses"] - n["distinct_keys"]
+    n["warm_hit_rate_pct"] = 100.0 * (n["hits"] + n["shared_misses"]) / warm if warm > 0 else 0.0
+    return n
+
+
 def tally(name: str, c: dict) -> str:
     """The seed's three-line report, e.g. ``[cache-train] hits=85705 misses=5 hit_rate=100.0%``."""
     resident = c["resident_hot"] + c["resident_transient"]

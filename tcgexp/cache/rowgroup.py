@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tcgexp.cache import report
 from tcgexp.cache.policy import Policy, admit
-from tcgexp.cache.probe import MemoryProbe
+from tcgexp.cache.probe import Pressure
 from tcgexp.cache.spill import SpillStore
 from tcgexp.data.source import Arrays, Key, ParquetSource, as_key, pack, packed_records
 
@@ -58,13 +58,12 @@ class RowGroupCache:
         self.policy_name = self._policy.name
         self.capacity = self._policy.capacity
         self.high_watermark_pct = float(high_watermark_pct)
+        self._pressure = Pressure(memory_probe, self.high_watermark_pct, name)
         # "all" (the contract): in_opt_step blocks capacity evictions too, so a
         # miss at capacity is served uncached. "pressure": only pressure
         # evictions are blocked, for loaders whose workers read while the
         # trainer is inside a step (see opt_step_skips).
         self._guard_capacity = opt_step_guard == "all"
-        self._probe = memory_probe or MemoryProbe()
-        self._probe_failed = False
 
         self._lock = threading.Lock()
         self._ram: dict[Key, Arrays] = {}
@@ -78,7 +77,6 @@ class RowGroupCache:
             ("accesses", "hits", "misses", "evictions", "pressure_evictions", "bypasses", "opt_step_skips",
              "shared_misses", "rescues", "decodes", "bytes_loaded", "prefetches", "max_key_decode_concurrency"), 0)
         self._decode_seconds = 0.0
-        self._memory_pct = 0.0
 
         # Nothing is ever evicted from a zero-capacity cache, so it never spills.
         self._spill: SpillStore | None = None
@@ -121,7 +119,7 @@ class RowGroupCache:
         The dict is the caller's; the arrays in it are shared and read-only.
         """
         key = self._source.check(key)
-        pressure = self._under_pressure()  # probed outside the lock: psutil reads /proc
+        pressure = self._pressure()  # probed outside the lock: psutil reads /proc
         spills: list = []
         rescued = None
         with self._lock:
@@ -173,7 +171,7 @@ class RowGroupCache:
         loaded = 0
         for key in keys:
             key = self._source.check(key)
-            if self._under_pressure():
+            if self._pressure():
                 break
             with self._lock:
                 self._require_open()
@@ -299,18 +297,6 @@ class RowGroupCache:
                     if self._spilling.get(key) is data:
                         del self._spilling[key]
 
-    def _under_pressure(self) -> bool:
-        try:
-            pct = float(self._probe())
-        except Exception as exc:  # a broken probe must not stop training
-            if not self._probe_failed:
-                self._probe_failed = True
-                warnings.warn(f"cache-{self.name}: memory probe failed ({exc}); assuming no pressure",
-                              RuntimeWarning, stacklevel=3)
-            return False
-        self._memory_pct = pct
-        return pct > self.high_watermark_pct
-
     def _require_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"cache-{self.name} is closed")
@@ -342,25 +328,16 @@ class RowGroupCache:
     def counters(self) -> dict[str, float]:
         with self._lock:
             n = dict(self._n)
-            distinct = len(self._seen)
             n["promotions"] = self._policy.promotions
             n["resident_hot"] = self._policy.hot_count
             n["resident_transient"] = len(self._ram) - self._policy.hot_count
-            n["distinct_keys"] = distinct
+            n["distinct_keys"] = len(self._seen)
             n["decode_seconds"] = round(self._decode_seconds, 6)
-            n["memory_pct"] = self._memory_pct
-        spill = self._spill.counters() if self._spill is not None else {
-            "ssd_hits": 0, "ssd_spills": 0, "ssd_resident": 0, "ssd_bytes": 0, "spill_errors": 0,
-            "spill_skipped": 0, "spill_dropped": 0, "spill_disabled": 0}
-        n.update(spill)
+            n["memory_pct"] = self._pressure.pct
+        n.update(self._spill.counters() if self._spill is not None else SpillStore.NO_COUNTERS)
         # bytes this cache's decodes took from an object store and from its local tier (0 for a local corpus)
         n["remote_bytes"], n["tier_bytes"] = self._source.stats.remote_bytes, self._source.stats.tier_bytes
-        n["hit_rate_pct"] = 100.0 * n["hits"] / n["accesses"] if n["accesses"] else 0.0
-        # The first touch of a key can only miss, so it is left out; a miss that
-        # joined another thread's load of the same key cost no load of its own.
-        warm = n["accesses"] - distinct
-        n["warm_hit_rate_pct"] = 100.0 * (n["hits"] + n["shared_misses"]) / warm if warm > 0 else 0.0
-        return n
+        return report.with_rates(n)
 
     def tally(self) -> str:
         """The seed's end-of-run report, three lines (``report.tally``)."""

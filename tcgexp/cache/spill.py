@@ -119,6 +119,10 @@ class SpillStore:
         with self._lock:
             return list(self._index)
 
+    # what a cache without a spill store reports
+    NO_COUNTERS = {"ssd_hits": 0, "ssd_spills": 0, "ssd_resident": 0, "ssd_bytes": 0, "spill_errors": 0,
+                   "spill_skipped": 0, "spill_dropped": 0, "spill_disabled": 0}
+
     def counters(self) -> dict[str, int]:
         with self._lock:
             return {

@@ -201,8 +201,8 @@ class Planner:
     def lane_owner(self, epoch: int) -> np.ndarray:
         """Shard of every lane in epoch `epoch` (-1: not a training lane): whose memory is whose."""
         owner = np.full(self.index.n_lanes, -1, np.int64)
-        for s, part in enumerate(self.partition(self.lane_order("train", epoch))):
-            owner[part] = s
+        for s, plan in enumerate(self.shard_plans(epoch)):  # the epoch's plans, already made
+            owner[plan.lane] = s
         return owner
 
     def real_microbatches(self, epoch: int) -> int:
@@ -251,6 +251,10 @@ class Planner:
         whole = Plan.interleave(plans)  # every shard's rows, for the global coverage check
         whole.check_coverage(self.split_row_ids("val"))
         return plans[self.shard]
+
+    def split_rows(self, split: str) -> int:
+        """How many rows `split` has (what validation must process, over all ranks)."""
+        return sum(r.rows for r in self.index.row_groups if r.split == split)
 
     def split_row_ids(self, split: str) -> np.ndarray:
         return np.concatenate([np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)

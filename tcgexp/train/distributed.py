@@ -84,11 +84,6 @@ class World:
             raise self.lost(what, exc) from exc
         return out
 
-    def sum_ints(self, values: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
-        """Integer vectors summed over ranks, exactly (int64)."""
-        a = np.asarray(values, np.int64)
-        return np.array(self.all_sum(mx.array(a), what)) if self.size > 1 else a
-
     def gather_rows(self, row: np.ndarray, what: str) -> np.ndarray:
         """[size, n]: every rank's `row` (float64 or int64), by one all_sum of a matrix with ours filled."""
         row = np.asarray(row)

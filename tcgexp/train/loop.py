@@ -220,7 +220,7 @@ class Loop:
         if self.world.size > 1:  # every rank's share: one all-reduce of the sums (and of who must stop)
             totals[-1] = 1.0 if self.hooks.stop_requested() else 0.0
             totals = np.array(self.world.all_sum(mx.array(totals), f"validation after epoch {self.p.epoch}"))
-            want = len(self.planner.split_row_ids("val"))
+            want = self.planner.split_rows("val")
             if int(totals[len(keys) - 1]) != want:
                 raise RuntimeError(f"validation processed {int(totals[len(keys) - 1])} rows over "
                                    f"{self.world.size} ranks, the split has {want}")

@@ -15,6 +15,7 @@ import numpy as np
 from omegaconf import DictConfig
 from rich.console import Console
 
+from ..cache.report import with_rates
 from . import checkpoint as ckpt
 from .diverge import strict
 from .display import RunDisplay
@@ -146,9 +147,7 @@ def sum_counters(per_rank: list[dict]) -> dict:
         return per_rank[0]
     out = {k: sum(c[k] for c in per_rank) for k in per_rank[0]}
     out["memory_pct"] = max(c["memory_pct"] for c in per_rank)
-    out["hit_rate_pct"] = 100.0 * out["hits"] / out["accesses"] if out["accesses"] else 0.0
-    warm = out["accesses"] - out["distinct_keys"]
-    out["warm_hit_rate_pct"] = 100.0 * (out["hits"] + out["shared_misses"]) / warm if warm > 0 else 0.0
+    with_rates(out)
     return {k: int(v) if float(v).is_integer() and k not in ("decode_seconds",) else v for k, v in out.items()}
 
 
