@@ -138,7 +138,7 @@ def rank_counters(world: World, cache, name: str) -> list[dict]:
         return [mine]
     keys = list(mine)
     rows = world.gather_rows(np.array([float(mine[k]) for k in keys]), f"the {name} cache counters")
-    return [dict(zip(keys, (float(v) for v in row))) for row in rows]
+    return [{k: type(mine[k])(v) for k, v in zip(keys, row.tolist())} for row in rows]  # counts stay ints
 
 
 def sum_counters(per_rank: list[dict]) -> dict:
@@ -147,8 +147,7 @@ def sum_counters(per_rank: list[dict]) -> dict:
         return per_rank[0]
     out = {k: sum(c[k] for c in per_rank) for k in per_rank[0]}
     out["memory_pct"] = max(c["memory_pct"] for c in per_rank)
-    with_rates(out)
-    return {k: int(v) if float(v).is_integer() and k not in ("decode_seconds",) else v for k, v in out.items()}
+    return with_rates(out)
 
 
 def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, step_seconds: float,
