@@ -72,9 +72,10 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     planner: Planner = build(cfg.tbptt)(index, shards=shards, shard=shard)
     check_val_rows(cfg, planner.split_rows("val"))  # an empty split fails here, not after an epoch
     epochs = range(int(cfg.trainer.epochs))
-    lengths = [planner.microbatches_per_epoch(e) for e in epochs]
-    steps = [planner.steps_per_epoch(e) for e in epochs]
-    real = [planner.real_microbatches(e) for e in epochs]
+    # epoch by epoch (with shards each epoch's plans are made once and serve all three counts)
+    counts = [(planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e))
+              for e in epochs]
+    lengths, steps, real = ([c[i] for c in counts] for i in range(3))
     return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
 
 
