@@ -93,10 +93,20 @@ def private_state_dir(tmp_path_factory):
 
 
 # A real `aim server` on loopback, for the tests that track to one (tests/track, tests/launch).
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(run: int = 1) -> int:
+    """A free loopback port, and the `run - 1` after it free too (mlx.launch's ring: one port per rank)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            for k in range(1, run):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + k))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no {run} free consecutive ports on loopback")
 
 
 @pytest.fixture

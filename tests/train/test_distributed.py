@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,28 +23,13 @@ import pytest
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError
 from tcgexp.config import ConfigError
+from tests.conftest import free_port
 from tests.train.conftest import TINY_TRAIN
 
 MLX_LAUNCH = shutil.which("mlx.launch")
 needs_launch = pytest.mark.skipif(MLX_LAUNCH is None, reason="mlx.launch (from the mlx package) is not on PATH")
 # a slower run for the kill test: enough optimizer steps to kill one rank mid-epoch
 LONGER = ["dataset.rows_per_day=3000", "tbptt.batch_size=32", "trainer.epochs=3"]
-
-
-def free_port(ranks: int = 2) -> int:
-    """A port whose successors are free too (the ring listens on one port per rank)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            for k in range(1, ranks):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port + k))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free run of ports on loopback")
 
 
 def launch_cmd(overrides: list[str], run_dir: Path, ranks: int = 2) -> list[str]:
