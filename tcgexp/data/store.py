@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..schema import StorageConfig
 from .errors import DataError
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -38,7 +39,9 @@ def is_remote(root) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
-def _get(storage, name: str, default=None):
+def _get(storage, name: str):
+    """dataset.storage.<name>, or its schema default (``StorageConfig``, the one home of defaults)."""
+    default = getattr(StorageConfig, name)
     if storage is None:
         return default
     value = storage.get(name, default) if hasattr(storage, "get") else getattr(storage, name, default)
@@ -69,9 +72,9 @@ class Store:
             kwargs: dict[str, Any] = dict(
                 region=_get(storage, "region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
                 or "us-east-1",
-                connect_timeout=float(_get(storage, "connect_timeout_s", 5.0)),
-                request_timeout=float(_get(storage, "request_timeout_s", 30.0)),
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=int(_get(storage, "retries", 3))),
+                connect_timeout=float(_get(storage, "connect_timeout_s")),
+                request_timeout=float(_get(storage, "request_timeout_s")),
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=int(_get(storage, "retries"))),
                 # a small object goes up in one PUT (closing the stream sends it); big ones in parts
                 allow_delayed_open=writable)
             if endpoint:
