@@ -106,6 +106,21 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
     return None
 
 
+def say_now(exc: BaseException) -> None:
+    """Print `exc`'s one line at once and mark it said: the entry points then exit 1 without repeating it.
+
+    For a failure whose process may not live to the top of the stack: when one rank of an
+    ``mlx.launch`` run dies, the launcher SIGTERMs the others, and a SIGTERM that lands after the
+    run's own handlers are gone (in Hydra's teardown) ends the process before the usual line.
+    """
+    print(f"error: {flatten(exc)}", file=sys.stderr, flush=True)
+    exc.tcgexp_said = True
+
+
+def said(exc: BaseException) -> bool:
+    return bool(getattr(exc, "tcgexp_said", False))
+
+
 def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate an entry point's ``main`` (above ``@hydra.main``): user errors exit with one line.
 
@@ -136,6 +151,8 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
                 line = user_error(exc, user_errors)
                 if line is None:
                     raise
+                if said(exc):
+                    raise SystemExit(1) from None
                 report = getattr(exc, "tcgexp_sweep_report", None)  # set by job_errors in the failed job
                 where = f"a sweep job failed (every job's error: {report}): " if report else ""
                 raise SystemExit(f"error: {where}{line}") from None
@@ -162,10 +179,11 @@ def job_errors(*user_errors: type) -> Iterator[None]:
         if line is None or verbose():
             raise
         if not in_multirun():
-            raise SystemExit(f"error: {line}") from None
+            raise SystemExit(1 if said(exc) else f"error: {line}") from None
         import logging
 
-        print(f"error: {line}", file=sys.stderr, flush=True)
+        if not said(exc):
+            print(f"error: {line}", file=sys.stderr, flush=True)
         logging.getLogger("tcgexp.report").error("error: %s", line)  # the job log (train.log)
         exc.tcgexp_sweep_report = str(sweep_dir() / "summary.md")  # travels with the exception (pickled too)
         raise

@@ -100,3 +100,24 @@ def test_user_errors_and_bugs_are_told_apart():
     assert user_error(RuntimeError("a bug")) is None and user_error(KeyError("x")) is None
     assert user_error(FileNotFoundError("x")) is None and user_error(FileNotFoundError("x"), (OSError,)) == "x"
     assert flatten("a\n    full_key: k\n    object_type=dict\n") == "a full_key: k"
+
+
+@pytest.mark.parametrize("entry", ["job_errors", "one_line_errors"])
+def test_a_line_said_before_the_stack_unwinds_is_not_said_twice(capsys, entry):
+    """A rank that learns its peer died says so at once (mlx.launch SIGTERMs it soon after); the
+    entry points then exit 1 without a second copy of the line."""
+    from tcgexp.cli import job_errors, one_line_errors, say_now
+
+    def fail():
+        exc = ConfigError("rank 1 died (its process is gone) at optimizer step 7")
+        say_now(exc)
+        raise exc
+
+    def through_job_errors():
+        with job_errors():
+            fail()
+
+    with pytest.raises(SystemExit) as info:
+        (through_job_errors if entry == "job_errors" else one_line_errors()(fail))()
+    assert info.value.code == 1
+    assert capsys.readouterr().err == "error: rank 1 died (its process is gone) at optimizer step 7\n"

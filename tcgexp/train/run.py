@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from ..cache.registry import reclaim
+from ..cli import say_now
 from ..config import build, validate
 from ..ownership import SPILL_MARKER, remove_spill_root
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
@@ -67,21 +68,27 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     console = console or (report_console() if world.lead else Console(quiet=True))  # rank 0 reports
     preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
-    # one run per folder (each rank holds its own lock in it); signals stop the run cleanly
+    # one run per folder (each rank holds its own lock in it); signals stop the run cleanly. Every
+    # line that says how the run ended is printed inside this block, while our handler holds SIGTERM:
+    # when one rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and
+    # after the block Python's default would end them before their line.
     with hold_run_dir(run_dir, rank_lock_name(world.rank)), StopSignals() as signals:
         try:
             result = run(cfg, run_dir, console, memory_probe, overrides, signals, world)
+            if result["status"] == "interrupted":
+                p = result["processed"]
+                line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
+                        f"latest/ written, spill removed; continue with resume={run_dir}")
+                print(line, file=sys.stderr, flush=True)
+                raise RunInterrupted(exit_code(result["signal"]), line, result)
         except ForcedStop as stop:
             line = (f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
                     f"continues from its last latest/ (every checkpoint.latest_every_steps)")
             print(line, file=sys.stderr, flush=True)
             raise RunInterrupted(exit_code(stop.signame), line) from None
-    if result["status"] == "interrupted":
-        p = result["processed"]
-        line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: latest/ "
-                f"written, spill removed; continue with resume={run_dir}")
-        print(line, file=sys.stderr, flush=True)
-        raise RunInterrupted(exit_code(result["signal"]), line, result)
+        except DistributedError as exc:  # a rank died, or the ranks' weights parted
+            say_now(exc)
+            raise
     return result
 
 
