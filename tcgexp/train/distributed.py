@@ -94,6 +94,10 @@ class World:
         block[self.rank] = row
         return np.array(self.all_sum(mx.array(block), what))
 
+    def barrier(self, what: str) -> None:
+        """Wait until every rank is here (a one-number all_sum)."""
+        self.all_sum(mx.array([0.0]), what)
+
     def agree(self, signame: Optional[str], what: str) -> Optional[str]:
         """The stop signal any rank has received (the lowest rank's), so all stop at the same point."""
         import signal

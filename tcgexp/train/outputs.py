@@ -116,7 +116,7 @@ class RunHooks:
             if self.world.size == 1:
                 self.signals.check()
             elif agreed:
-                self.signals.requested = self.signals.requested or agreed  # result.json names it
+                self.signals.agreed = agreed  # result.json names it
                 raise Preempted(agreed)
         except Preempted:
             self.save("latest")

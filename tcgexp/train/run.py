@@ -31,6 +31,7 @@ from ..track.summary import write_summary
 from .batch import prepare
 from .blas import load_fast_blas
 from .diverge import DivergenceError
+from .errors import USER_ERRORS
 from .distributed import DistributedError, World, rank_lock_name
 from .display import RunDisplay
 from .loop import Hooks, Loop
@@ -86,8 +87,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
                     f"continues from its last latest/ (every checkpoint.latest_every_steps)")
             print(line, file=sys.stderr, flush=True)
             raise RunInterrupted(exit_code(stop.signame), line) from None
-        except DistributedError as exc:  # a rank died, or the ranks' weights parted
-            say_now(exc)
+        except USER_ERRORS as exc:
+            if world.size > 1:  # a rank died, diverged, ...: the launcher is about to SIGTERM the others
+                say_now(exc)
             raise
     return result
 
@@ -139,13 +141,19 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
         result = finish(run_dir, data=data, learner=learner, caches=caches, step_seconds=loop.step_seconds,
                         stall_seconds=loaders[0].stall_seconds, wall=time.perf_counter() - t_start,
                         status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console,
-                        signal=signals.requested if status == "interrupted" else None, world=alone,
+                        signal=signals.name if status == "interrupted" else None, world=alone,
                         reduce_seconds=loop.reduce_seconds)
+        if status == "failed":
+            raise DistributedError(error)  # a rank is gone: no collective can follow
+        if status != "diverged":
+            tracker.finish(status)
+        # no rank leaves before rank 0 has written everything: mlx.launch SIGTERMs the other ranks
+        # as soon as one exits non-zero (143 after a signal, 1 after a divergence)
+        world.barrier("the end of the run")
+        if world.size > 1:
+            signals.run_over()
         if status == "diverged":
             raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
-        if status == "failed":
-            raise DistributedError(error)
-        tracker.finish(status)
     if status == "interrupted" and context.in_sweep and world.lead:  # Hydra's job-end callback will not run: report now
         write_summary(Path(context.sweep_dir))
     return {**result, "model": learner.model}

@@ -14,7 +14,9 @@ number, the shell's convention (143 for SIGTERM, 130 for Ctrl-C).
 
 A second stopping signal means "now": the handler raises ``ForcedStop``
 from wherever the main thread is, and the run's cleanup (``finally`` blocks,
-the ExitStack) still runs on the way out.
+the ExitStack) still runs on the way out. Once a run of several ranks has
+written its outputs (``run_over()``) nothing is left to abandon, and the
+SIGTERM that ``mlx.launch`` sends the other ranks when one leaves is only noted.
 
 Why the handler does no I/O: it runs between two bytecodes of the main
 thread, which may be halfway through a print or a checkpoint write.
@@ -71,6 +73,10 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.requested: Optional[str] = None  # the first signal's name
+        # with several ranks: the signal another rank received, which this one stops for too. Not a
+        # signal of ours: the one mlx.launch sends when that rank exits must not count as a second
+        self.agreed: Optional[str] = None
+        self.over = False  # set by ``run_over()``: nothing is left to abandon
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> "StopSignals":
@@ -94,9 +100,23 @@ class StopSignals:
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
-        if self.requested is not None:
+        if self.requested is not None and not self.over:
             raise ForcedStop(name)
-        self.requested = name
+        self.requested = self.requested or name
+
+    def run_over(self) -> None:
+        """The run's outputs are written and every rank is past them: a later signal forces nothing.
+
+        With several ranks, when one rank leaves with 143 (a signal) mlx.launch SIGTERMs the others:
+        on a rank that was signalled too (SLURM signals every task) that is a second signal, which
+        must not cut its last tidying (spill removal, the final line) short.
+        """
+        self.over = True
+
+    @property
+    def name(self) -> Optional[str]:
+        """What the run stopped for: this process's own signal, else the one the ranks agreed on."""
+        return self.requested or self.agreed
 
     def check(self) -> None:
         """At a safe point: raise Preempted when a stopping signal has arrived."""
