@@ -42,9 +42,10 @@ def local_ranks() -> int:
     """How many ranks of this launch share this host (1 without a launch): mlx.launch's ring hostfile
     lists every rank's addresses; the ranks whose first address has this rank's IP are local."""
     import json
+    from pathlib import Path
 
     try:
-        hosts = json.loads(open(os.environ["MLX_HOSTFILE"]).read())
+        hosts = json.loads(Path(os.environ["MLX_HOSTFILE"]).read_text())
         ips = [h[0].rsplit(":", 1)[0] for h in hosts]
         return max(1, ips.count(ips[launched_rank()]))
     except (KeyError, OSError, ValueError, IndexError, TypeError, AttributeError):

@@ -83,6 +83,22 @@ def remove_owned(directory: Path, marker: str, *, what: str = "directory") -> bo
     return True
 
 
+def spill_root_of(run_dir: Path, rank: int = 0) -> Path:
+    """Where a run keeps its spill (``.cache_spill``): each rank of a distributed run its own."""
+    return Path(run_dir) / (f".cache_spill.rank{rank}" if rank else ".cache_spill")
+
+
+def pid_alive(pid) -> bool:
+    """Whether a process of this host has `pid` (for owners that record a pid, not a lock)."""
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
 def remove_spill_root(spill_root: Path) -> None:
     """A run's ``.cache_spill``: its marked spill dirs, then itself if that left it empty.
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tcgexp.ownership import held_by_someone, holder_info, read_info, remove_owned, tree_bytes
+from tcgexp.ownership import held_by_someone, holder_info, pid_alive, read_info, remove_owned, tree_bytes
 
 _warned = False
 
@@ -104,7 +104,7 @@ def reclaim(marker: str) -> Reclaimed:
             unregister(entry)
             continue
         held = held_by_someone(path / marker)
-        if held or (held is None and _alive(info.get("pid"))):
+        if held or (held is None and pid_alive(info.get("pid"))):
             continue  # a live owner, or one mid-creation / mid-removal
         if (path / marker).is_file():
             size = tree_bytes(path)
@@ -116,12 +116,3 @@ def reclaim(marker: str) -> Reclaimed:
         unregister(entry)
     return out
 
-
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (TypeError, ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True

@@ -29,7 +29,7 @@ from .errors import BuildRefused, DataError
 from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
-from .store import RemoteCatalog, Store, is_remote
+from .store import RemoteCatalog, Store, is_remote, setting
 
 
 
@@ -130,10 +130,8 @@ class Corpus:
             raise DataError(f"days {'; '.join(parts)}", path=self.catalog.path,
                             fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
                                 f"dataset settings), then tcgexp-data action=publish target={self.root}")
-        storage = self.storage or {}
-        tier = Tier(storage.get("tier_dir"), int(storage.get("tier_budget_bytes", StorageConfig.tier_budget_bytes)))
-        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", self.catalog.manifest(d), tier)
-                              for d in self.dates]
+        tier = Tier(setting(self.storage, "tier_dir"), int(setting(self.storage, "tier_budget_bytes")))
+        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], tier) for d in self.dates]
         for date, f in zip(self.dates, self._remote_files):
             self.manifests[date] = f.manifest
             f.metadata()  # footers now: a damaged or unreachable object fails before any planning

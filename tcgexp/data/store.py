@@ -39,7 +39,7 @@ def is_remote(root) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
-def _get(storage, name: str):
+def setting(storage, name: str):
     """dataset.storage.<name>, or its schema default (``StorageConfig``, the one home of defaults)."""
     default = getattr(StorageConfig, name)
     if storage is None:
@@ -50,7 +50,7 @@ def _get(storage, name: str):
 
 def s3_endpoint(storage) -> Optional[str]:
     """dataset.storage.endpoint, else the AWS CLI's own variables; None = AWS itself."""
-    endpoint = _get(storage, "endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = setting(storage, "endpoint") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and not (endpoint.startswith(("http://", "https://")) and len(endpoint.split("://", 1)[1]) > 0):
         raise DataError(f"dataset.storage.endpoint={endpoint!r} is not a URL", fix="give http(s)://host:port")
     return endpoint
@@ -70,11 +70,11 @@ class Store:
                 raise DataError(f"{self.uri} names no bucket", fix="use s3://bucket/prefix")
             endpoint = s3_endpoint(storage)
             kwargs: dict[str, Any] = dict(
-                region=_get(storage, "region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+                region=setting(storage, "region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
                 or "us-east-1",
-                connect_timeout=float(_get(storage, "connect_timeout_s")),
-                request_timeout=float(_get(storage, "request_timeout_s")),
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=int(_get(storage, "retries"))),
+                connect_timeout=float(setting(storage, "connect_timeout_s")),
+                request_timeout=float(setting(storage, "request_timeout_s")),
+                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=int(setting(storage, "retries"))),
                 # a small object goes up in one PUT (closing the stream sends it); big ones in parts
                 allow_delayed_open=writable)
             if endpoint:

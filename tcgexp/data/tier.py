@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from ..ownership import write_marker
+from ..ownership import pid_alive, write_marker
 from .errors import DataError
 
 TIER_MARKER = ".tcgexp-tier"
@@ -186,7 +186,7 @@ class Tier:
                 continue
             for e in _scandir(Path(d.path)):
                 m = _TMP.match(e.name)
-                if m and m["host"] == host and not _alive(int(m["pid"])):
+                if m and m["host"] == host and not pid_alive(m["pid"]):
                     self._unlink(Path(e.path))
 
     @staticmethod
@@ -210,13 +210,3 @@ def _thread_id() -> int:
     import threading
 
     return threading.get_ident()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

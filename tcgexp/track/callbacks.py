@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..launch import launched_rank, rank_suffix
-from ..ownership import remove_spill_root
+from ..ownership import remove_spill_root, spill_root_of
 from .summary import write_summary
 
 
@@ -32,7 +32,7 @@ class SweepReport(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)
         rank = launched_rank()  # each rank of an mlx.launch run removes its own spill, records its own status
-        remove_spill_root(job_dir / (f".cache_spill.rank{rank}" if rank else ".cache_spill"))  # only what tcgexp made
+        remove_spill_root(spill_root_of(job_dir, rank))  # only what tcgexp made
         error = None
         if job_return.status == JobStatus.FAILED:
             exc = job_return._return_value  # the exception; .return_value would re-raise it

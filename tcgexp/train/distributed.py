@@ -22,6 +22,7 @@ all-reduce for a partner that is gone.
 from __future__ import annotations
 
 import hashlib
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,6 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..launch import launched
-
 
 
 class DistributedError(RuntimeError):
@@ -98,14 +98,25 @@ class World:
         """Wait until every rank is here (a one-number all_sum)."""
         self.all_sum(mx.array([0.0]), what)
 
-    def agree(self, signame: Optional[str], what: str) -> Optional[str]:
-        """The stop signal any rank has received (the lowest rank's), so all stop at the same point."""
-        import signal
+    def signal_row(self, signame: Optional[str]) -> np.ndarray:
+        """[size]: this rank's stop signal number in its own slot (0: none). Summed over ranks, inside
+        whichever all-reduce carries it, it holds every rank's: ``first_signal`` reads it."""
+        row = np.zeros(self.size)
+        if signame:
+            row[self.rank] = int(getattr(signal, signame))
+        return row
 
-        mine = int(getattr(signal, signame)) if signame else 0
-        got = self.gather_rows(np.array([mine], np.int64), what)[:, 0]
-        first = next((int(s) for s in got if s), 0)
+    @staticmethod
+    def first_signal(row) -> Optional[str]:
+        """The signal every rank stops for, from a summed signal row: the lowest signalled rank's
+        (None: no rank was signalled). Every rank reads the same row, so all name the same signal."""
+        first = next((int(s) for s in row if s), 0)
         return signal.Signals(first).name if first else None
+
+    def agree(self, signame: Optional[str], what: str) -> Optional[str]:
+        """The stop signal any rank has received, so all stop at the same point (one small all_sum)."""
+        row = self.all_sum(mx.array(self.signal_row(signame), dtype=mx.float32), what)
+        return self.first_signal(np.array(row))
 
     def check_same_weights(self, model, where: str) -> None:
         """Every rank's parameters hash alike (sha256 of the bytes), else stop naming the ranks and step."""

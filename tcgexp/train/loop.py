@@ -40,9 +40,10 @@ class Hooks:
     stop_requested: Callable[[], Optional[str]] = lambda: None  # this rank's pending signal, if any
 
 
-# the step scalars reduced with the gradients: real microbatches, rows, ranks asking to stop, their
-# signal numbers, then each metric's sum over rows
-REAL, ROWS, STOPS, SIGNUMS, SUMS = 0, 1, 2, 3, 4
+# the step scalars reduced with the gradients: real microbatches, rows, each metric's sum over rows,
+# then one slot per rank for its stop signal (World.signal_row)
+REAL, ROWS, SUMS = 0, 1, 2
+SIGNALS = SUMS + len(METRICS)
 
 
 class Loop:
@@ -77,7 +78,7 @@ class Loop:
         self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
         self.hooks.on_advance(p.position, {})
         accs, window, sums = [None] * self.slots, 0, {k: 0.0 for k in METRICS}
-        local = np.zeros(SUMS + len(METRICS))  # this window's scalars on this rank
+        local = np.zeros(SIGNALS + world.size)  # this window's scalars on this rank
         rows, stall0, busy0 = 0, self.train_loader.stall_seconds, self.step_seconds
         for prep in self.train_loader.iterate(plan, start=p.position):
             t0 = time.perf_counter()
@@ -108,7 +109,7 @@ class Loop:
                 self.memory.write(prep, carry)
                 local[REAL] += 1
                 local[ROWS] += prep.rows
-                local[SUMS:] += [values[k] * prep.rows for k in METRICS]
+                local[SUMS:SIGNALS] += [values[k] * prep.rows for k in METRICS]
             agreed = None
             if applied and self.fused:
                 window_values, total = values, local
@@ -144,7 +145,7 @@ class Loop:
         Returns (the values the step reports, the reduced scalars, the stop signal the ranks agreed
         on). Several ranks report and check the window's global means; one process without shards
         reports its last microbatch's values, as it always has."""
-        local[STOPS], local[SIGNUMS] = self.stop_scalars()
+        local[SIGNALS:] = self.world.signal_row(self.hooks.stop_requested())
         r0 = time.perf_counter()
         acc = None
         for a in accs:  # per-shard sums in shard order (one slot without shards)
@@ -161,29 +162,8 @@ class Loop:
         agreed = None
         if self.world.size > 1:
             diverge.check(values, where=where, hint=self.hint)
-            agreed = self.agreed(total)
+            agreed = World.first_signal(total[SIGNALS:])
         return values, total, agreed
-
-    def stop_scalars(self) -> tuple[int, int]:
-        """(1, signal number) when this rank has a stopping signal pending, else (0, 0)."""
-        import signal
-
-        name = self.hooks.stop_requested()
-        return (1, int(getattr(signal, name))) if name else (0, 0)
-
-    def agreed(self, total: np.ndarray) -> Optional[str]:
-        """The signal every rank stops for, from the reduced scalars (None: no rank was signalled)."""
-        import signal
-
-        if not total[STOPS]:
-            return None
-        mine = self.hooks.stop_requested()
-        if mine:
-            return mine
-        try:  # another rank's: its number (their mean when several ranks were signalled)
-            return signal.Signals(int(round(total[SIGNUMS] / total[STOPS]))).name
-        except ValueError:
-            return "SIGTERM"
 
     def assert_counts(self, plan) -> None:
         p = self.p
@@ -202,7 +182,7 @@ class Loop:
         self.val_memory.reset()
         self.hooks.on_phase("validation", len(plan))
         keys = [*METRICS, *(f"sum_{k}" for k in SUM_KEYS), "rows"]
-        totals = np.zeros(len(keys) + 1)  # + this rank's stop flag
+        totals = np.zeros(len(keys) + self.world.size)  # + every rank's stop signal slot
         for prep in self.val_loader.iterate(plan):
             inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
             h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
@@ -218,7 +198,7 @@ class Loop:
         if int(totals[len(keys) - 1]) != plan.rows:
             raise RuntimeError(f"validation processed {int(totals[len(keys) - 1])} rows, its plan covers {plan.rows}")
         if self.world.size > 1:  # every rank's share: one all-reduce of the sums (and of who must stop)
-            totals[-1] = 1.0 if self.hooks.stop_requested() else 0.0
+            totals[len(keys):] = self.world.signal_row(self.hooks.stop_requested())
             totals = np.array(self.world.all_sum(mx.array(totals), f"validation after epoch {self.p.epoch}"))
             want = self.planner.split_rows("val")
             if int(totals[len(keys) - 1]) != want:
@@ -235,8 +215,8 @@ class Loop:
         out["rows"] = rows
         diverge.check(out, where=f"validation after epoch {self.p.epoch} (optimizer step {self.p.opt_steps})",
                       hint=self.hint)
-        if self.world.size > 1 and totals[-1]:
-            self.hooks.safe_point(self.hooks.stop_requested() or "SIGTERM")
+        if self.world.size > 1:
+            self.hooks.safe_point(World.first_signal(totals[len(keys):]))
         self.hooks.on_advance(1, {})
         return out
 

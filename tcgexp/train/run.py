@@ -23,7 +23,7 @@ from rich.console import Console
 from ..cache.registry import reclaim
 from ..cli import say_now
 from ..config import build, validate
-from ..ownership import SPILL_MARKER, remove_spill_root
+from ..ownership import SPILL_MARKER, remove_spill_root, spill_root_of
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
 from ..track import NullTracker, job_context
@@ -111,7 +111,7 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
     check_precision(stepper, learner, data, transform)
 
     # spill lives and dies with this run (each rank its own)
-    spill_root = run_dir / (f".cache_spill.rank{world.rank}" if world.rank else ".cache_spill")
+    spill_root = spill_root_of(run_dir, world.rank)
     with contextlib.ExitStack() as stack:
         stack.callback(remove_spill_root, spill_root)
         spill_root.mkdir(exist_ok=True)

@@ -301,3 +301,14 @@ def test_ranks_on_one_host_split_its_cores_between_their_blas_threads(tmp_path, 
     monkeypatch.setenv("MKL_NUM_THREADS", "7")  # the user's own setting wins
     share_cores()
     assert os.environ["MKL_NUM_THREADS"] == "7"
+
+
+def test_every_rank_names_the_lowest_signalled_ranks_signal():
+    """The stop signal travels as one slot per rank inside an all-reduce: summed, every rank reads the
+    same row and names the same signal, the lowest signalled rank's (not a blend of numbers)."""
+    from tcgexp.train.distributed import World
+
+    rows = [World(rank=r, size=3).signal_row(name) for r, name in enumerate([None, "SIGINT", "SIGTERM"])]
+    assert [list(r) for r in rows] == [[0, 0, 0], [0, int(signal.SIGINT), 0], [0, 0, int(signal.SIGTERM)]]
+    assert World.first_signal(sum(rows)) == "SIGINT"
+    assert World.first_signal(rows[2]) == "SIGTERM" and World.first_signal(rows[0]) is None
