@@ -2,9 +2,8 @@
 
 Each Hydra entry point imports this module before its ``@hydra.main`` composes;
 it registers the ``tcgexp.groups`` resolver the ``--help`` templates
-(``conf/hydra/help/``) use. Hydra's own ``$APP_CONFIG_GROUPS`` lists the
-ConfigStore schemas too (``base_cache``, ...), which no user picks; this listing
-reads the YAML options under ``conf/`` only.
+(``conf/hydra/help/``) use, listing the YAML options under ``conf/`` (the
+typed schemas live outside every group: ``tcgexp.schema``).
 
 Every entry point's ``main`` is wrapped in :func:`one_line_errors`: a user's
 error (a bad override, a missing config, a value no schema allows, a damaged
@@ -24,14 +23,14 @@ from typing import Any, Callable, Iterator, Optional
 import yaml
 from omegaconf import OmegaConf
 
-from .config import CONF_DIR, ConfigError
+from .config import CONF_DIR, ConfigError, register_configs
 
 CONFIG_PATH = str(CONF_DIR)  # absolute, so console scripts and `python -m` find the same folder
 
 
 def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
-    """The options of a config group: its YAML files, schema entries (base_*) left out."""
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml") if not p.stem.startswith("base_"))
+    """The options of a config group: its YAML files."""
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
 def primary_defaults(config_name: str, conf_dir: Path = CONF_DIR) -> dict[str, str]:
@@ -99,7 +98,7 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
     if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
         more = flatten(cause) if isinstance(cause, OmegaConfBaseException) else ""
         return " ".join(part for part in (flatten(exc), more) if part)
-    if isinstance(exc, MissingMandatoryValue):  # a schema entry picked as an option (cache=base_cache), ...
+    if isinstance(exc, MissingMandatoryValue):  # a group left without an option, an option missing its _target_
         return f"{flatten(exc)} (set it, or pick a group option that sets it: --help lists them)"
     if isinstance(exc, OmegaConfBaseException):
         return flatten(exc)
@@ -132,6 +131,7 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
     def decorate(main: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(main)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            register_configs()  # every schema, before Hydra composes (or completes, or prints --help)
             if VERBOSE_FLAG in sys.argv[1:]:
                 sys.argv.remove(VERBOSE_FLAG)
                 os.environ["TCGEXP_VERBOSE"] = "1"  # jobs and children see it too

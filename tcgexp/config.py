@@ -1,25 +1,20 @@
 """Composing and checking configs: the schemas registered, ``compose``, ``option``, ``build``, ``validate``.
 
-The schemas themselves (defaults and checks) live in ``tcgexp.schema``;
-``register_configs()`` stores them in Hydra's ConfigStore on import of this
-module, which every entry point imports before ``@hydra.main`` composes.
+The schemas (each knob's one default and its checks) live beside the classes
+they configure and register themselves (``tcgexp.schema``); importing the
+modules below is registering tcgexp's own. ``register_configs()`` does it for
+``compose`` and for every entry point before ``@hydra.main`` composes.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
-from typing import Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .launch import launch_time, rank_suffix
-
-from .schema import (  # noqa: F401  (re-exported: the schemas are part of this module's interface)
-    GROUPS, OPTION_SCHEMAS, AdamWConfig, AimRemoteTrackingConfig, AimTrackingConfig, CacheConfig, CheckpointConfig,
-    Config, DataAction, DataAppConfig, DatasetConfig, FlatCacheConfig, Hot60CacheConfig, Hot60PolicyConfig,
-    LoaderConfig, ModelConfig, OffTrackingConfig, OptimizerConfig, PolicyConfig, ReplayConfig, SchedulerConfig,
-    SGDConfig, StorageConfig, TbpttConfig, TrackingConfig, TrainerConfig)
+from .schema import ConfigError, check  # noqa: F401  (re-exported: part of this module's interface)
 
 # Hydra's configs: an installed tcgexp carries conf/ as the package tcgexp.conf, next to this file (setup.py);
 # a source checkout (editable installs too) has it at the repository's top level.
@@ -27,19 +22,16 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 if not (CONF_DIR / "config.yaml").is_file():
     CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
+# tcgexp's modules holding schemas (the apps' roots, every group's and every option's): each registers its
+# own on import. A module outside tcgexp does the same when Hydra's search path names it (structured://...).
+SCHEMA_MODULES = ("tcgexp.data.corpus", "tcgexp.cache.rowgroup", "tcgexp.plan.loader", "tcgexp.plan.planner",
+                  "tcgexp.track.aim_run", "tcgexp.track.remote", "tcgexp.train.model", "tcgexp.train.optim",
+                  "tcgexp.train.schedule", "tcgexp.train.run", "tcgexp.bench.trace")
+
 
 def register_configs() -> None:
-    cs = ConfigStore.instance()
-    cs.store(name="base_config", node=Config)
-    cs.store(name="base_data_app", node=DataAppConfig)
-    for group, schema in GROUPS.items():
-        cs.store(group=group, name=f"base_{group}", node=schema)
-    for group, name, schema in OPTION_SCHEMAS:
-        cs.store(group=group, name=f"base_{name}", node=schema)
-    cs.store(name="base_replay", node=ReplayConfig)
-
-
-register_configs()
+    for name in SCHEMA_MODULES:
+        importlib.import_module(name)
 
 
 # Hydra's ${now:} differs between the ranks of one mlx.launch by however long they took to start:
@@ -80,29 +72,23 @@ def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    register_configs()
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app: its search path has conf/ already
         return hydra_compose(config_name=config_name, overrides=list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
-
-
-
-def _leaves(cfg: DictConfig, prefix: str = ""):
-    """(dotted key, value) for every leaf of the composed config (the hydra node excluded)."""
-    for key in cfg:
+def _leaves(cfg, prefix: str = ""):
+    """(dotted key, value) for every leaf of the composed config, list items too (the hydra node excluded)."""
+    for key in (cfg if isinstance(cfg, DictConfig) else range(len(cfg))):
         if key == "hydra":
             continue
         node, name = cfg[key], f"{prefix}{key}"
-        if isinstance(node, DictConfig):
+        if isinstance(node, (DictConfig, ListConfig)):
             yield from _leaves(node, name + ".")
         else:
             yield name, node
-
-
-class ConfigError(ValueError):
-    """A composed config whose values cannot work together: named key, what to change."""
 
 
 def validate(cfg: DictConfig) -> None:
@@ -118,25 +104,6 @@ def validate(cfg: DictConfig) -> None:
         problem = check(OmegaConf.get_type(node), node, prefix)
         if problem:
             raise ConfigError(problem)
-
-
-def check(schema: type, values, prefix: str = "") -> Optional[str]:
-    """The first of `schema`'s CHECKS that `values` (a node or a mapping) fails, as one line; None when all pass.
-
-    Also what a part built outside ``train()`` (a Corpus of ``python -m tcgexp.data``) applies to its
-    own arguments, so the checks stay here, beside the fields.
-    """
-    for name, ok, want in getattr(schema, "CHECKS", ()):
-        if name not in values:
-            continue
-        value = values[name]
-        try:
-            passed = ok(value) if value is not None or name in getattr(schema, "NULLABLE", ()) else False
-        except TypeError:  # a value of another type (a tracker's own knob): not ours to judge
-            passed = False
-        if not passed:
-            return f"{prefix}{name}={value!r} is impossible: it must be {want}"
-    return None
 
 
 def _nodes(cfg: DictConfig, prefix: str = ""):

@@ -13,20 +13,41 @@ before a single row group is decoded.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import field
+from typing import ClassVar
 
 import time
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.table import markdown_table
 from tcgexp.cache.policy import Policy, admit
 from tcgexp.cli import CONFIG_PATH, job_errors, one_line_errors
 from tcgexp.config import build, option
+from tcgexp.data.corpus import DatasetConfig
 from tcgexp.data.errors import DataError
 from tcgexp.data.source import Key, as_key
 from tcgexp.plan import LaneIndex
+from tcgexp.plan.planner import TbpttConfig
+from tcgexp.schema import INT32_MAX, schema, within
+
+
+@schema(name="base_replay")
+class ReplayConfig:
+    """``python -m tcgexp.bench.trace``: miss-ratio curves of a configured plan's access trace."""
+
+    dataset: DatasetConfig = MISSING
+    tbptt: TbpttConfig = MISSING
+    seed: int = 0
+    epochs: int = 1  # epochs of the plan to replay back to back
+    split: str = "train"  # train | val
+    capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
+    policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])  # cache options
+    CHECKS: ClassVar[tuple] = (
+        ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"), ("epochs", within(1, 10**4), "in [1, 1e4]"),
+        ("capacities", lambda v: all(within(0, INT32_MAX)(c) for c in v), "row-group counts in [0, 2**31)"))
 
 
 def replay(policy: Policy, trace: Sequence[Iterable[Key]], *, set_trace: bool = True) -> dict[str, int]:

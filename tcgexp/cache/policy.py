@@ -24,9 +24,34 @@ import math
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from omegaconf import MISSING
 
 from tcgexp.data.source import Key, as_key
+from tcgexp.schema import INT32_MAX, schema, within
 INF = math.inf
+
+
+@schema("cache.policy")
+class PolicyConfig:
+    """A residency policy: the cache option's ``policy`` node, built as a factory (the cache supplies capacity).
+
+    A policy with knobs of its own subclasses this beside its class (``Hot60PolicyConfig``) and its
+    option's YAML starts from it: ``defaults: [/schema.cache.policy.<name>@policy, _self_]``.
+    """
+
+    _target_: str = MISSING
+    _partial_: bool = True
+
+
+@schema("cache.policy", "hot60")
+class Hot60PolicyConfig(PolicyConfig):
+    # share of capacity pinned in the hot tier; pinned entries survive pressure (capacity < 4 pins most of it)
+    hot_fraction: float = 0.6
+    promotion_hits: int = 2  # hits in transient before promotion to hot; fewer = quicker to pin, easier to pin wrongly
+    CHECKS: ClassVar[tuple] = (("hot_fraction", within(0.0, 1.0), "in [0, 1] (0 = no hot tier)"),
+                               ("promotion_hits", within(0, INT32_MAX), "in [0, 2**31) hits"))
 
 
 class Policy:

@@ -29,12 +29,42 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import ClassVar
+
+from omegaconf import MISSING
 
 from tcgexp.cache import report
-from tcgexp.cache.policy import Policy, admit
+from tcgexp.cache.policy import Policy, PolicyConfig, admit
 from tcgexp.cache.probe import Pressure
 from tcgexp.cache.spill import SpillStore
 from tcgexp.data.source import Arrays, Key, ParquetSource, as_key, pack, packed_records
+from tcgexp.schema import ALL, INT32_MAX, INT64_MAX, schema, within
+
+
+@schema("cache")
+class CacheConfig:
+    """The row-group cache (``RowGroupCache``); the trainer supplies files, columns, spill dir.
+
+    ``policy`` is the residency policy's node (``PolicyConfig``, or the subclass beside a policy
+    with knobs of its own).
+    """
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    policy: PolicyConfig = MISSING
+    capacity: int = 8  # resident row groups (RAM); the grouped lane order needs only a few; 0 = no cache
+    high_watermark_pct: float = 85.0  # psutil memory percent above which transient entries are evicted
+    spill: bool = True  # evicted entries go to <run dir>/.cache_spill as .npz
+    spill_budget_bytes: int = 2 * 1024**3  # spill never grows past this; 0 = nothing spills
+    # what in_opt_step() suppresses: "pressure" (the seed's concern: a memory spike mid-step) or "all"
+    # (capacity eviction too; loader threads' misses during a step are then served uncached)
+    opt_step_guard: str = "pressure"
+    UNPINNED: ClassVar[tuple] = ALL  # where bytes come from never changes what the trainer computes
+    CHECKS: ClassVar[tuple] = (
+        ("capacity", within(0, INT32_MAX), "in [0, 2**31) row groups (0 = no cache)"),
+        ("high_watermark_pct", within(0.0, 100.0, open_lo=True), "in (0, 100]"),
+        ("spill_budget_bytes", within(0, INT64_MAX), "in [0, 2**63) bytes (0 = nothing spills)"),
+        ("opt_step_guard", lambda v: v in ("pressure", "all"), "'pressure' or 'all'"))
 
 
 class RowGroupCache:

@@ -7,9 +7,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver
-from ..config import DataAction, build  # importing config registers the schemas
+from ..config import build
 from ..progress import report_console, stage_progress
-from .corpus import Corpus, refuse_remote
+from .corpus import Corpus, DataAction, refuse_remote
 from .errors import DataError
 
 

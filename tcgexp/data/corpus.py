@@ -18,29 +18,98 @@ import json
 import os
 import shutil
 from contextlib import contextmanager, nullcontext
+from dataclasses import field
+from enum import Enum
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import ClassVar, Iterator, Optional
+
+from omegaconf import MISSING
 
 from .. import sim
-from ..config import DatasetConfig, StorageConfig, check
+from ..schema import ALL, check, schema, within
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
 from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
-from .store import RemoteCatalog, Store, is_remote, setting
+from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
 
+COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
+
+
+def _iso_date(value) -> bool:
+    try:
+        dt.date.fromisoformat(str(value))
+        return True
+    except ValueError:
+        return False
+
+
+@schema("dataset")
+class DatasetConfig:
+    """Day-partitioned Parquet corpus, built from seeded simulator replays (``Corpus``)."""
+
+    _target_: str = MISSING  # the option names the class (conf/dataset/*.yaml)
+    name: str = MISSING
+    root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
+    start_date: str = "2026-07-27"  # first day; days are consecutive dates
+    days: int = 1
+    rows_per_day: int = 3000  # more rows: more signal, more build and epoch time
+    row_group_rows: int = 2048  # target rows per row group (whole episodes): smaller = finer cache granularity
+    episodes_per_shard: int = 16  # build unit: one ZIP member, one .done marker
+    val_fraction: float = 0.1  # share of episodes held out, never split by row
+    seed: int = 0
+    max_turns: int = 60
+    would_ko: bool = True  # counterfactual would-KO labels (about 10 % of build time)
+    compression: str = "zstd"
+    workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
+    verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
+    # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
+    # a day not built, or built with other settings, is refused by name. Either a list ...
+    dates: Optional[list[str]] = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
+    # ... or a range of consecutive days (an open end is the catalog's first/last built day)
+    date_from: Optional[str] = None
+    date_to: Optional[str] = None
+    # root=s3://bucket/prefix (or gs://, abfs://): a published corpus, read by range requests through a local tier
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    UNPINNED: ClassVar[tuple] = ALL  # a resume is pinned to the data by its days' fingerprints, not by these keys
+    CHECKS: ClassVar[tuple] = (
+        ("start_date", lambda v: _iso_date(v), "an ISO date, YYYY-MM-DD"),
+        ("days", within(1, 36500), "in [1, 36500]"),
+        ("rows_per_day", within(1, 10**9), "in [1, 1e9]"),
+        ("row_group_rows", within(1, 10**8), "in [1, 1e8]"),
+        ("episodes_per_shard", within(1, 10**6), "in [1, 1e6]"),
+        ("val_fraction", within(0.0, 1.0, open_hi=True), "in [0, 1)"),
+        ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),
+        ("max_turns", within(1, 10**6), "in [1, 1e6]"),
+        ("compression", lambda v: v in COMPRESSIONS, f"one of {', '.join(COMPRESSIONS)}"),
+        ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
+        ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"))
+
+
+class DataAction(Enum):
+    build = "build"  # build missing days, validate finished ones
+    clean = "clean"  # drop derived files (refused for a day whose replay ZIP is missing)
+    publish = "publish"  # upload finished days to target=s3://bucket/prefix, each day's manifest last
+
+
+@schema(name="base_data_app")
+class DataAppConfig:
+    """``python -m tcgexp.data``: build/validate, or clean derived files of, the configured days."""
+
+    dataset: DatasetConfig = MISSING
+    action: DataAction = DataAction.build
+    target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
 
 
 class Corpus:
     def __init__(self, name: str, root: str, start_date: str, days: int, rows_per_day: int,
                  row_group_rows: int, episodes_per_shard: int, val_fraction: float, seed: int,
                  max_turns: int, would_ko: bool, compression: str, workers: int, verify: str,
-                 dates: Optional[list] = None, date_from: Optional[str] = None,
-                 date_to: Optional[str] = None, storage=None) -> None:
+                 dates: Optional[list], date_from: Optional[str], date_to: Optional[str], storage) -> None:
         self.name = name
-        # the bounds live in the dataset schema (tcgexp.config.DatasetConfig.CHECKS); a Corpus built by
+        # the bounds live in the dataset schema (DatasetConfig.CHECKS); a Corpus built by
         # python -m tcgexp.data, or by hand, gets the same refusals as a training run
         problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.") or \
             check(StorageConfig, storage or {}, "dataset.storage.")

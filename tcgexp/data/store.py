@@ -21,16 +21,41 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ..schema import StorageConfig
+from ..schema import INT64_MAX, schema, within
 from .errors import DataError
 
 MANIFEST_SUFFIX = ".manifest.json"
 FETCH_THREADS = 8  # concurrent ranged GETs of one row group's column chunks (a row group reads ~10)
+
+
+@schema("dataset.storage")
+class StorageConfig:
+    """Where a corpus in an object store (``dataset.root=s3://bucket/prefix``) is read from, and the local tier.
+
+    Ignored for a local ``dataset.root``. Credentials are never config: pyarrow's S3 client reads
+    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, ~/.aws, instance roles).
+    """
+
+    endpoint: Optional[str] = None  # http(s)://host:port of an S3-compatible server; None: AWS_ENDPOINT_URL[_S3], else AWS
+    region: Optional[str] = None  # None: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
+    # fetched row-group column chunks kept on local disk across epochs and runs; None: $TCGEXP_STATE_DIR/tier,
+    # else $XDG_CACHE_HOME/tcgexp/tier (~/.cache/tcgexp/tier). Shared safely by concurrent jobs.
+    tier_dir: Optional[str] = None
+    tier_budget_bytes: int = 16 * 1024**3  # the tier's disk; least recently used chunks go first; 0 = no tier
+    retries: int = 3  # attempts per request (the AWS standard retry strategy, with backoff); more = slower to fail
+    connect_timeout_s: float = 5.0  # per connection attempt: an endpoint that is down fails fast
+    request_timeout_s: float = 30.0  # per request: a server that stops answering costs at most this per attempt
+    # (endpoint may be None, which CHECKS cannot express: its form is checked where it is used, s3_endpoint)
+    CHECKS: ClassVar[tuple] = (
+        ("tier_budget_bytes", within(0, INT64_MAX), "in [0, 2**63) bytes (0 = no local tier)"),
+        ("retries", within(1, 20), "in [1, 20] attempts"),
+        ("connect_timeout_s", within(0, 600, open_lo=True), "in (0, 600] seconds"),
+        ("request_timeout_s", within(0, 3600, open_lo=True), "in (0, 3600] seconds"))
 
 
 def is_remote(root) -> bool:

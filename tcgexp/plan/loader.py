@@ -12,16 +12,29 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
+from omegaconf import MISSING
 
 from ..data.source import Key
+from ..schema import ALL, schema, within
 from .plan import Microbatch, Plan
 
 # What the trainer reads per row (lane columns come from the plan, not the file).
 TRAIN_COLUMNS = ["features", "action_mask", "label", "would_ko", "would_ko_valid",
                  "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return", "aux_valid"]
+
+
+@schema("loader")
+class LoaderConfig:
+    """Threads turning planned microbatches into arrays ahead of the step (``Loader``); built per cache."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    workers: int = 1  # threads assembling microbatches ahead in plan order (each holds ~2 batches); 0 = inline
+    UNPINNED: ClassVar[tuple] = ALL
+    CHECKS: ClassVar[tuple] = (("workers", within(0, 256), "in [0, 256] threads (0 = in the training thread)"),)
 
 
 class RowGroupSource(Protocol):

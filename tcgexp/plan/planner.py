@@ -28,14 +28,44 @@ test compares them).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
+from omegaconf import II, MISSING
 
+from ..schema import INT32_MAX, schema, within
 from .lanes import LaneIndex, decision_too_large
 from .plan import Plan, ranges
 
 ORDERS = ("grouped", "naive")
+
+
+@schema("tbptt")
+class TbpttConfig:
+    """The TBPTT planner (``Planner``); the trainer supplies the lane index and the shards."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    enabled: bool = True  # false: plain batches of whole decisions, no memory carried between them
+    # decisions per chunk: the gradient horizon; longer = more scan work per step (a microbatch's
+    # row budget bounds what any chunk holds, so any length trains)
+    chunk: int = 16
+    batch_size: int = 256  # physical row budget per microbatch (a decision is never split): memory per step
+    accum_steps: int = 1  # microbatches per optimizer update
+    lane_order: str = "grouped"  # grouped: shuffle row groups, then lanes in each: few live row groups | naive
+    seed: int = II("seed")  # the lane shuffle's seed: the run's
+    # lane shards: null = one per rank (mlx.launch); N on one process = N ranks' plans interleaved
+    # (then accum_steps is N x the ranks')
+    shards: Optional[int] = None
+    NULLABLE: ClassVar[tuple] = ("shards",)
+    UNPINNED: ClassVar[tuple] = ("shards",)  # checked against the checkpoint's world instead (setup.check_world)
+    CHECKS: ClassVar[tuple] = (
+        ("chunk", within(1, INT32_MAX), "in [1, 2**31) decisions"),
+        ("batch_size", within(1, INT32_MAX), "in [1, 2**31) rows"),
+        ("accum_steps", within(1, INT32_MAX), "in [1, 2**31)"),
+        ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),
+        ("shards", lambda v: v is None or within(1, 4096)(v), "null (one per rank) or in [1, 4096]"),
+        ("lane_order", lambda v: v in ORDERS, "'grouped' or 'naive'"))
 
 
 def pack(first: list[int], last: list[int], chunk_rows: list[int], budget: int) -> tuple[list[int], list[int]]:
@@ -89,11 +119,12 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 
 
 class Planner:
-    def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int = 0,
-                 enabled: bool = True, lane_order: str = "grouped", accum_steps: int = 1,
-                 shards: Optional[int] = 1, shard: Optional[int] = None) -> None:
-        """Built from the ``tbptt`` config group (its schema holds the defaults and checks); the
-        trainer adds `shards` (the world size, or ``tbptt.shards``) and `shard` (this rank)."""
+    def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int, enabled: bool,
+                 lane_order: str, accum_steps: int, shards: Optional[int] = None,
+                 shard: Optional[int] = None) -> None:
+        """Built from the ``tbptt`` config group (its schema, ``TbpttConfig``, holds the defaults and
+        checks); the trainer supplies `shards` (the world size, or ``tbptt.shards``; None: one) and
+        `shard` (this rank)."""
         self.index, self.chunk, self.batch_size = index, chunk if enabled else 1, batch_size
         self.seed, self.enabled, self.order = seed, enabled, lane_order
         self.accum_steps = accum_steps
@@ -201,7 +232,8 @@ class Planner:
     def lane_owner(self, epoch: int) -> np.ndarray:
         """Shard of every lane in epoch `epoch` (-1: not a training lane): whose memory is whose."""
         owner = np.full(self.index.n_lanes, -1, np.int64)
-        for s, plan in enumerate(self.shard_plans(epoch)):  # the epoch's plans, already made
+        plans = self.shard_plans(epoch) if self.shards > 1 else [self.epoch_plan(epoch)]  # already made
+        for s, plan in enumerate(plans):
             owner[plan.lane] = s
         return owner
 

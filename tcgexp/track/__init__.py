@@ -5,9 +5,22 @@ its class): ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import ClassVar, Optional, Protocol
 
+from omegaconf import MISSING
+
+from ..schema import ALL, schema
 from .context import JobContext, job_context
+
+
+@schema("tracking")
+class TrackingConfig:
+    """A tracker factory: ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``."""
+
+    _target_: str = MISSING
+    _partial_: bool = True  # the job adds hparams, context and resume_hash
+    experiment: Optional[str] = None  # default: named after the sweep (or the single run)
+    UNPINNED: ClassVar[tuple] = ALL
 
 
 class Tracker(Protocol):
@@ -44,4 +57,4 @@ class NullTracker:
         pass
 
 
-__all__ = ["Tracker", "NullTracker", "JobContext", "job_context"]
+__all__ = ["Tracker", "TrackingConfig", "NullTracker", "JobContext", "job_context"]

@@ -25,12 +25,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..schema import schema
+from . import TrackingConfig
 from .context import JobContext
 
 LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
 CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
+
+
+@schema("tracking", "aim")
+class AimTrackingConfig(TrackingConfig):
+    repo: Optional[str] = "."  # the folder holding .aim/ (what `aim up --repo` takes)
 
 
 def subset_of(name: str) -> Optional[str]:

@@ -17,15 +17,23 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import ClassVar, Optional
 from urllib.parse import urlparse
 
+from ..schema import schema
+from . import TrackingConfig
 from .context import JobContext
 
 CHECK_SECONDS = 5.0
 IMPORT_SECONDS = 30.0  # the child importing aim on a loaded machine; no server involved
 START_SECONDS = 5.0  # a server that accepts connections yet never answers must not delay training longer
 STALL_SECONDS = 10.0  # at close: the longest the child may make no progress flushing before it is killed
+
+
+@schema("tracking", "aim_remote")
+class AimRemoteTrackingConfig(TrackingConfig):
+    uri: str = "aim://127.0.0.1:53800"  # aim://host:port of a running `aim server`
+    CHECKS: ClassVar[tuple] = (("uri", lambda v: str(v).startswith("aim://"), "aim://host:port of a running aim server"),)
 
 
 class RemoteAimTracker:

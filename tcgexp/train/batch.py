@@ -24,6 +24,20 @@ def bucket(n: int, lo: int = 4) -> int:
     return max(lo, 1 << max(0, n - 1).bit_length())
 
 
+def padded_slots(rows_pad: int, decisions_pad: int) -> int:
+    """The most (lane x decision) slots ``prepare`` pads a microbatch of at most `rows_pad` rows to.
+
+    A microbatch's lanes and its longest lane's decisions share the row budget (every lane holds a
+    row, every decision at least one: lanes + decisions - 1 <= rows), so a long chunk buys decisions
+    only where rows allow them: ``tbptt.chunk=100000`` pads no more than ``chunk=256`` does at 256 rows.
+    The largest product sits where a bucket of decisions begins (2**k + 1): the lanes' bucket only
+    shrinks as decisions grow.
+    """
+    top = min(decisions_pad, rows_pad)
+    starts = {1, top, *(2**k + 1 for k in range(top.bit_length()) if 2**k + 1 <= top)}
+    return max(bucket(rows_pad - m + 1) * min(bucket(m), max(decisions_pad, m)) for m in starts)
+
+
 @dataclass
 class Prepared:
     index: int

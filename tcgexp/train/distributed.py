@@ -84,6 +84,12 @@ class World:
             raise self.lost(what, exc) from exc
         return out
 
+    def sum(self, row: np.ndarray, what: str) -> np.ndarray:
+        """`row` summed over ranks (float32 on the wire); one process keeps its own float64 row."""
+        if self.size == 1:
+            return row
+        return np.array(self.all_sum(mx.array(row), what))
+
     def gather_rows(self, row: np.ndarray, what: str) -> np.ndarray:
         """[size, n]: every rank's `row` (float64 or int64), by one all_sum of a matrix with ours filled."""
         row = np.asarray(row)

@@ -27,8 +27,14 @@ h[t+1]. ``memory=False`` is the same network reading zeros instead.
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
+from omegaconf import MISSING
+
+from ..schema import schema, within
 
 AUX_NAMES = ("ko", "prize_delta", "terminal", "return")
 Z_MAX = 0.9  # the update gate's cap: every decision keeps >= 10 % of the memory it had
@@ -98,7 +104,21 @@ def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
     return mx.concatenate([h0[:, None], hs], axis=1)
 
 
+@schema("model")
+class ModelConfig:
+    """The recurrent policy (``RecurrentPolicy``); the trainer supplies the feature and action sizes."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    hidden: int = 128  # memory width; compute grows ~quadratically
+    memory: bool = True  # false: the same network without memory, reading zeros (the ablation)
+    CHECKS: ClassVar[tuple] = (("hidden", within(1, 1_000_000), "in [1, 1e6]"),)
+
+
 class RecurrentPolicy(nn.Module):
+    """The policy, and what it needs of memory (``parameter_count``, ``activation_bytes``: the preflight
+    estimate reads them from the model, so a model of another shape reports its own)."""
+
     def __init__(self, feature_dim: int, action_dim: int, *, hidden: int, memory: bool) -> None:
         super().__init__()
         self.feature_dim, self.action_dim, self.hidden, self.memory = feature_dim, action_dim, hidden, memory
@@ -129,6 +149,21 @@ class RecurrentPolicy(nn.Module):
             carry = h0
         z = self.trunk(mx.concatenate([enc, h_row], axis=-1))
         return self.policy(z), self.aux(z), carry
+
+    # -- what it needs of memory (preflight) ------------------------------------------------
+    @property
+    def parameter_count(self) -> int:
+        """Trainable scalars, read from the layers' shapes. MLX makes weights lazily, so a model built
+        only to be measured (``preflight``) allocates nothing, at any ``hidden``."""
+        return sum(v.size for _, v in tree_flatten(self.trainable_parameters()))
+
+    def activation_bytes(self, rows: int, slots: int) -> int:
+        """float32 bytes one microbatch's forward and backward pass keep: per row (encoder, trunk,
+        heads, their gradients) and per padded (lane x decision) slot (the scan's ~10 [lanes,
+        decisions, hidden] arrays, the chosen actions)."""
+        per_row = 12 * self.hidden + 4 * self.action_dim + self.feature_dim
+        per_slot = (10 * self.hidden if self.memory else 0) + 2 * self.action_dim
+        return 4 * (rows * per_row + slots * per_slot)
 
 
 def masked_logits(logits: mx.array, mask: mx.array) -> mx.array:

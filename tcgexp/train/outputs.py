@@ -1,141 +1,70 @@
-"""What a run reports to while it trains, and what it leaves behind.
+"""What a run leaves behind: its checkpoints (``Checkpointer``), result.json and the end-of-run report.
 
-``RunHooks`` is the loop's link to the outside: checkpoints (latest, epoch,
-best), Aim metrics, and the progress display. ``finish`` writes result.json
-and prints both caches' tallies and diagnosis.
+``Checkpointer`` is built from the ``checkpoint`` group (the trainer supplies
+the folder): when latest/, epoch_NNNN/ and best/ are written, and where.
+``finish`` writes result.json and prints both caches' tallies and diagnosis.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
-import mlx.core as mx
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import MISSING
 from rich.console import Console
 
 from ..cache.report import with_rates
+from ..schema import ALL, INT32_MAX, schema, within
 from . import checkpoint as ckpt
 from .diverge import strict
-from .display import RunDisplay
 from .distributed import World
-from .provenance import provenance
 from .setup import DataParts, Learner
-from .signals import Preempted, StopSignals
 
 
-class StopRun(Exception):
-    """trainer.max_steps reached: latest/ is written, the run ends and can be resumed."""
+@schema("checkpoint")
+class CheckpointConfig:
+    """When a run's checkpoints are written (``Checkpointer``); the trainer supplies the folder."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    every_epochs: int = 1  # epoch_NNNN/ snapshots; the final epoch is always kept
+    # rolling latest/ for exact resume; smaller = less lost work after a crash, more I/O; 0 = only at epoch ends
+    latest_every_steps: int = 50
+    UNPINNED: ClassVar[tuple] = ALL
+    CHECKS: ClassVar[tuple] = (("every_epochs", within(1, INT32_MAX), "in [1, 2**31) epochs"),
+                               ("latest_every_steps", within(0, INT32_MAX),
+                                "in [0, 2**31) optimizer steps (0 = only at epoch ends)"))
 
 
-class RunHooks:
-    def __init__(self, cfg: DictConfig, run_dir: Path, data: DataParts, learner: Learner, caches: tuple,
-                 tracker, display: RunDisplay, blas: str, overrides: Optional[list[str]] = None,
-                 signals: Optional[StopSignals] = None, world: Optional[World] = None) -> None:
-        self.cfg, self.data, self.learner, self.tracker, self.display, self.blas = cfg, data, learner, tracker, \
-            display, blas
-        self.overrides, self.signals, self.world = overrides, signals, world or World()
-        self.train_cache, self.val_cache = caches
-        self.ckpt_dir = run_dir / "checkpoints"
+class Checkpointer:
+    """latest/ (rolling, enough to resume exactly), epoch_NNNN/ and best/ under `folder`, each written whole
+    (``checkpoint.save``): latest/ every ``latest_every_steps`` optimizer steps, at every stop and every
+    epoch end; epoch_NNNN/ every ``every_epochs`` epochs and after the last; best/ on a better validation loss."""
 
-    def save(self, kind: str) -> None:
-        """kind: "latest" | "epoch" | "epoch+best" (latest/ is always rewritten).
+    def __init__(self, *, every_epochs: int, latest_every_steps: int, folder: Path) -> None:
+        self.every_epochs, self.latest_every_steps, self.folder = every_epochs, latest_every_steps, Path(folder)
 
-        With several ranks every rank calls this at the same point: the weights are checked equal
-        across ranks, the live lanes' memories and the cache counters gathered, and rank 0 writes.
-        """
-        lr, p, world = self.learner, self.learner.progress, self.world
-        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.epoch})")
-        counters = {"train": rank_counters(world, self.train_cache, "train"),
-                    "val": rank_counters(world, self.val_cache, "val")}
-        live = self.live_lanes()
-        if not world.lead:
-            return
-        payload = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
-                   "blas": self.blas, "cache": {k: sum_counters(v) for k, v in counters.items()},
-                   "world": {"size": world.size, "shards": self.data.planner.shards},
-                   **provenance(self.cfg, self.data.manifests)}
-        if world.size > 1:
-            payload["cache_per_rank"] = {k: [dict(c) for c in v] for k, v in counters.items()}
-        if self.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
-            payload["overrides"] = list(self.overrides)
-        write = lambda name: ckpt.save(self.ckpt_dir / name, model=lr.model, optimizer=lr.optimizer,  # noqa: E731
-                                       lanes={"train": live}, state=payload)
-        write("latest")
-        if kind.startswith("epoch"):
-            done = p.epoch  # epochs completed
-            if done % int(self.cfg.checkpoint.every_epochs) == 0 or done == int(self.cfg.trainer.epochs):
-                write(f"epoch_{done:04d}")
-            if kind.endswith("best"):
-                write("best")
+    def latest_due(self, opt_steps: int) -> bool:
+        return bool(self.latest_every_steps) and opt_steps % self.latest_every_steps == 0
 
-    def live_lanes(self) -> ckpt.SparseLanes:
-        """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own)."""
-        lr, p, planner = self.learner, self.learner.progress, self.data.planner
-        live = planner.live_lanes(p.epoch, p.position)
-        if self.world.size == 1:
-            return ckpt.SparseLanes.of(lr.memory.h, live)
-        mine = (planner.lane_owner(p.epoch)[live] == self.world.rank)[:, None]
-        rows = self.world.all_sum(mx.array(lr.memory.h[live] * mine), "gathering lane memories for a checkpoint")
-        return ckpt.SparseLanes(tuple(lr.memory.h.shape), live.astype(np.int64), np.array(rows, np.float32))
+    def names(self, kind: str, epochs_done: int, epochs: int) -> list[str]:
+        """The checkpoints a save of `kind` ("latest" | "epoch" | "epoch+best") writes, latest/ always."""
+        names = ["latest"]
+        if kind.startswith("epoch") and (epochs_done % self.every_epochs == 0 or epochs_done == epochs):
+            names.append(f"epoch_{epochs_done:04d}")
+        if kind.endswith("best"):
+            names.append("best")
+        return names
 
-    def on_step(self, m: dict) -> None:
-        p = self.learner.progress
-        per_rank = rank_counters(self.world, self.train_cache, "train")
-        counters = sum_counters(per_rank)
-        values = {f"train/{k}": v for k, v in m.items() if k not in ("lr", "grad_norm", "rows")}
-        values["lr"], values["train/grad_norm"] = m["lr"], m["grad_norm"]
-        values.update({f"cache_train/{k}": v for k, v in counters.items()})
-        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch)
-        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch)
-        self.display.fields.update(lr=m["lr"], hit=counters["hit_rate_pct"])
-        self.display.rows(m["rows"])
-        if self.cfg.trainer.max_steps and p.opt_steps >= self.cfg.trainer.max_steps:
-            self.save("latest")
-            raise StopRun
-
-    def track_ranks(self, prefix: str, per_rank: list[dict], step: int, epoch: int) -> None:
-        """Each rank's own counters, with the Aim context {"rank": r} (the sums go untagged)."""
-        if self.world.size == 1:
-            return
-        for r, counters in enumerate(per_rank):
-            self.tracker.track({f"{prefix}/{k}": v for k, v in counters.items()}, step=step, epoch=epoch,
-                               context={"rank": r})
-
-    def stop_requested(self) -> Optional[str]:
-        return self.signals.requested if self.signals is not None else None
-
-    def safe_point(self, agreed: Optional[str] = None) -> None:
-        """After a stopping signal: write latest/ here, where nothing is half-done, and stop (Preempted).
-
-        One process decides from its own signal; several ranks from the one they `agreed` on."""
-        if self.signals is None:
-            return
-        try:
-            if self.world.size == 1:
-                self.signals.check()
-            elif agreed:
-                self.signals.agreed = agreed  # result.json names it
-                raise Preempted(agreed)
-        except Preempted:
-            self.save("latest")
-            raise
-
-    def on_validation(self, m: dict) -> None:
-        values = {f"val/{k}": v for k, v in m.items() if k != "epoch" and v is not None}
-        per_rank = rank_counters(self.world, self.val_cache, "val")
-        values.update({f"cache_val/{k}": v for k, v in sum_counters(per_rank).items()})
-        step = self.learner.progress.opt_steps
-        self.tracker.track(values, step=step, epoch=m["epoch"])
-        self.track_ranks("cache_val", per_rank, step, m["epoch"])
+    def write(self, names: list[str], *, model, optimizer, lanes: dict, state: dict) -> None:
+        for name in names:
+            ckpt.save(self.folder / name, model=model, optimizer=optimizer, lanes=lanes, state=state)
 
 
 def rank_counters(world: World, cache, name: str) -> list[dict]:
     """Every rank's counters of its `name` cache (one small all-reduce with several ranks)."""
     mine = cache.counters()
-    if world.size == 1:
-        return [mine]
     keys = list(mine)
     rows = world.gather_rows(np.array([float(mine[k]) for k in keys]), f"the {name} cache counters")
     return [{k: type(mine[k])(v) for k, v in zip(keys, row.tolist())} for row in rows]  # counts stay ints
@@ -143,28 +72,24 @@ def rank_counters(world: World, cache, name: str) -> list[dict]:
 
 def sum_counters(per_rank: list[dict]) -> dict:
     """The run's counters: counts summed over ranks, rates recomputed from the sums, memory the highest."""
-    if len(per_rank) == 1:
+    if len(per_rank) == 1:  # one rank's counters are the run's
         return per_rank[0]
     out = {k: sum(c[k] for c in per_rank) for k in per_rank[0]}
     out["memory_pct"] = max(c["memory_pct"] for c in per_rank)
     return with_rates(out)
 
 
-def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, step_seconds: float,
-           stall_seconds: float, wall: float, status: str, blas: str, aim_hash, console: Console,
-           error: Optional[str] = None, signal: Optional[str] = None, world: Optional[World] = None,
-           reduce_seconds: float = 0.0) -> dict:
-    """result.json (strict JSON: what is unknown is null) and the end-of-run report.
+def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_dir: Path, data: DataParts,
+              learner: Learner, per_rank: dict, world: World, timings: dict, blas: str, aim_hash) -> dict:
+    """result.json's content (strict JSON: what is unknown is null).
 
     status: "completed", "stopped" (trainer.max_steps: resumable), "interrupted" (by `signal`, e.g.
-    "SIGTERM": resumable) or "diverged" (with `error`). With several ranks every rank calls this
-    (the counters are gathered) and rank 0 writes the one result.json.
+    "SIGTERM": resumable), "diverged" (with `error`) or "failed" (a rank lost). `timings`: step,
+    data stall and all-reduce seconds and the wall time.
     """
-    p, world = learner.progress, world or World()
-    train_cache, val_cache = caches
-    per_rank = {"train": rank_counters(world, train_cache, "train"), "val": rank_counters(world, val_cache, "val")}
-    busy = max(step_seconds + stall_seconds, 1e-9)
-    result = {
+    p = learner.progress
+    busy = max(timings["step_seconds"] + timings["data_stall_seconds"], 1e-9)
+    return strict({
         "status": status, "error": error, "signal": signal,
         "run_dir": str(run_dir), "stopped_early": status in ("stopped", "interrupted"),
         "resumed_from": str(learner.resumed_from or ""),
@@ -179,24 +104,25 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
                       "positions": p.microbatches},
         "cache": {k: sum_counters(v) for k, v in per_rank.items()},
         "world_size": world.size, "shards": data.planner.shards,
-        "wall_seconds": wall, "rows_per_second": p.rows / busy,
-        "data_stall_seconds": stall_seconds, "data_stall_share": stall_seconds / busy,
-        "step_seconds": step_seconds, "allreduce_seconds": reduce_seconds,  # rank 0's: compute = step - allreduce
-        "blas": blas, "aim_hash": aim_hash,
-    }
-    if world.size > 1:
-        result["cache_per_rank"] = per_rank
-    result = strict(result)
-    if not world.lead:  # one result.json, one report: rank 0's
-        return result
+        "wall_seconds": timings["wall_seconds"], "rows_per_second": p.rows / busy,
+        "data_stall_seconds": timings["data_stall_seconds"], "data_stall_share": timings["data_stall_seconds"] / busy,
+        # rank 0's: compute = step - allreduce
+        "step_seconds": timings["step_seconds"], "allreduce_seconds": timings["allreduce_seconds"],
+        "blas": blas, "aim_hash": aim_hash, "cache_per_rank": per_rank,
+    })
+
+
+def report(result: dict, run_dir: Path, caches: tuple, console: Console, world: World) -> None:
+    """Rank 0 writes result.json and prints both caches' tallies and diagnosis, then the final line."""
+    if not world.lead:  # one result.json, one report
+        return
     (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=float, allow_nan=False))
-    console.print(train_cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
-    console.print(val_cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
-    for line in train_cache.diagnose() + val_cache.diagnose():
+    for cache in caches:
+        console.print(cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
+    for line in caches[0].diagnose() + caches[1].diagnose():
         console.print(f"[cache] {line}")
-    if result["final"] and status != "diverged":
-        f = result["final"]
+    if result["final"] and result["status"] != "diverged":
+        f, best = result["final"], result["best"]
         console.print(f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}); "
-                      f"best {p.best_val_loss:.4f} at epoch {p.best_epoch}; {result['rows_per_second']:,.0f} rows/s, "
-                      f"data stall {100 * result['data_stall_share']:.1f}%; {run_dir}")
-    return result
+                      f"best {best['val_loss']:.4f} at epoch {best['epoch']}; {result['rows_per_second']:,.0f} "
+                      f"rows/s, data stall {100 * result['data_stall_share']:.1f}%; {run_dir}")

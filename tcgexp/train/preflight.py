@@ -13,7 +13,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from .. import sim
-from ..config import ConfigError
+from ..config import ConfigError, build
+from .batch import padded_slots
 
 # what a tcgexp run dir holds: Hydra writes .hydra/ and the job log before train() runs; a resumed or
 # re-run dir also holds what an earlier run of ours left (anything hidden is ours or Hydra's)
@@ -47,14 +48,18 @@ def check_run_dir(run_dir: Path) -> None:
 
 def model_bytes(cfg: DictConfig) -> int:
     """A float32 estimate of what training needs: parameters, gradients, optimizer moments, gradient
-    accumulation, and one microbatch's activations (the scan keeps ~10 [lanes, chunk, hidden] arrays
-    for the backward pass; lanes padded up to twice the row budget)."""
-    h, f, a = int(cfg.model.hidden), sim.FEATURE_DIM, sim.ACTION_DIM
-    rows, chunk = int(cfg.tbptt.batch_size), int(cfg.tbptt.chunk)
-    params = (f + a + 1) * h + h + h * h + h + (h + a) * 2 * h + 2 * h + 2 * h * h + h + h * a + a + h * 4 + 4
+    accumulation, and one microbatch's activations, as the configured model reports them.
+
+    The microbatch is the largest the planner and ``batch.prepare`` can make: ``tbptt.batch_size``
+    rows, and lanes x decisions padded within that row budget (``padded_slots``), so a chunk longer
+    than a microbatch can hold costs nothing more. The model is built only to be measured: MLX
+    makes weights lazily, so nothing is allocated (the run seeds its weights afterwards).
+    """
+    model = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
+    rows = int(cfg.tbptt.batch_size)
+    slots = padded_slots(rows, int(cfg.tbptt.chunk) if cfg.tbptt.enabled else 1)
     copies = 5 if int(cfg.tbptt.accum_steps) > 1 else 4  # weights, grads, two moments (+ the accumulated sum)
-    activations = rows * (12 * h + 4 * a + f) + 2 * rows * chunk * h * 10
-    return 4 * (copies * params + activations)
+    return 4 * copies * model.parameter_count + model.activation_bytes(rows, slots)
 
 
 def check_memory(cfg: DictConfig, available: int | None = None) -> None:

@@ -9,12 +9,68 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from .. import __version__
+from ..schema import ALL
 from .checkpoint import CheckpointError
 
 PACKAGES = ("mlx", "numpy", "pyarrow", "hydra-core", "omegaconf", "aim")
-# config that changes what the run computes: a resume must not change it
-PINNED = ("tbptt.enabled", "tbptt.chunk", "tbptt.batch_size", "tbptt.accum_steps", "tbptt.lane_order",
-          "model", "optimizer", "seed", "trainer.aux_weight")
+# keys that moved since a checkpoint was written: its config and overrides are read at their new place
+MOVED = {"optimizer.grad_clip": "trainer.grad_clip"}
+TRAINER = "tcgexp.train.trainer.Trainer"  # what the trainer group built before it named its class
+
+
+def pinned(cfg: DictConfig) -> list[str]:
+    """The keys a resume must keep, because they change what the run computes: derived from the schemas.
+
+    Every field is pinned but those its schema lists in ``UNPINNED`` (``ALL``: the whole node); a
+    node none of whose fields is free is one key, compared whole (so a setting added or removed
+    counts too). With ``scheduler.reset=true`` the schedule is free: the run starts a new one.
+    """
+    out: list[str] = []
+
+    def walk(node: DictConfig, prefix: str) -> None:
+        free = getattr(OmegaConf.get_type(node), "UNPINNED", ())
+        if tuple(free) == ALL:
+            return
+        if prefix and not free:
+            out.append(prefix[:-1])
+            return
+        for key in node:
+            if key in free or key in ("hydra", "_partial_"):
+                continue
+            if isinstance(node._get_node(key), DictConfig) and not OmegaConf.is_missing(node, key):
+                walk(node[key], f"{prefix}{key}.")
+            else:
+                out.append(f"{prefix}{key}")
+
+    walk(cfg, "")
+    if cfg.scheduler.reset:
+        out = [k for k in out if k.split(".")[0] != "scheduler"]
+    return out
+
+
+def is_pinned(cfg: DictConfig, key: str) -> bool:
+    """Whether an override of `key` (a key, a node or a group) would change a pinned value."""
+    return any(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in pinned(cfg))
+
+
+def upgrade(config: dict) -> dict:
+    """A checkpoint's config as this version composes it (keys that moved; the trainer's class)."""
+    config = OmegaConf.create(config)
+    for old, new in MOVED.items():
+        value = OmegaConf.select(config, old)
+        if value is not None and OmegaConf.select(config, new) is None:
+            OmegaConf.update(config, new, value, force_add=True)
+            parent, _, leaf = old.rpartition(".")
+            OmegaConf.select(config, parent).pop(leaf)
+    if "trainer" in config and "_target_" not in config.trainer:
+        config.trainer._target_ = TRAINER
+    return OmegaConf.to_container(config)
+
+
+def upgrade_override(override: str) -> str:
+    """A checkpoint's command-line override as this version reads it."""
+    key, eq, value = override.partition("=")
+    return f"{MOVED.get(key, key)}{eq}{value}"
 
 
 def code_version() -> str:
@@ -62,12 +118,10 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
                                      f"built with other settings since: {', '.join(rebuilt)}" if rebuilt else "") if p)
         raise CheckpointError(f"resume={path}: the checkpoint was trained on other data ({what}); resume with the "
                               f"dataset config it was trained with (dataset.dates={sorted(was)})")
-    old = OmegaConf.create(saved.get("config", {}))
+    old = OmegaConf.create(upgrade(saved.get("config", {})))
     diffs = []
     # the schedule is the checkpoint's unless scheduler.reset=true: a change without it would be recorded, not run
-    schedule = () if cfg.scheduler.reset else ("scheduler._target_", "scheduler.warmup_steps",
-                                               "scheduler.total_steps", "scheduler.min_lr_ratio")
-    for key in PINNED + schedule:
+    for key in pinned(cfg):
         a, b = value_at(old, key), value_at(cfg, key)
         if a != b:
             diffs.append(f"{key}: {a!r} -> {b!r}")

@@ -19,21 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, compose
 from . import checkpoint as ckpt
-from .provenance import value_at
-
-# what a resume may change: how the run is carried out, never what it computes
-ALLOWED = ("trainer.epochs", "trainer.max_steps", "checkpoint", "tracking", "cache", "loader", "dataset.root",
-           "dataset.storage", "dataset.workers", "dataset.verify", "optimized_metric", "resume", "scheduler.reset", "hydra")
+from .provenance import is_pinned, upgrade, upgrade_override, value_at
 
 
 def _key(override) -> str:
     return override.key_or_group.removeprefix("+").removeprefix("~")
-
-
-def _allowed(key: str, reset: bool) -> bool:
-    if reset and (key == "scheduler" or key.startswith("scheduler.")):
-        return True  # a new schedule may be anything
-    return any(key == a or key.startswith(a + ".") for a in ALLOWED)
 
 
 def resume_config(cfg: DictConfig, overrides: Sequence[str],
@@ -48,15 +38,16 @@ def resume_config(cfg: DictConfig, overrides: Sequence[str],
         return cfg, list(overrides)
     parser = OverridesParser.create()
     now = [o for o in overrides if not o.startswith("resume=")]
-    merged = {_key(o): o.input_line for o in parser.parse_overrides([o for o in before if not o.startswith("resume=")])}
+    merged = {_key(o): o.input_line for o in parser.parse_overrides([upgrade_override(o) for o in before
+                                                                      if not o.startswith("resume=")])}
     merged.update({_key(o): o.input_line for o in parser.parse_overrides(now)})
     merged["resume"] = f"resume={cfg.resume}"
     new = compose(*merged.values())
-    was = OmegaConf.create(saved.get("config", {}))
+    was = OmegaConf.create(upgrade(saved.get("config", {})))
     refused = []
     for o in parser.parse_overrides(now):
         key = _key(o)
-        if _allowed(key, bool(new.scheduler.reset)):
+        if not is_pinned(new, key):  # how the run is carried out (the schemas' UNPINNED), not what it computes
             continue
         a = value_at(was, key)
         if a != value_at(new, key):

@@ -1,47 +1,68 @@
 """``train(cfg)``: the plain function behind ``python -m tcgexp.train``; tests call it directly.
 
-Reads as a sequence: validate the config, build the data side and the learner
-(``setup.py``, every part by ``instantiate``), open the two caches and their
-loaders, track, run the loop, leave the run dir's outputs (``outputs.py``).
+``run`` reads as lightning-hydra-template's ``train``: build the data side,
+build the learner, build the trainer (``instantiate`` of its group, with its
+checkpointer and tracker), fit, return the metrics. ``train`` around it
+checks the config and the surroundings first and owns the run folder and
+the stopping signals. ``Config`` is the schema the composed config starts from.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
-import time
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import mlx.core as mx
-import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 from rich.console import Console
 
 from ..cache.registry import reclaim
+from ..cache.rowgroup import CacheConfig
 from ..cli import say_now
 from ..config import build, validate
-from ..ownership import SPILL_MARKER, remove_spill_root, spill_root_of
-from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
+from ..data.corpus import DatasetConfig
+from ..ownership import SPILL_MARKER
+from ..plan.loader import LoaderConfig
+from ..plan.planner import TbpttConfig
 from ..progress import report_console
-from ..track import NullTracker, job_context
+from ..schema import schema, within
+from ..track import TrackingConfig, job_context
 from ..track.summary import write_summary
-from .batch import prepare
 from .blas import load_fast_blas
-from .diverge import DivergenceError
+from .distributed import World, rank_lock_name
 from .errors import USER_ERRORS
-from .distributed import DistributedError, World, rank_lock_name
-from .display import RunDisplay
-from .loop import Hooks, Loop
-from .outputs import RunHooks, StopRun, finish
-from .runlock import hold_run_dir
-from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
+from .model import ModelConfig
+from .optim import OptimizerConfig
+from .outputs import CheckpointConfig
 from .preflight import preflight
+from .runlock import hold_run_dir
+from .schedule import SchedulerConfig
 from .setup import make_learner, prepare_data
-from .state import LaneMemory
-from .step import Stepper, to_mx
+from .signals import ForcedStop, RunInterrupted, StopSignals, exit_code
+from .trainer import RunContext, Trainer, TrainerConfig
+
+
+@schema(name="base_config")
+class Config:
+    """The training run (``conf/config.yaml``): one option of every group, and the run's own keys."""
+
+    dataset: DatasetConfig = MISSING
+    cache: CacheConfig = MISSING
+    loader: LoaderConfig = MISSING
+    tbptt: TbpttConfig = MISSING
+    scheduler: SchedulerConfig = MISSING
+    model: ModelConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    checkpoint: CheckpointConfig = MISSING
+    tracking: TrackingConfig = MISSING
+    seed: int = 0  # initial weights and lane shuffles
+    resume: Optional[str] = None  # a run dir or checkpoint dir to continue exactly
+    # what the task returns to a sweeper: val/<metric> (val/loss, val/policy, val/accuracy, ...) | best/val_loss
+    optimized_metric: Optional[str] = "val/loss"
+    UNPINNED: ClassVar[tuple] = ("resume", "optimized_metric")
+    # MLX and numpy seed generators take an unsigned 32-bit seed: anything else is a raw TypeError deep inside
+    CHECKS: ClassVar[tuple] = (("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),)
 
 
 def run_dir_from_hydra() -> Path:
@@ -75,7 +96,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     # after the block Python's default would end them before their line.
     with hold_run_dir(run_dir, rank_lock_name(world.rank)), StopSignals() as signals:
         try:
-            result = run(cfg, run_dir, console, memory_probe, overrides, signals, world)
+            result = run(cfg, RunContext(cfg, run_dir, world, console, load_fast_blas(), signals, memory_probe,
+                                         overrides))
             if result["status"] == "interrupted":
                 p = result["processed"]
                 line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
@@ -94,117 +116,24 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     return result
 
 
-def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, overrides, signals: StopSignals,
-        world: World) -> dict:
-    t_start, blas = time.perf_counter(), load_fast_blas()
+def run(cfg: DictConfig, ctx: RunContext) -> dict:
+    """Build the data side, build the learner, build the trainer, fit: the run's result and its model."""
     mx.random.seed(int(cfg.seed))  # every rank draws the same initial weights (checked below)
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
-        console.print(reclaimed, markup=False, soft_wrap=True)
-
-    data = prepare_data(cfg, world)  # corpus, lane index, planner (this rank's shard), the run's step counts
-    learner = make_learner(cfg, data, blas=blas, console=console, world=world)  # model, optimizer + schedule
-    world.check_same_weights(learner.model, "start-up")
-    stepper = Stepper(learner.model, learner.optimizer, aux_weight=float(cfg.trainer.aux_weight),
-                      grad_clip=float(learner.optimizer.grad_clip))
-    transform = partial(prepare, rows_pad=data.planner.batch_size, decisions_pad=data.planner.chunk)
-    check_precision(stepper, learner, data, transform)
-
-    # spill lives and dies with this run (each rank its own)
-    spill_root = spill_root_of(run_dir, world.rank)
-    with contextlib.ExitStack() as stack:
-        stack.callback(remove_spill_root, spill_root)
-        spill_root.mkdir(exist_ok=True)
-        caches = [stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name,
-                                                       name=name, memory_probe=memory_probe))
-                  for name in ("train", "val")]
-        loaders = [build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches]
-        context = job_context(run_dir)
-        hparams = {**OmegaConf.to_container(cfg, resolve=True), "world_size": world.size}
-        tracker = stack.enter_context(tracked(  # one Aim run per training run: rank 0's
-            build(cfg.tracking)(hparams=hparams, context=context, resume_hash=learner.aim_hash) if world.lead
-            else NullTracker()))
-        display = RunDisplay() if world.lead else RunDisplay(Console(file=io.StringIO()))
-        hooks = RunHooks(cfg, run_dir, data, learner, caches, tracker, display, blas, overrides, signals, world)
-        loop = Loop(planner=data.planner, stepper=stepper, train_loader=loaders[0], val_loader=loaders[1],
-                    train_cache=caches[0], val_cache=caches[1], memory=learner.memory,
-                    val_memory=LaneMemory(len(data.index.lanes), learner.model.hidden),
-                    epochs=int(cfg.trainer.epochs), latest_every_steps=int(cfg.checkpoint.latest_every_steps),
-                    progress=learner.progress, divergence_hint=divergence_hint(cfg), world=world,
-                    hooks=Hooks(on_step=hooks.on_step, on_validation=hooks.on_validation, save=hooks.save,
-                                on_phase=display.phase, on_advance=display.advance, safe_point=hooks.safe_point,
-                                stop_requested=hooks.stop_requested))
-        with display:
-            status, error = run_loop(loop)
-        # a broken world (a rank lost) can gather nothing more: each survivor reports what it has
-        alone = replace(world, size=1) if status == "failed" else world
-        result = finish(run_dir, data=data, learner=learner, caches=caches, step_seconds=loop.step_seconds,
-                        stall_seconds=loaders[0].stall_seconds, wall=time.perf_counter() - t_start,
-                        status=status, error=error, blas=blas, aim_hash=tracker.hash, console=console,
-                        signal=signals.name if status == "interrupted" else None, world=alone,
-                        reduce_seconds=loop.reduce_seconds)
-        if status == "failed":
-            raise DistributedError(error)  # a rank is gone: no collective can follow
-        if status != "diverged":
-            tracker.finish(status)
-        # no rank leaves before rank 0 has written everything: mlx.launch SIGTERMs the other ranks
-        # as soon as one exits non-zero (143 after a signal, 1 after a divergence)
-        world.barrier("the end of the run")
-        if world.size > 1:
-            signals.run_over()
-        if status == "diverged":
-            raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
-    if status == "interrupted" and context.in_sweep and world.lead:  # Hydra's job-end callback will not run: report now
-        write_summary(Path(context.sweep_dir))
+        ctx.console.print(reclaimed, markup=False, soft_wrap=True)
+    data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), cache and loader, counts
+    learner = make_learner(cfg, data, ctx)  # model, optimizer owning its schedule, progress: fresh or resumed
+    ctx.world.check_same_weights(learner.model, "start-up")
+    trainer: Trainer = build(cfg.trainer)(checkpoint=build(cfg.checkpoint), tracking=build(cfg.tracking), run=ctx)
+    result = trainer.fit(data, learner)
+    if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
+        write_sweep_summary(ctx.run_dir)
     return {**result, "model": learner.model}
 
 
-def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
-    """(status, error): "completed", "stopped" (trainer.max_steps), "interrupted" (a stopping signal)
-    or "diverged" (with the guard's line)."""
-    try:
-        loop.run()
-    except Preempted:
-        return "interrupted", None
-    except StopRun:
-        return "stopped", None
-    except DivergenceError as exc:
-        return "diverged", str(exc)
-    except DistributedError as exc:  # a rank died, or the ranks' weights parted: every survivor stops
-        return "failed", str(exc)
-    return "completed", None
-
-
-@contextlib.contextmanager
-def tracked(tracker) -> Iterator:
-    """The tracker for the run's duration: marked failed (with the reason) on any exception, always closed."""
-    try:
-        yield tracker
-    except BaseException as exc:
-        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-        raise
-    finally:
-        tracker.close()
-
-
-def divergence_hint(cfg: DictConfig) -> str:
-    """The knobs that usually make a run diverge, with this run's values."""
-    return (f"optimizer.lr={cfg.optimizer.lr}, trainer.aux_weight={cfg.trainer.aux_weight}, "
-            f"optimizer.grad_clip={cfg.optimizer.grad_clip} (0 = no clipping)")
-
-
-def check_precision(stepper: Stepper, learner, data, transform) -> None:
-    """FP32 check on the batch the run starts with (read directly, so the caches' counters stay clean).
-
-    With shards, a rank's plan can be padding from its position on: then the first microbatch of
-    the shards' plans (any rank can build any shard) stands in; every rank checks the same dtypes.
-    """
-    p, epochs = learner.progress, len(data.planned_steps)
-    epoch = min(p.epoch, epochs - 1)
-    plan = data.planner.epoch_plan(epoch)
-    real = np.flatnonzero(plan.real()[p.position:]) + p.position if p.position < len(plan) else []
-    mb = plan[int(real[0])] if len(real) else next(sp[0] for sp in data.planner.shard_plans(epoch) if len(sp))
-    first = transform(assemble(mb, DirectSource(data.corpus.files), TRAIN_COLUMNS))
-    inputs = to_mx(first.inputs)
-    stepper.check_precision(inputs, to_mx(first.targets),
-                            learner.memory.read(first, inputs["lane_decisions"].shape[0]))
+def write_sweep_summary(run_dir: Path) -> None:
+    """An interrupted job of a sweep brings the sweep's summary up to date itself."""
+    context = job_context(run_dir)
+    if context.in_sweep:
+        write_summary(Path(context.sweep_dir))

@@ -1,23 +1,23 @@
 """Building a run's parts from the composed config, by ``instantiate`` alone: data side and learner.
 
 Every part is a config group with a ``_target_``; the parts that need what only
-the run knows (the lane index, the feature sizes, the horizon, the schedule)
-are partials, completed here. Fresh or resumed: a resume restores the
-learner's state from the checkpoint and keeps its schedule unless
-``scheduler.reset=true``.
+the run knows (the lane index, the feature sizes, the horizon, the schedule,
+the cache's files and spill dir) are partials, completed here or by the
+trainer. Fresh or resumed: a resume restores the learner's state from the
+checkpoint and keeps its schedule unless ``scheduler.reset=true``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import mlx.core as mx
 import mlx.optimizers as optim
 from omegaconf import DictConfig
-from rich.console import Console
 
 from .. import sim
+from ..cache import RowGroupCache
 from ..config import ConfigError, build
 from ..data import Corpus
 from ..plan import LaneIndex, Planner
@@ -27,12 +27,17 @@ from .model import RecurrentPolicy
 from .preflight import check_val_rows
 from .provenance import check_progress, check_resumable
 from .distributed import World
-from .schedule import Schedule, resume_schedule
+from .schedule import Schedule
 from .state import LaneMemory, TrainState
+
+if TYPE_CHECKING:
+    from .trainer import RunContext
 
 
 @dataclass
 class DataParts:
+    """The data side: the days, their lanes and plans, and the cache and loader the trainer opens over them."""
+
     corpus: Corpus
     manifests: list[dict]
     index: LaneIndex
@@ -40,6 +45,8 @@ class DataParts:
     planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)): positions)
     planned_steps: list[int]
     planned_real: list[int]  # per epoch, microbatches with rows over all ranks (= positions without shards)
+    cache: Callable[..., RowGroupCache]  # (files, columns, spill_dir=, name=, memory_probe=): one per split
+    loader: Callable  # (cache, columns, transform=)
 
 
 def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
@@ -76,7 +83,8 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     counts = [(planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e))
               for e in epochs]
     lengths, steps, real = ([c[i] for c in counts] for i in range(3))
-    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
+    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real,
+                     cache=build(cfg.cache), loader=build(cfg.loader))
 
 
 @dataclass
@@ -90,11 +98,10 @@ class Learner:
     resumed_from: Optional[Path] = None
 
 
-def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Console, world: World | None = None
-                 ) -> Learner:
+def make_learner(cfg: DictConfig, data: DataParts, run: "RunContext") -> Learner:
     """Model, optimizer (with its schedule), progress and lane memory: fresh, or restored from ``cfg.resume``."""
     model: RecurrentPolicy = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
-    memory = LaneMemory(len(data.index.lanes), model.hidden)
+    memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
     if not cfg.resume:
         schedule = build(cfg.scheduler)(run_steps=sum(data.planned_steps))
         optimizer = _optimizer(cfg, model, schedule)
@@ -102,10 +109,10 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
     path = ckpt.find(str(cfg.resume))
     saved_state = ckpt.read_state(path)  # every file verified against checksums.json
     if not (path / ckpt.CHECKSUMS).exists():
-        console.print(f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
-                      "cannot be verified, only parsed and checked against the plan")
+        run.console.print(f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
+                          "cannot be verified, only parsed and checked against the plan")
     check_resumable(saved_state, cfg, data.manifests, path)
-    check_world(saved_state, world or World(), data.planner.shards, path)
+    check_world(saved_state, run.world, data.planner.shards, path)
     epochs = int(cfg.trainer.epochs)
     check_progress(saved_state, planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
                    accum_steps=int(cfg.tbptt.accum_steps), epochs=epochs, path=path)
@@ -114,21 +121,21 @@ def make_learner(cfg: DictConfig, data: DataParts, *, blas: str, console: Consol
     except TypeError as exc:  # keys this code does not know
         raise ckpt.CheckpointError(f"{path / 'state.json'}: progress is unreadable ({exc})") from exc
     remaining = sum(data.planned_steps[progress.epoch:]) - progress.epoch_opt_steps if progress.epoch < epochs else 0
-    if cfg.scheduler.reset:  # a new schedule over what this run has left, from the optimizer's current step
-        schedule = build(cfg.scheduler)(run_steps=remaining, start=progress.opt_steps)
-    else:
-        try:
-            schedule = resume_schedule(saved_state["schedule"], step=progress.opt_steps, remaining_steps=remaining)
-        except (KeyError, TypeError, ValueError, ImportError) as exc:  # ScheduleError (horizon) passes through
-            if type(exc).__module__.startswith("tcgexp."):
-                raise
-            raise ckpt.CheckpointError(f"{path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
-                                       f"{exc}); resume from another checkpoint") from exc
+    # a schedule over what this run has left, from the optimizer's current step: kept as it is with
+    # scheduler.reset=true, else set back to the checkpoint's (its horizon and phase)
+    schedule = build(cfg.scheduler)(run_steps=remaining, start=progress.opt_steps)
+    try:
+        schedule.load_state_dict(saved_state["schedule"], step=progress.opt_steps, remaining_steps=remaining)
+    except (KeyError, TypeError, ValueError) as exc:  # ScheduleError (horizon, class) passes through
+        if type(exc).__module__.startswith("tcgexp."):
+            raise
+        raise ckpt.CheckpointError(f"{path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
+                                   f"{exc}); resume from another checkpoint") from exc
     optimizer = _optimizer(cfg, model, schedule)
     saved, lanes = ckpt.load(path, model=model, optimizer=optimizer, lanes_shape=memory.h.shape)
-    if saved.get("blas") != blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
-        console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
-                      f"{blas}; the continuation will not be bit-identical")
+    if saved.get("blas") != run.blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
+        run.console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
+                          f"{run.blas}; the continuation will not be bit-identical")
     memory.h[:] = lanes["train"]
     return Learner(model, optimizer, schedule, progress, memory, saved.get("aim_hash"), path)
 

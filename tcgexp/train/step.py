@@ -40,7 +40,17 @@ def to_mx(d: dict) -> dict:
     return {k: mx.array(v) for k, v in d.items()}
 
 
+def clip_or_norm(g, max_norm: float):
+    """(the gradients clipped to global norm `max_norm`, their norm before clipping); 0 = no clipping."""
+    if max_norm > 0:
+        return optim.clip_grad_norm(g, max_norm)
+    return g, mx.sqrt(sum((x * x).sum() for _, x in tree_flatten(g)))
+
+
 class Stepper:
+    """The compiled steps of one model and optimizer: ``aux_weight`` and ``grad_clip`` are the trainer's
+    (``trainer.aux_weight``, ``trainer.grad_clip``), what each step computes."""
+
     def __init__(self, model: RecurrentPolicy, optimizer: optim.Optimizer, *, aux_weight: float,
                  grad_clip: float) -> None:
         self.model, self.optimizer = model, optimizer
@@ -57,11 +67,7 @@ class Stepper:
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def apply(g, scale):
-            g = tree_map(lambda x: x * scale, g)
-            if self.grad_clip > 0:
-                g, norm = optim.clip_grad_norm(g, self.grad_clip)
-            else:
-                norm = mx.sqrt(sum((x * x).sum() for _, x in tree_flatten(g)))
+            g, norm = clip_or_norm(tree_map(lambda x: x * scale, g), self.grad_clip)
             optimizer.update(model, g)
             return norm
 
@@ -69,10 +75,7 @@ class Stepper:
         def step(inputs, targets, h0):
             """accum_steps=1: gradients and update in one graph (one dispatch, no grads handed back)."""
             (loss, (parts, carry)), g = loss_and_grad(model, inputs, targets, h0)
-            if self.grad_clip > 0:
-                g, norm = optim.clip_grad_norm(g, self.grad_clip)
-            else:
-                norm = mx.sqrt(sum((x * x).sum() for _, x in tree_flatten(g)))
+            g, norm = clip_or_norm(g, self.grad_clip)
             optimizer.update(model, g)
             return loss, parts, carry, norm
 

@@ -1,0 +1,283 @@
+"""The trainer: fits a learner on the data side for the configured epochs, with its checkpoints and tracking.
+
+Built from the ``trainer`` group (partial): ``train()`` completes it with its
+checkpointer (the ``checkpoint`` group), its tracker factory (``tracking``)
+and the run's context; ``fit(data, learner)`` then opens the caches and
+loaders, runs the loop (``loop.py``) and returns the run's result. The trainer
+is also what the loop reports to (``loop.Hooks``): each optimizer step and
+validation goes to the tracker and the display, a stop to ``latest/``.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable, ClassVar, Iterator, Optional
+
+import mlx.core as mx
+import numpy as np
+from omegaconf import MISSING, DictConfig, OmegaConf
+from rich.console import Console
+
+from ..ownership import remove_spill_root, spill_root_of
+from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
+from ..schema import FLOAT32_MAX, INT32_MAX, schema, within
+from ..track import NullTracker, job_context
+from . import checkpoint as ckpt
+from .batch import prepare
+from .display import RunDisplay
+from .distributed import DistributedError, World
+from .diverge import DivergenceError
+from .loop import Loop
+from .outputs import Checkpointer, rank_counters, report, result_of, sum_counters
+from .provenance import provenance
+from .setup import DataParts, Learner
+from .signals import Preempted, StopSignals
+from .step import Stepper, to_mx
+
+
+@schema("trainer")
+class TrainerConfig:
+    """The loop over epochs (``Trainer``); the run supplies its checkpointer, tracker and context."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
+    aux_weight: float = 0.25  # weight of the four auxiliary losses (KO, prize delta, terminal, return) beside the policy
+    grad_clip: float = 1.0  # global-norm clip of every update's gradients; 0 = no clipping
+    max_steps: int = 0  # >0: stop (resumably, latest/ written) after this many optimizer steps; 0 = run all epochs
+    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps")  # how long a run goes, not what each step computes
+    CHECKS: ClassVar[tuple] = (
+        ("epochs", within(1, 10**6), "in [1, 1e6]"),
+        ("aux_weight", within(0.0, FLOAT32_MAX), ">= 0 (0 = the policy loss alone)"),
+        ("grad_clip", within(0.0, FLOAT32_MAX), ">= 0 (0 = no clipping)"),
+        ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"))
+
+
+class StopRun(Exception):
+    """trainer.max_steps reached: latest/ is written, the run ends and can be resumed."""
+
+
+@dataclass
+class RunContext:
+    """What only the run knows, beside its parts: its config, folder, ranks, console and signals."""
+
+    cfg: DictConfig
+    run_dir: Path
+    world: World
+    console: Console
+    blas: str
+    signals: Optional[StopSignals] = None
+    memory_probe: Optional[Callable[[], float]] = None  # replaces the caches' psutil probe (tests)
+    overrides: Optional[list[str]] = None  # the command line's: every checkpoint records them
+    started: float = field(default_factory=time.perf_counter)
+
+
+class Trainer:
+    def __init__(self, *, epochs: int, aux_weight: float, grad_clip: float, max_steps: int,
+                 checkpoint: Callable[..., Checkpointer], tracking: Callable, run: RunContext) -> None:
+        self.epochs, self.aux_weight, self.grad_clip, self.max_steps = epochs, aux_weight, grad_clip, max_steps
+        self.run, self.world = run, run.world
+        self.checkpoints = checkpoint(folder=run.run_dir / "checkpoints")
+        self.tracking = tracking
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, data: DataParts, learner: Learner) -> dict:
+        """Train `learner` on `data`: the run's result (rank 0 also writes it to result.json).
+
+        Raises DivergenceError (after result.json) when the run diverged, DistributedError when a
+        rank was lost; a stopping signal or ``max_steps`` ends it resumably (status in the result).
+        """
+        self.data, self.learner = data, learner
+        stepper = Stepper(learner.model, learner.optimizer, aux_weight=self.aux_weight, grad_clip=self.grad_clip)
+        transform = partial(prepare, rows_pad=data.planner.batch_size, decisions_pad=data.planner.chunk)
+        check_precision(stepper, learner, data, transform)
+        spill_root = spill_root_of(self.run.run_dir, self.world.rank)
+        with contextlib.ExitStack() as stack:  # spill lives and dies with this run (each rank its own)
+            stack.callback(remove_spill_root, spill_root)
+            spill_root.mkdir(exist_ok=True)
+            self.caches = tuple(stack.enter_context(data.cache(
+                data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name, name=name,
+                memory_probe=self.run.memory_probe)) for name in ("train", "val"))
+            loaders = tuple(data.loader(cache, TRAIN_COLUMNS, transform=transform) for cache in self.caches)
+            self.tracker = stack.enter_context(tracked(self.open_tracker()))
+            self.display = RunDisplay() if self.world.lead else RunDisplay(Console(file=io.StringIO()))
+            loop = Loop(planner=data.planner, stepper=stepper, loaders=loaders, caches=self.caches,
+                        memory=learner.memory, progress=learner.progress, epochs=self.epochs, hooks=self,
+                        world=self.world, hint=divergence_hint(self.run.cfg, self))
+            with self.display:
+                status, error = run_loop(loop)
+            result = self.finish(loop, loaders[0], status, error)
+        return result
+
+    def open_tracker(self):
+        """One tracked run per training run: rank 0's (a resume continues the checkpoint's)."""
+        if not self.world.lead:
+            return NullTracker()
+        hparams = {**OmegaConf.to_container(self.run.cfg, resolve=True), "world_size": self.world.size}
+        return self.tracking(hparams=hparams, context=job_context(self.run.run_dir),
+                             resume_hash=self.learner.aim_hash)
+
+    def finish(self, loop: Loop, train_loader, status: str, error: Optional[str]) -> dict:
+        """result.json and the report; then the tracker's status, and every rank waits for rank 0."""
+        world = self.world
+        # a broken world (a rank lost) can gather nothing more: each survivor reports what it has
+        alone = World(world.rank, 1, None, world.run_dir) if status == "failed" else world
+        per_rank = {name: rank_counters(alone, cache, name) for name, cache in zip(("train", "val"), self.caches)}
+        signals = self.run.signals
+        result = result_of(
+            status=status, error=error, signal=signals.name if status == "interrupted" and signals else None,
+            run_dir=self.run.run_dir, data=self.data, learner=self.learner, per_rank=per_rank, world=alone,
+            timings={"step_seconds": loop.step_seconds, "data_stall_seconds": train_loader.stall_seconds,
+                     "allreduce_seconds": loop.reduce_seconds,
+                     "wall_seconds": time.perf_counter() - self.run.started},
+            blas=self.run.blas, aim_hash=self.tracker.hash)
+        report(result, self.run.run_dir, self.caches, self.run.console, alone)
+        if status == "failed":
+            raise DistributedError(error)  # a rank is gone: no collective can follow
+        if status != "diverged":
+            self.tracker.finish(status)
+        # no rank leaves before rank 0 has written everything: mlx.launch SIGTERMs the other ranks
+        # as soon as one exits non-zero (143 after a signal, 1 after a divergence)
+        world.barrier("the end of the run")
+        if signals is not None:
+            signals.run_over()
+        if status == "diverged":
+            raise DivergenceError(error)  # after result.json: the run fails, with its report on disk
+        return result
+
+    # -- what the loop reports to (loop.Hooks) -----------------------------------------------
+    def on_phase(self, name: str, total: int) -> None:
+        self.display.phase(name, total)
+
+    def on_advance(self, n: int, fields: dict) -> None:
+        self.display.advance(n, fields)
+
+    def latest_due(self, opt_steps: int) -> bool:
+        return self.checkpoints.latest_due(opt_steps)
+
+    def on_step(self, m: dict) -> None:
+        p = self.learner.progress
+        per_rank = rank_counters(self.world, self.caches[0], "train")
+        counters = sum_counters(per_rank)
+        values = {f"train/{k}": v for k, v in m.items() if k not in ("lr", "grad_norm", "rows")}
+        values["lr"], values["train/grad_norm"] = m["lr"], m["grad_norm"]
+        values.update({f"cache_train/{k}": v for k, v in counters.items()})
+        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch)
+        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch)
+        self.display.fields.update(lr=m["lr"], hit=counters["hit_rate_pct"])
+        self.display.rows(m["rows"])
+        if self.max_steps and p.opt_steps >= self.max_steps:
+            self.save("latest")
+            raise StopRun
+
+    def on_validation(self, m: dict) -> None:
+        values = {f"val/{k}": v for k, v in m.items() if k != "epoch" and v is not None}
+        per_rank = rank_counters(self.world, self.caches[1], "val")
+        values.update({f"cache_val/{k}": v for k, v in sum_counters(per_rank).items()})
+        step = self.learner.progress.opt_steps
+        self.tracker.track(values, step=step, epoch=m["epoch"])
+        self.track_ranks("cache_val", per_rank, step, m["epoch"])
+
+    def track_ranks(self, prefix: str, per_rank: list[dict], step: int, epoch: int) -> None:
+        """Each rank's own counters, with the Aim context {"rank": r} (the sums go untagged)."""
+        if len(per_rank) == 1:  # one rank's counters are the sums
+            return
+        for r, counters in enumerate(per_rank):
+            self.tracker.track({f"{prefix}/{k}": v for k, v in counters.items()}, step=step, epoch=epoch,
+                               context={"rank": r})
+
+    def stop_requested(self) -> Optional[str]:
+        return self.run.signals.requested if self.run.signals is not None else None
+
+    def safe_point(self, agreed: Optional[str]) -> None:
+        """Where nothing is half-done: after the signal every rank `agreed` on (its own, with one
+        rank), write latest/ here and stop (Preempted)."""
+        if agreed and self.run.signals is not None:
+            self.run.signals.agreed = agreed  # result.json names it
+            self.save("latest")
+            raise Preempted(agreed)
+
+    def save(self, kind: str) -> None:
+        """kind: "latest" | "epoch" | "epoch+best" (latest/ is always rewritten).
+
+        Every rank calls this at the same point: the weights are checked equal across ranks, the
+        live lanes' memories and the cache counters gathered, and rank 0 writes.
+        """
+        lr, p, world = self.learner, self.learner.progress, self.world
+        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.epoch})")
+        counters = {name: rank_counters(world, cache, name) for name, cache in zip(("train", "val"), self.caches)}
+        live = self.live_lanes()
+        if not world.lead:
+            return
+        state = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
+                 "blas": self.run.blas, "cache": {k: sum_counters(v) for k, v in counters.items()},
+                 "cache_per_rank": counters, "world": {"size": world.size, "shards": self.data.planner.shards},
+                 **provenance(self.run.cfg, self.data.manifests)}
+        if self.run.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
+            state["overrides"] = list(self.run.overrides)
+        self.checkpoints.write(self.checkpoints.names(kind, p.epoch, self.epochs), model=lr.model,
+                               optimizer=lr.optimizer, lanes={"train": live}, state=state)
+
+    def live_lanes(self) -> ckpt.SparseLanes:
+        """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own,
+        one process every shard it runs)."""
+        memory, p, planner = self.learner.memory, self.learner.progress, self.data.planner
+        live = np.unique(planner.live_lanes(p.epoch, p.position))
+        mine = (planner.lane_owner(p.epoch)[live] // (planner.shards // self.world.size) == self.world.rank)
+        rows = self.world.all_sum(mx.array(memory.h[live] * mine[:, None]), "gathering lane memories for a checkpoint")
+        return ckpt.SparseLanes(tuple(memory.h.shape), live.astype(np.int64), np.array(rows, np.float32))
+
+
+def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
+    """(status, error): "completed", "stopped" (trainer.max_steps), "interrupted" (a stopping signal),
+    "diverged" (with the guard's line) or "failed" (a rank lost)."""
+    try:
+        loop.run()
+    except Preempted:
+        return "interrupted", None
+    except StopRun:
+        return "stopped", None
+    except DivergenceError as exc:
+        return "diverged", str(exc)
+    except DistributedError as exc:  # a rank died, or the ranks' weights parted: every survivor stops
+        return "failed", str(exc)
+    return "completed", None
+
+
+@contextlib.contextmanager
+def tracked(tracker) -> Iterator:
+    """The tracker for the run's duration: marked failed (with the reason) on any exception, always closed."""
+    try:
+        yield tracker
+    except BaseException as exc:
+        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        raise
+    finally:
+        tracker.close()
+
+
+def divergence_hint(cfg: DictConfig, trainer: Trainer) -> str:
+    """The knobs that usually make a run diverge, with this run's values."""
+    return (f"optimizer.lr={cfg.optimizer.lr}, trainer.aux_weight={trainer.aux_weight}, "
+            f"trainer.grad_clip={trainer.grad_clip} (0 = no clipping)")
+
+
+def check_precision(stepper: Stepper, learner: Learner, data: DataParts, transform) -> None:
+    """FP32 check on the batch the run starts with (read directly, so the caches' counters stay clean).
+
+    With shards, a rank's plan can be padding from its position on: then the first microbatch of
+    the shards' plans (any rank can build any shard) stands in; every rank checks the same dtypes.
+    """
+    p, epochs = learner.progress, len(data.planned_steps)
+    epoch = min(p.epoch, epochs - 1)
+    plan = data.planner.epoch_plan(epoch)
+    real = np.flatnonzero(plan.real()[p.position:]) + p.position if p.position < len(plan) else []
+    mb = plan[int(real[0])] if len(real) else next(sp[0] for sp in data.planner.shard_plans(epoch) if len(sp))
+    first = transform(assemble(mb, DirectSource(data.corpus.files), TRAIN_COLUMNS))
+    inputs = to_mx(first.inputs)
+    stepper.check_precision(inputs, to_mx(first.targets),
+                            learner.memory.read(first, inputs["lane_decisions"].shape[0]))
