@@ -72,6 +72,15 @@ def cache_of(files, columns, policy: str = "lru", **kw):
     return build(option("cache", policy, *overrides))(files, columns, **runtime)
 
 
+def planner_of(index, **knobs):
+    """The TBPTT planner as the trainer builds it: the real `tbptt` option, knobs overridden (its schema
+    holds the defaults); `shards` and `shard` (what the trainer supplies) pass through."""
+    from tcgexp.config import build, option
+
+    runtime = {k: knobs.pop(k) for k in ("shards", "shard") if k in knobs}
+    return build(option("tbptt", "default", *[f"tbptt.{k}={_value(v)}" for k, v in knobs.items()]))(index, **runtime)
+
+
 def policy_of(name: str, capacity: int, **knobs):
     """The residency policy of cache option `name`, as the cache builds it."""
     from tcgexp.config import build, option

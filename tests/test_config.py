@@ -6,10 +6,11 @@ from hydra.errors import ConfigCompositionException
 from tcgexp.config import build as instantiate
 from omegaconf import OmegaConf
 
-from tcgexp.config import GROUPS
+from tcgexp.cli import primary_defaults
 from tcgexp.data import Corpus, DataError
 from tests.conftest import CONF, compose_config
 
+GROUPS = list(primary_defaults("config"))  # the train config's groups
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONF / g).glob("*.yaml"))]
 
 
@@ -69,7 +70,7 @@ def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
     ("cache.opt_step_guard=never", "cache.opt_step_guard"), ("tbptt.accum_steps=0", "tbptt.accum_steps"),
     ("tbptt.chunk=0", "tbptt.chunk"), ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
     ("optimizer.lr=0", "optimizer.lr"), ("loader.workers=-1", "loader.workers"),
-    ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum"),
+    ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum"), ("trainer.grad_clip=-1", "trainer.grad_clip"),
     ("cache.high_watermark_pct=150", "cache.high_watermark_pct"), ("trainer.epochs=0", "trainer.epochs"),
     ("tracking=aim_remote tracking.uri=http://x", "tracking.uri"),
 ], ids=lambda v: v if "=" in v else None)

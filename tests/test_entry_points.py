@@ -69,7 +69,10 @@ def test_bash_completion_installs_for_the_script_and_completes_cache_options():
     line = "tcgexp-train cache="
     query = as_script("tcgexp-train", "-sc", "query=bash", env={"COMP_LINE": line, "COMP_POINT": str(len(line))})
     assert query.returncode == 0, query.stderr
-    assert {f"cache={o}" for o in ("fifo", "hot60", "lru", "off", "plan")} <= set(query.stdout.split())
+    assert {f"cache={o}" for o in ("fifo", "hot60", "lru", "off", "plan")} == set(query.stdout.split())
+    line = "tcgexp-train "
+    query = as_script("tcgexp-train", "-sc", "query=bash", env={"COMP_LINE": line, "COMP_POINT": str(len(line))})
+    assert "cache=" in query.stdout.split() and "base_" not in query.stdout and "schema" not in query.stdout
     line = "tcgexp-train +experiment="
     query = as_script("tcgexp-train", "-sc", "query=bash", env={"COMP_LINE": line, "COMP_POINT": str(len(line))})
     assert "+experiment=smoke" in query.stdout.split()

@@ -1,12 +1,9 @@
 """One way of building objects: every option of every group instantiates into the class its _target_ names,
-the layers import only downwards, and a cache policy from outside conf/ plugs in with one class and one YAML."""
+and the layers import only downwards (options from outside conf/: tests/test_plugins.py)."""
 from __future__ import annotations
 
 import ast
 import functools
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ from tcgexp.plan.loader import TRAIN_COLUMNS
 from tests.conftest import CONF, compose_config, make_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ["cache", "loader", "tbptt", "scheduler", "model", "optimizer", "tracking", "dataset"]
+BUILT = ["cache", "loader", "tbptt", "scheduler", "model", "optimizer", "tracking", "dataset", "trainer", "checkpoint"]
 OPTIONS = [(g, p.stem) for g in BUILT for p in sorted((CONF / g).glob("*.yaml"))]
 
 
@@ -53,6 +50,8 @@ def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, t
             "model": lambda: made(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM),
             "optimizer": lambda: made(schedule),
             "tracking": lambda: _tracker(made, cfg, tmp_path),
+            "checkpoint": lambda: made(folder=tmp_path / "checkpoints"),
+            "trainer": lambda: made(checkpoint=build(cfg.checkpoint), tracking=build(cfg.tracking), run=_run(cfg, tmp_path)),
         }[group]
         made = runtime()
     try:
@@ -63,6 +62,15 @@ def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, t
         for close in ("close",):
             if hasattr(made, close) and group in ("cache", "tracking"):
                 getattr(made, close)()
+
+
+def _run(cfg, tmp_path):
+    from rich.console import Console
+
+    from tcgexp.train.distributed import World
+    from tcgexp.train.trainer import RunContext
+
+    return RunContext(cfg, tmp_path / "run", World(), Console(quiet=True), blas="reference")
 
 
 def _tracker(made, cfg, tmp_path):
@@ -115,60 +123,3 @@ def test_no_package_imports_one_above_it():
                                   or (RANK[other] == RANK[here])):
                 wrong.append(f"{path.relative_to(ROOT)} imports tcgexp.{other}")
     assert not wrong, "\n".join(wrong)
-
-
-# -- a policy from outside conf/: one class, one YAML --------------------------------------------
-PLUGIN = '''
-from tcgexp.cache.policy import Policy
-
-
-class MruPolicy(Policy):
-    """Evict the most recently used row group (one knob: how many of the newest to spare)."""
-
-    name = "mru"
-
-    def __init__(self, capacity, *, spare):
-        super().__init__(capacity)
-        self.spare = spare
-
-    def on_hit(self, key):
-        self._resident.move_to_end(key)
-        return False
-
-    def victim(self, incoming=None):
-        keys = list(self._resident)
-        return keys[-1 - self.spare] if len(keys) > self.spare else None
-'''
-PLUGIN_YAML = '''# A user's own policy: tcgexp-train hydra.searchpath=[file://<this folder>] cache=mru
-defaults:
-  - base_cache
-  - _self_
-
-_target_: tcgexp.cache.RowGroupCache
-policy:
-  _target_: my_policies.MruPolicy
-  _partial_: true   # the cache supplies the capacity
-  spare: 0
-capacity: 4
-'''
-
-
-@pytest.mark.slow
-def test_a_policy_from_outside_conf_trains(tmp_path):
-    (tmp_path / "plugin" / "cache").mkdir(parents=True)
-    (tmp_path / "plugin" / "cache" / "mru.yaml").write_text(PLUGIN_YAML)
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "my_policies.py").write_text(PLUGIN)
-    run_dir = tmp_path / "run"
-    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path / 'code'}:{ROOT}"}
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"hydra.searchpath=[file://{tmp_path / 'plugin'}]",
-                          "cache=mru", "cache.policy.spare=1", f"dataset.root={tmp_path / 'data'}",
-                          "dataset.rows_per_day=800", "dataset.row_group_rows=128", "tbptt.batch_size=64",
-                          "model.hidden=16", "trainer.epochs=1", "tracking=off", f"hydra.run.dir={run_dir}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    result = json.loads((run_dir / "result.json").read_text())
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    assert cfg.cache.policy._target_ == "my_policies.MruPolicy" and cfg.cache.policy.spare == 1
-    assert result["status"] == "completed" and result["cache"]["train"]["accesses"] > 0
-    assert result["cache"]["train"]["evictions"] > 0  # the plug-in chose victims

@@ -42,7 +42,7 @@ def corpus(tmp_path_factory) -> Path:
     ("cache.capacty=3", ["cache.capacty"]),  # unknown key
     ("cache.capacity=abc", ["cache.capacity", "abc"]),  # wrong type
     ("cache=nosuch", ["cache/nosuch"]),  # missing config
-    ("cache=base_cache", ["cache._target_"]),  # a schema entry picked: MISSING mandatory value, at instantiate
+    ("cache=base_flat", ["cache/base_flat", "hot60"]),  # a schema is no option: refused, the options listed
     ("cache.policy._target_=nowhere.Policy", ["nowhere.Policy", "cache.policy"]),  # instantiation error
     ("optimizer.lr=-1", ["optimizer.lr"]),  # ConfigError
     ("optimized_metric=val/acuracy", ["optimized_metric"]),  # ConfigError from the entry point itself
@@ -87,8 +87,8 @@ def test_a_failed_sweep_job_is_one_line_in_its_log_and_the_sweep_exits_non_zero(
 def test_the_traceback_is_there_when_asked_for(tmp_path, how):
     args = ["--verbose"] if how == "--verbose" else []
     env = {how: "1"} if how != "--verbose" else {}
-    res = run("tcgexp.train", "cache=base_cache", "tracking=off", f"hydra.run.dir={tmp_path / 'r'}", *args, env=env)
-    assert res.returncode != 0 and "Traceback" in res.stderr and "cache._target_" in res.stderr
+    res = run("tcgexp.train", "cache=nosuch", "tracking=off", f"hydra.run.dir={tmp_path / 'r'}", *args, env=env)
+    assert res.returncode != 0 and "Traceback" in res.stderr and "cache/nosuch" in res.stderr
     bench = run("tcgexp.bench", "loader", "--dataset", "nosuch", *args, env=env)
     assert bench.returncode != 0 and "Traceback" in bench.stderr
 

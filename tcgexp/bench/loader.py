@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from ..cache import RowGroupCache
 from ..config import build, compose, option
 from ..data.schema import to_numpy
-from ..plan import LaneIndex, Planner
+from ..plan import LaneIndex
 from ..plan.loader import TRAIN_COLUMNS, Loader
 from .table import markdown_table, root_override
 
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> None:
     corpus = build(compose(f"dataset={args.dataset}", *root_override(args)).dataset)
     corpus.build()
     index = LaneIndex.of(corpus)
-    plan = Planner(index, chunk=args.chunk, batch_size=args.batch_size, seed=0).epoch_plan(0)
+    plan = build(option("tbptt", "default", f"tbptt.chunk={args.chunk}", f"tbptt.batch_size={args.batch_size}"))(
+        index).epoch_plan(0)
 
     def cache(policy: str, capacity: int) -> RowGroupCache:  # as the trainer builds it (the cache option)
         return build(option("cache", policy, f"cache.capacity={capacity}", "cache.spill=false"))(

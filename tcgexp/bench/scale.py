@@ -73,7 +73,8 @@ def tiled_columns(files, manifests, days: int):
 
 def child(spec: dict) -> dict:
     """One size, in its own process: index, step counts, plans, lane checkpoint, peak RSS."""
-    from ..plan import LaneIndex, Planner
+    from ..config import build, option
+    from ..plan import LaneIndex
     from ..train.checkpoint import _lane_tensors, SparseLanes
     import mlx.core as mx
 
@@ -96,7 +97,7 @@ def child(spec: dict) -> dict:
     else:
         out["index_s"], index = best(lambda: LaneIndex(files, manifests))
         out["read_per_day_s"] = best(lambda: tiled_columns(files, manifests, len(files)))[0] / len(files)
-    planner = Planner(index, chunk=16, batch_size=256, seed=0)
+    planner = build(option("tbptt", "default", "tbptt.chunk=16", "tbptt.batch_size=256", "seed=0"))(index)
     out["count_s"] = best(lambda: [planner.microbatches_per_epoch(e) for e in range(EPOCHS)], 1)[0]
     plans = [best(lambda: planner._plan("train", e), 1) for e in range(EPOCHS)]
     out["plan_s"] = float(np.mean([t for t, _ in plans]))

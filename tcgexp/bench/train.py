@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def prepared_batches(args) -> list:
-    from ..config import build, compose
-    from ..plan import LaneIndex, Planner
+    from ..config import build, compose, option
+    from ..plan import LaneIndex
     from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
     from ..train.batch import prepare
 
@@ -54,7 +54,7 @@ def prepared_batches(args) -> list:
     corpus.build()
     index = LaneIndex.of(corpus)
     tb = cfg.tbptt
-    plan = Planner(index, chunk=args.chunk, batch_size=tb.batch_size, seed=0).epoch_plan(0)
+    plan = build(option("tbptt", "default", f"tbptt.chunk={args.chunk}", "seed=0"))(index).epoch_plan(0)
     loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
                     transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=args.chunk))
     out = []

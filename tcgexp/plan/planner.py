@@ -120,8 +120,7 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 
 class Planner:
     def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int, enabled: bool,
-                 lane_order: str, accum_steps: int, shards: Optional[int] = None,
-                 shard: Optional[int] = None) -> None:
+                 lane_order: str, accum_steps: int, shards: Optional[int], shard: Optional[int] = None) -> None:
         """Built from the ``tbptt`` config group (its schema, ``TbpttConfig``, holds the defaults and
         checks); the trainer supplies `shards` (the world size, or ``tbptt.shards``; None: one) and
         `shard` (this rank)."""

@@ -9,8 +9,8 @@ import pytest
 
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.trace import miss_ratio_table, replay
-from tcgexp.plan import LaneIndex, Planner
-from tests.conftest import make_corpus, policy_of
+from tcgexp.plan import LaneIndex
+from tests.conftest import make_corpus, planner_of, policy_of
 
 
 def brute_force_best(accesses, capacity):
@@ -57,7 +57,7 @@ def plan_traces(tmp_path_factory):
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     out = {}
     for order in ("grouped", "naive"):
-        planner = Planner(index, chunk=8, batch_size=128, seed=0, lane_order=order)
+        planner = planner_of(index, chunk=8, batch_size=128, seed=0, lane_order=order)
         out[order] = [k for e in range(2) for k in planner.epoch_plan(e).trace()]
     return out
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 
-from tcgexp.plan import LaneIndex, Planner
+from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS, Loader, DirectSource
-from tests.conftest import CACHE_POLICIES, cache_of, make_corpus
+from tests.conftest import CACHE_POLICIES, cache_of, make_corpus, planner_of
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def setup(tmp_path_factory):
     corpus = make_corpus(tmp_path_factory.mktemp("loader") / "data", "dataset.rows_per_day=2500",
                          "dataset.row_group_rows=256", build_now=True)
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
-    plan = Planner(index, chunk=8, batch_size=96, seed=0).epoch_plan(0)
+    plan = planner_of(index, chunk=8, batch_size=96, seed=0).epoch_plan(0)
     reference = list(Loader(DirectSource(corpus.files), workers=0).iterate(plan))
     return corpus, plan, reference
 

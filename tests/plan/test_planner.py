@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tcgexp.data import DataError
-from tcgexp.plan import LaneIndex, Planner
-from tests.conftest import make_corpus
+from tcgexp.plan import LaneIndex
+from tests.conftest import make_corpus, planner_of
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def chunk_rows_ok(plan, chunk, budget):
 @pytest.mark.parametrize("chunk, budget", [(1, 64), (4, 64), (16, 256), (32, 512), (64, 40)],
                          ids=lambda v: str(v))
 def test_bounds_packing_and_exact_coverage(index, chunk, budget):
-    planner = Planner(index, chunk=chunk, batch_size=budget, seed=3)
+    planner = planner_of(index, chunk=chunk, batch_size=budget, seed=3)
     plan = planner.epoch_plan(0)
     assert planner.microbatches_per_epoch(0) == len(plan)
     chunk_rows_ok(plan, chunk, budget)
@@ -55,7 +55,7 @@ def test_bounds_packing_and_exact_coverage(index, chunk, budget):
 
 
 def test_lane_chunks_follow_each_other_and_fresh_marks_lane_start(index):
-    plan = Planner(index, chunk=8, batch_size=128, seed=0).epoch_plan(1)
+    plan = planner_of(index, chunk=8, batch_size=128, seed=0).epoch_plan(1)
     next_dec: dict[int, int] = {}
     for mb in plan:
         for lane, fresh, start, n in zip(mb.lane_ids, mb.lane_fresh, mb.lane_dec_start, mb.lane_decisions):
@@ -66,7 +66,7 @@ def test_lane_chunks_follow_each_other_and_fresh_marks_lane_start(index):
 
 
 def test_decisions_are_indivisible(index, decision_of_row):
-    plan = Planner(index, chunk=3, batch_size=24, seed=0).epoch_plan(0)
+    plan = planner_of(index, chunk=3, batch_size=24, seed=0).epoch_plan(0)
     where = {}
     for mb in plan:
         for d in np.unique(decision_of_row[mb.row_ids]):
@@ -77,12 +77,12 @@ def test_decisions_are_indivisible(index, decision_of_row):
 
 @pytest.mark.parametrize("accum", [1, 2, 3, 7, 1000])
 def test_optimizer_steps_are_ceil_of_microbatches(index, accum):
-    plan = Planner(index, chunk=16, batch_size=128, seed=0).epoch_plan(0)
+    plan = planner_of(index, chunk=16, batch_size=128, seed=0).epoch_plan(0)
     assert plan.optimizer_steps(accum) == -(-len(plan) // accum) == int(np.ceil(len(plan) / accum))
 
 
 def test_validation_plan_covers_every_val_row_once_in_file_order(index):
-    planner = Planner(index, chunk=16, batch_size=256, seed=0)
+    planner = planner_of(index, chunk=16, batch_size=256, seed=0)
     val = planner.validation_plan()
     assert val.rows == index.split_rows("val") > 0
     assert val.trace() == planner.validation_plan().trace(), "validation is not shuffled"
@@ -93,18 +93,18 @@ def test_validation_plan_covers_every_val_row_once_in_file_order(index):
 
 
 def test_shuffle_is_by_seed_and_epoch(index):
-    a = Planner(index, chunk=16, batch_size=256, seed=1)
+    a = planner_of(index, chunk=16, batch_size=256, seed=1)
     assert [m.lane_ids.tolist() for m in a.epoch_plan(0)] == [m.lane_ids.tolist() for m in
-                                                             Planner(index, chunk=16, batch_size=256,
+                                                             planner_of(index, chunk=16, batch_size=256,
                                                                      seed=1).epoch_plan(0)]
     assert a.epoch_plan(0).trace() != a.epoch_plan(1).trace()
-    b = Planner(index, chunk=16, batch_size=256, seed=2)
+    b = planner_of(index, chunk=16, batch_size=256, seed=2)
     assert [m.lane_ids.tolist() for m in a.epoch_plan(0)] != [m.lane_ids.tolist() for m in b.epoch_plan(0)]
 
 
 def test_grouped_order_keeps_few_row_groups_live(index):
-    grouped = Planner(index, chunk=16, batch_size=256, seed=0).epoch_plan(0).stats
-    naive = Planner(index, chunk=16, batch_size=256, seed=0, lane_order="naive").epoch_plan(0).stats
+    grouped = planner_of(index, chunk=16, batch_size=256, seed=0).epoch_plan(0).stats
+    naive = planner_of(index, chunk=16, batch_size=256, seed=0, lane_order="naive").epoch_plan(0).stats
     # ~16 lanes per microbatch, ~8 lanes per 256-row row group: 2-3 row groups must be live
     assert grouped["max_live_row_groups"] <= 6
     assert naive["mean_live_row_groups"] > 2 * grouped["mean_live_row_groups"]
@@ -114,11 +114,11 @@ def test_decision_larger_than_budget_names_lane_and_budget_needed(index):
     size, lane, d = index.largest_decision()
     assert size > 1
     with pytest.raises(DataError) as err:
-        Planner(index, chunk=16, batch_size=size - 1)
+        planner_of(index, chunk=16, batch_size=size - 1)
     msg = str(err.value)
     assert f"episode_id={lane.episode_id}, side={lane.side}" in msg
     assert f"tbptt.batch_size>={size}" in msg and f"step_id {int(lane.step_ids[d])}" in msg
-    Planner(index, chunk=16, batch_size=size)  # exactly enough is fine
+    planner_of(index, chunk=16, batch_size=size)  # exactly enough is fine
 
 
 def test_non_contiguous_step_id_names_file_row_group_and_lane(corpus, tmp_path):
@@ -148,7 +148,7 @@ def test_non_contiguous_step_id_names_file_row_group_and_lane(corpus, tmp_path):
 
 
 def test_plain_batch_plan_without_tbptt(index, decision_of_row):
-    planner = Planner(index, chunk=16, batch_size=100, seed=0, enabled=False)
+    planner = planner_of(index, chunk=16, batch_size=100, seed=0, enabled=False)
     plan = planner.epoch_plan(0)
     assert planner.microbatches_per_epoch(0) == len(plan)
     plan.check_coverage(planner.split_row_ids("train"))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from tcgexp.bench import reference_planner as ref
-from tcgexp.plan import LaneIndex, Planner
-from tests.conftest import make_corpus
+from tcgexp.plan import LaneIndex
+from tests.conftest import make_corpus, planner_of
 
 FIELDS = ("row_lane", "row_dec", "row_ids", "lane_ids", "lane_fresh", "lane_decisions", "lane_dec_start")
 
@@ -55,7 +55,7 @@ def test_lane_index_matches(indexes):
 ], ids=str)
 def test_plans_are_identical(indexes, chunk, budget, order, enabled, seed):
     new_ix, old_ix = indexes
-    new = Planner(new_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, lane_order=order)
+    new = planner_of(new_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, lane_order=order)
     old = ref.Planner(old_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, order=order)
     for epoch in (0, 1):
         assert new.microbatches_per_epoch(epoch) == old.microbatches_per_epoch(epoch)
@@ -65,7 +65,7 @@ def test_plans_are_identical(indexes, chunk, budget, order, enabled, seed):
 
 def test_live_lanes_are_the_started_unfinished_ones(indexes):
     new_ix, _ = indexes
-    plan = Planner(new_ix, chunk=4, batch_size=64, seed=0).epoch_plan(0)
+    plan = planner_of(new_ix, chunk=4, batch_size=64, seed=0).epoch_plan(0)
     started: set[int] = set()
     finished: set[int] = set()
     for pos, mb in enumerate(plan):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcgexp.plan import LaneIndex, Planner
+from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import DirectSource, Loader, Skip, TRAIN_COLUMNS
-from tests.conftest import make_corpus
+from tests.conftest import make_corpus, planner_of
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def index(tmp_path_factory):
 
 
 def planner(index, **kw):
-    return Planner(index, **{"chunk": 8, "batch_size": 64, "seed": 3, **kw})
+    return planner_of(index, **{"chunk": 8, "batch_size": 64, "seed": 3, **kw})
 
 
 @pytest.mark.parametrize("order", ["grouped", "naive"])

@@ -28,18 +28,18 @@ OVERRIDES = [*TINY_TRAIN, "checkpoint.latest_every_steps=2", "tbptt.accum_steps=
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
-    import tcgexp.train.run as run
+    import tcgexp.train.trainer as trainer
     import tcgexp.train.checkpoint as ckpt
     at, second, name, *argv = sys.argv[1:]
     sig = getattr(signal, name)
     calls = {"n": 0}
-    real = run.prepare
+    real = trainer.prepare
     def prepare(*a, **k):
         calls["n"] += 1
         if calls["n"] == int(at):
             os.kill(os.getpid(), sig)
         return real(*a, **k)
-    run.prepare = prepare
+    trainer.prepare = prepare
     if second == "save":
         real_save = ckpt.save
         def save(path, **kw):

@@ -72,9 +72,9 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from tcgexp.train import train
     from tcgexp.config import compose
-    import tcgexp.train.outputs as outputs
+    import tcgexp.train.trainer as trainer
     run_dir, flags, *overrides = sys.argv[1:]
-    real = outputs.RunHooks.on_step
+    real = trainer.Trainer.on_step
     def on_step(self, m):
         real(self, m)
         if self.learner.progress.opt_steps == 3:
@@ -82,7 +82,7 @@ CHILD = textwrap.dedent("""
             deadline = time.monotonic() + 120
             while not (Path(flags) / "go").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-    outputs.RunHooks.on_step = on_step
+    trainer.Trainer.on_step = on_step
     train(compose(*overrides), run_dir=run_dir)
 """)
 

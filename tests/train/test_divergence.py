@@ -42,7 +42,7 @@ def test_huge_learning_rate_stops_within_the_first_epoch(train_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("override", ["optimizer.lr=inf", "optimizer.lr=nan", "trainer.aux_weight=nan",
-                                      "optimizer.grad_clip=-1", "trainer.aux_weight=-inf"])
+                                      "trainer.grad_clip=-1", "trainer.aux_weight=-inf"])
 def test_non_finite_or_negative_knobs_are_refused_before_any_work(train_cfg, override):
     with pytest.raises(ConfigError, match=override.split("=")[0].replace(".", r"\.")):
         validate(train_cfg(override))

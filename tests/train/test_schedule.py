@@ -1,4 +1,5 @@
-"""Scheduler rules: optimizer-step horizon, warmup clamp, resume keeps the horizon or refuses; MLX = Python."""
+"""Scheduler rules: optimizer-step horizon, warmup clamp, resume keeps the horizon or refuses; MLX = Python;
+a schedule's state is its class and constructor settings, saved and set back with no code of its own."""
 from __future__ import annotations
 
 import math
@@ -7,23 +8,30 @@ import mlx.core as mx
 import pytest
 
 from tcgexp.config import build, option
-from tcgexp.train.schedule import ScheduleError, resume_schedule
+from tcgexp.train.schedule import ScheduleError
 
 
-def sched(name="cosine", warmup=0, total=0, run=100, min_ratio=0.0, start=0):
+def sched(name="cosine", warmup=0, total=0, run=100, min_ratio=0.0, start=0, *more):
     node = option("scheduler", name, f"scheduler.warmup_steps={warmup}", f"scheduler.total_steps={total}",
-                  f"scheduler.min_lr_ratio={min_ratio}")
+                  f"scheduler.min_lr_ratio={min_ratio}", *more)
     return build(node)(run_steps=run, start=start)
 
 
+def resumed(saved: dict, *, step: int, remaining_steps: int):
+    """What a resume does: a schedule built over what the run has left, set back to the checkpoint's."""
+    s = sched("cosine", 0, 0, remaining_steps, 0.0, step)
+    s.load_state_dict(saved, step=step, remaining_steps=remaining_steps)
+    return s
+
+
 def test_total_zero_means_this_runs_horizon():
-    assert sched(total=0, run=37).total == 37
-    assert sched(total=50, run=37).total == 50
+    assert sched(total=0, run=37).total_steps == 37
+    assert sched(total=50, run=37).total_steps == 50
 
 
 def test_warmup_is_clamped_to_the_horizon():
     s = sched(warmup=500, run=40)
-    assert s.warmup == 40
+    assert s.warmup_steps == 40
     assert [s.factor(i) for i in (0, 19, 39)] == [1 / 40, 20 / 40, 1.0]
 
 
@@ -48,13 +56,35 @@ def test_the_optimizer_sees_what_the_python_schedule_says(name):
 
 
 def test_resume_keeps_the_checkpoint_horizon_and_phase():
+    s = sched(warmup=5, run=100, min_ratio=0.1)
+    r = resumed(s.state_dict(), step=60, remaining_steps=40)
+    assert (type(r), r.total_steps, r.left(60), r.factor(60)) == (type(s), 100, 40, s.factor(60))
+    assert r.state_dict() == s.state_dict()
+    assert [float(r(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)] == \
+        [float(s(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)]
+
+
+def test_state_is_every_constructor_setting():
+    s = sched("linear", 7, 90, 50, 0.25, 3)
+    assert s.state_dict() == {"_target_": "tcgexp.train.schedule.Linear", "warmup_steps": 7, "total_steps": 90,
+                              "min_lr_ratio": 0.25, "reset": False, "start": 3}
+
+
+def test_a_checkpoint_of_before_reset_was_a_setting_still_resumes():
+    old = {"_target_": "tcgexp.train.schedule.Cosine", "total_steps": 100, "warmup_steps": 5, "min_lr_ratio": 0.0,
+           "start": 0}
+    assert resumed(old, step=60, remaining_steps=40).factor(60) == sched(warmup=5, run=100).factor(60)
+
+
+def test_reset_keeps_the_new_schedule():
     s = sched(warmup=5, run=100)
-    r = resume_schedule(s.state_dict(), step=60, remaining_steps=40)
-    assert (type(r), r.total, r.left(60), r.factor(60)) == (type(s), 100, 40, s.factor(60))
+    r = sched("linear", 0, 0, 30, 0.0, 70, "scheduler.reset=true")
+    r.load_state_dict(s.state_dict(), step=70, remaining_steps=30)
+    assert (type(r).__name__, r.total_steps, r.start) == ("Linear", 30, 70)
 
 
 def test_resume_past_the_horizon_is_refused_saying_what_remains():
     s = sched(run=100)
     with pytest.raises(ScheduleError, match=r"needs 45 more optimizer steps .* only 30 of its 100-step horizon "
                                             r"left .*at most 30 steps remain.*scheduler.reset=true"):
-        resume_schedule(s.state_dict(), step=70, remaining_steps=45)
+        resumed(s.state_dict(), step=70, remaining_steps=45)
