@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -267,24 +268,22 @@ def test_they_train_and_resume_bit_exactly(outside, tmp_path):
 
 # -- the README's example, as written --------------------------------------------------------------
 def readme_example() -> tuple[str, str, list[str]]:
-    """The README's plug-in: its Python module, its YAML, and the command that trains with them."""
+    """The README's plug-in: its package's module, its YAML, and the command line's arguments."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("**One class and one YAML.**"):]
-    code = re.search(r"```python\n(# my_schedules\.py.*?)```", section, re.S).group(1)
-    yaml = re.search(r"```yaml\n(# ~/my_conf/scheduler/step\.yaml.*?)```", section, re.S).group(1)
-    command = re.search(r"`(tcgexp-train 'hydra\.searchpath=[^`]*)`", section).group(1)
-    return code, yaml, command.split()[1:]
+    code = re.search(r"```python\n# ~/my_schedules/__init__\.py\n(.*?)```", section, re.S).group(1)
+    yaml = re.search(r"```yaml\n# ~/my_schedules/scheduler/step\.yaml\n(.*?)```", section, re.S).group(1)
+    command = re.search(r"```bash\nPYTHONPATH=\$HOME tcgexp-train (.*?)\n```", section, re.S).group(1)
+    return code, yaml, shlex.split(command)
 
 
 @pytest.mark.slow
 def test_the_readme_example_trains_from_the_command_line(tmp_path):
     code, yaml, args = readme_example()
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "my_schedules.py").write_text(code)
-    (tmp_path / "my_conf" / "scheduler").mkdir(parents=True)
-    (tmp_path / "my_conf" / "scheduler" / "step.yaml").write_text(yaml)
-    args = [a.strip("'").replace("$HOME", str(tmp_path)) for a in args]
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'code'}:{ROOT}"}
+    (tmp_path / "my_schedules" / "scheduler").mkdir(parents=True)
+    (tmp_path / "my_schedules" / "__init__.py").write_text(code)
+    (tmp_path / "my_schedules" / "scheduler" / "step.yaml").write_text(yaml)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     small = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1"]
 
     def cli(*more):

@@ -24,18 +24,25 @@ def bucket(n: int, lo: int = 4) -> int:
     return max(lo, 1 << max(0, n - 1).bit_length())
 
 
-def padded_slots(rows_pad: int, decisions_pad: int) -> int:
-    """The most (lane x decision) slots ``prepare`` pads a microbatch of at most `rows_pad` rows to.
+def buckets(n: np.ndarray, lo: int = 4) -> np.ndarray:
+    """``bucket`` of every element of `n` (all >= 1)."""
+    return np.maximum(lo, 1 << np.ceil(np.log2(np.asarray(n, np.float64))).astype(np.int64))
 
-    A microbatch's lanes and its longest lane's decisions share the row budget (every lane holds a
-    row, every decision at least one: lanes + decisions - 1 <= rows), so a long chunk buys decisions
-    only where rows allow them: ``tbptt.chunk=100000`` pads no more than ``chunk=256`` does at 256 rows.
-    The largest product sits where a bucket of decisions begins (2**k + 1): the lanes' bucket only
-    shrinks as decisions grow.
+
+def largest_padding(plan, decisions_pad: int) -> int:
+    """The most (lane x decision) slots ``prepare`` pads any microbatch of `plan` to (0 for an empty plan).
+
+    What a step holds beyond its rows grows with these slots, and the plan knows them exactly: each
+    microbatch's lanes and its longest lane's decisions, both bucketed as ``prepare`` pads them. They
+    share the row budget (every lane holds a row, every decision at least one), so a chunk longer
+    than a microbatch can hold costs nothing more.
     """
-    top = min(decisions_pad, rows_pad)
-    starts = {1, top, *(2**k + 1 for k in range(top.bit_length()) if 2**k + 1 <= top)}
-    return max(bucket(rows_pad - m + 1) * min(bucket(m), max(decisions_pad, m)) for m in starts)
+    sizes = np.diff(plan.bounds)
+    starts = plan.bounds[:-1][sizes > 0]  # shard padding: empty microbatches
+    if not len(starts):
+        return 0
+    most = np.maximum.reduceat(plan.d1 - plan.d0, starts)
+    return int((buckets(sizes[sizes > 0]) * np.minimum(buckets(most), np.maximum(decisions_pad, most))).max())
 
 
 @dataclass

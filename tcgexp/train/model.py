@@ -158,11 +158,12 @@ class RecurrentPolicy(nn.Module):
         return sum(v.size for _, v in tree_flatten(self.trainable_parameters()))
 
     def activation_bytes(self, rows: int, slots: int) -> int:
-        """float32 bytes one microbatch's forward and backward pass keep: per row (encoder, trunk,
-        heads, their gradients) and per padded (lane x decision) slot (the scan's ~10 [lanes,
-        decisions, hidden] arrays, the chosen actions)."""
-        per_row = 12 * self.hidden + 4 * self.action_dim + self.feature_dim
-        per_slot = (10 * self.hidden if self.memory else 0) + 2 * self.action_dim
+        """float32 bytes one microbatch's forward and backward pass keep, counted from the layers: per
+        row the input, the encoder's, trunk's and heads' outputs and their gradients; per padded (lane x
+        decision) slot the scan's ~12 [lanes, decisions, hidden] arrays, their gradients, the chosen actions."""
+        h, a = self.hidden, self.action_dim
+        per_row = 2 * (10 * h + 3 * a) + self.feature_dim + a + 1
+        per_slot = (2 * 12 * h if self.memory else 0) + 2 * (h + a)
         return 4 * (rows * per_row + slots * per_slot)
 
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from .. import sim
 from ..config import ConfigError, build
-from .batch import padded_slots
+from .batch import largest_padding
 
 # what a tcgexp run dir holds: Hydra writes .hydra/ and the job log before train() runs; a resumed or
 # re-run dir also holds what an earlier run of ours left (anything hidden is ours or Hydra's)
@@ -46,34 +46,45 @@ def check_run_dir(run_dir: Path) -> None:
             raise ConfigError(f"hydra.run.dir={where} already holds files tcgexp did not write ({shown}); {fix}")
 
 
-def model_bytes(cfg: DictConfig) -> int:
-    """A float32 estimate of what training needs: parameters, gradients, optimizer moments, gradient
-    accumulation, and one microbatch's activations, as the configured model reports them.
+def model_bytes(cfg: DictConfig, slots: int = 0) -> int:
+    """A float32 estimate of what training needs, as the configured model reports it: parameters,
+    gradients, optimizer moments (and the accumulated gradients), and one microbatch's activations:
+    ``tbptt.batch_size`` rows and `slots` padded (lane x decision) slots (``batch.largest_padding``).
 
-    The microbatch is the largest the planner and ``batch.prepare`` can make: ``tbptt.batch_size``
-    rows, and lanes x decisions padded within that row budget (``padded_slots``), so a chunk longer
-    than a microbatch can hold costs nothing more. The model is built only to be measured: MLX
-    makes weights lazily, so nothing is allocated (the run seeds its weights afterwards).
+    The model is built only to be measured: MLX makes weights lazily, so nothing is allocated (the
+    run seeds its weights afterwards).
     """
     model = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
-    rows = int(cfg.tbptt.batch_size)
-    slots = padded_slots(rows, int(cfg.tbptt.chunk) if cfg.tbptt.enabled else 1)
     copies = 5 if int(cfg.tbptt.accum_steps) > 1 else 4  # weights, grads, two moments (+ the accumulated sum)
-    return 4 * copies * model.parameter_count + model.activation_bytes(rows, slots)
+    return 4 * copies * model.parameter_count + model.activation_bytes(int(cfg.tbptt.batch_size), slots)
 
 
-def check_memory(cfg: DictConfig, available: int | None = None) -> None:
-    """Refuse a model that cannot fit in memory now, naming the knobs, instead of being OOM-killed silently."""
+def check_memory(cfg: DictConfig, slots: int = 0, available: int | None = None) -> None:
+    """Refuse a run that cannot fit in memory now, naming the knobs, instead of being OOM-killed silently.
+
+    Before any work (`slots` 0) what every run of this model and row budget needs at least; after
+    planning (``planned_slots``) what the plan's largest microbatch needs: within a few percent of
+    the measured peak (tests/reliability/test_bounds.py). Neither refuses a long chunk the row budget
+    cannot fill.
+    """
     import psutil
 
-    need = model_bytes(cfg)
+    need = model_bytes(cfg, slots)
     free = psutil.virtual_memory().available if available is None else available
     if need > free:
         gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
+        largest = f", its largest microbatch padded to {slots:,} lane x decision slots" if slots else ""
         raise ConfigError(f"model.hidden={cfg.model.hidden} with tbptt.batch_size={cfg.tbptt.batch_size} "
-                          f"(tbptt.chunk={cfg.tbptt.chunk}) needs about {gib(need)} in float32 (parameters, "
-                          f"gradients, optimizer moments, one microbatch's activations); {gib(free)} is available: "
-                          "make model.hidden or tbptt.batch_size smaller")
+                          f"(tbptt.chunk={cfg.tbptt.chunk}) needs {'about' if slots else 'at least'} {gib(need)} in "
+                          f"float32 (parameters, gradients, optimizer moments, one microbatch's activations{largest}); "
+                          f"{gib(free)} is available: make model.hidden or tbptt.batch_size smaller")
+
+
+def planned_slots(planner) -> int:
+    """The most (lane x decision) slots a microbatch of the first epoch or of validation pads to (later
+    epochs reshuffle the same chunks)."""
+    return max(largest_padding(planner.epoch_plan(0), planner.chunk),
+               largest_padding(planner.validation_plan(), planner.chunk))
 
 
 def preflight(cfg: DictConfig, run_dir: Path) -> None:

@@ -24,7 +24,7 @@ from ..plan import LaneIndex, Planner
 from ..progress import stage_progress
 from . import checkpoint as ckpt
 from .model import RecurrentPolicy
-from .preflight import check_val_rows
+from .preflight import check_memory, check_val_rows, planned_slots
 from .provenance import check_progress, check_resumable
 from .distributed import World
 from .schedule import Schedule
@@ -78,6 +78,7 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     shards, shard = shards_of(cfg, world)
     planner: Planner = build(cfg.tbptt)(index, shards=shards, shard=shard)
     check_val_rows(cfg, planner.split_rows("val"))  # an empty split fails here, not after an epoch
+    check_memory(cfg, planned_slots(planner))  # the plan's own largest microbatch, before the first step
     epochs = range(int(cfg.trainer.epochs))
     # epoch by epoch (with shards each epoch's plans are made once and serve all three counts)
     counts = [(planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e))

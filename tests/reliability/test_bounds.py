@@ -1,6 +1,10 @@
 """Inputs that pass composition but cannot work are refused before any work, naming the key and the fix."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -8,8 +12,9 @@ import pytest
 from tcgexp.config import ConfigError
 from tcgexp.data import DataError
 from tcgexp.train import train
-from tcgexp.train.preflight import check_memory, check_run_dir, model_bytes
-from tests.conftest import compose_config, make_corpus
+from tcgexp.train.preflight import check_memory, check_run_dir, model_bytes, planned_slots
+from tcgexp.plan import LaneIndex
+from tests.conftest import TINY, compose_config, make_corpus, planner_of
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +49,51 @@ def test_the_memory_estimate_names_both_knobs_and_the_numbers():
     assert "model.hidden=4096" in msg and "tbptt.batch_size=100000" in msg and "1.0 GiB is available" in msg
     check_memory(compose_config(), available=2**30)  # the default model fits in 1 GiB with room to spare
     assert model_bytes(compose_config()) < 2**28
+
+
+def test_a_chunk_longer_than_a_microbatch_holds_costs_no_more_memory(tmp_path):
+    """A microbatch's lanes and decisions share the row budget: tbptt.chunk=100000 at the default
+    batch size is accepted before any work, and after planning needs what chunk=1000 needs."""
+    check_memory(compose_config("tbptt.chunk=100000"), available=2**30)
+    corpus = make_corpus(tmp_path / "data", "dataset.rows_per_day=3000", "dataset.row_group_rows=512", build_now=True)
+    index = LaneIndex.of(corpus)
+    slots = {c: planned_slots(planner_of(index, chunk=c)) for c in (1000, 100000)}
+    assert slots[1000] == slots[100000] <= 256 * 256
+    result = train(cfg(tmp_path / "data", "dataset.rows_per_day=3000", "dataset.row_group_rows=512",
+                       "tbptt.batch_size=256", "tbptt.chunk=100000"), run_dir=tmp_path / "run")
+    assert result["status"] == "completed"
+
+
+MEASURED = [[], ["tbptt.chunk=1000"], pytest.param(["model.hidden=256", "tbptt.accum_steps=2"], marks=pytest.mark.slow),
+            pytest.param(["tbptt.enabled=false"], marks=pytest.mark.slow)]
+PEAK = textwrap.dedent("""
+    import json, sys
+    from tcgexp.train import train  # first: MKL before mlx.core, as every run
+    import mlx.core as mx
+    from tcgexp.config import compose
+    from tcgexp.train.preflight import model_bytes, planned_slots
+    from tcgexp.train import setup
+    cfg = compose(*sys.argv[2:])
+    slots = {}
+    real = setup.planned_slots
+    setup.planned_slots = lambda planner: slots.setdefault("n", real(planner))
+    mx.reset_peak_memory()
+    train(cfg, run_dir=sys.argv[1])
+    print(json.dumps({"peak": mx.get_peak_memory(), "estimate": model_bytes(cfg, slots["n"])}))
+""")
+
+
+@pytest.mark.parametrize("overrides", MEASURED, ids=["defaults", "chunk=1000", "hidden=256,accum=2", "tbptt-off"])
+def test_the_estimate_is_within_a_quarter_of_the_measured_peak(tmp_path, overrides):
+    """After planning, the estimate (the model's own parameter count and activation bytes, the plan's
+    largest microbatch) is within 25 % of MLX's measured peak memory over a whole run (own process)."""
+    args = [f"dataset.root={tmp_path / 'data'}", *TINY, "dataset.rows_per_day=3000", "dataset.row_group_rows=512",
+            "tracking=off", "trainer.epochs=1", *overrides]
+    res = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / "run"), *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert 0.75 <= got["estimate"] / got["peak"] <= 1.25, got
 
 
 def test_the_data_app_applies_the_same_bounds(tmp_path):
