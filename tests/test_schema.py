@@ -145,10 +145,11 @@ def test_every_numeric_knob_refuses_what_cannot_work_by_name(config, choice, key
         assert key.split(".")[-1] in line, (value, line)
 
 
-@pytest.mark.parametrize("config, choice, key, kind", KNOBS, ids=[f"{c}:{k}" for c, _, k, _ in KNOBS])
+SCALARS = [k for k in KNOBS if typing.get_origin(k[3]) is not list]
+
+
+@pytest.mark.parametrize("config, choice, key, kind", SCALARS, ids=[f"{c}:{k}" for c, _, k, _ in SCALARS])
 def test_zero_is_refused_or_its_check_says_what_zero_means(config, choice, key, kind):
-    if typing.get_origin(kind) is list:
-        pytest.skip("a list has no zero")
     line = refused(config, choice, key, kind(0))
     if line is None:  # accepted: the check (what users read when refused) says zero is in the range
         wants = refused(config, choice, key, -1)

@@ -4,11 +4,11 @@ The checkpoint records the command-line overrides its run was composed from
 (``state.json``: ``overrides``). A resume composes the same config again from
 those, with this command line's overrides on top, so ``tcgexp-train
 resume=outputs/<date>/<time>`` needs nothing else. An override may change how
-the run is carried out (epochs, checkpoints, tracking, the cache and loader,
-where the corpus lives); one that would change what it computes (model,
-optimizer, TBPTT plan, seed, data, schedule unless ``scheduler.reset=true``)
-is refused by name. The run dir's ``.hydra/config.yaml`` is rewritten with
-the config that ran.
+the run is carried out (what the schemas leave unpinned: epochs, checkpoints,
+tracking, the cache and loader, the data's location); one that would change
+what it computes (every pinned key: ``provenance.pinned``) is refused by
+name. The run dir's ``.hydra/config.yaml`` is rewritten with the config that
+ran. A checkpoint written before a key moved is read at its new place.
 """
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ def make_learner(cfg: DictConfig, data: DataParts, run: "RunContext") -> Learner
                           "cannot be verified, only parsed and checked against the plan")
     check_resumable(saved_state, cfg, data.manifests, path)
     check_world(saved_state, run.world, data.planner.shards, path)
-    epochs = int(cfg.trainer.epochs)
+    epochs = len(data.planned_steps)  # the run's epochs (trainer.epochs), counted by prepare_data
     check_progress(saved_state, planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
                    accum_steps=int(cfg.tbptt.accum_steps), epochs=epochs, path=path)
     try:

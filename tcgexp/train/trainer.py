@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Optional
@@ -125,7 +125,7 @@ class Trainer:
         """result.json and the report; then the tracker's status, and every rank waits for rank 0."""
         world = self.world
         # a broken world (a rank lost) can gather nothing more: each survivor reports what it has
-        alone = World(world.rank, 1, None, world.run_dir) if status == "failed" else world
+        alone = replace(world, size=1) if status == "failed" else world
         per_rank = {name: rank_counters(alone, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         signals = self.run.signals
         result = result_of(
