@@ -30,3 +30,23 @@ def test_a_schedule_change_on_resume_is_refused_by_name_and_runs_with_reset(tmp_
     assert state["schedule"]["_target_"].endswith("Constant"), "the schedule that ran is the one recorded"
     assert state["config"]["scheduler"]["_target_"].endswith("Constant")
     assert state["schedule"]["start"] == 3, "the new schedule starts at the optimizer step it resumed from"
+
+
+def test_a_checkpoint_written_before_grad_clip_moved_to_the_trainer_resumes(tmp_path):
+    """Checkpoints of before the trainer was a class kept ``optimizer.grad_clip`` (config and overrides)."""
+    from tcgexp.train import checkpoint as ckpt
+    from tcgexp.train.resume import resume_config
+
+    args = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1", "trainer.grad_clip=0.5",
+            "trainer.max_steps=3"]
+    train(compose_config(*args), run_dir=tmp_path / "a", overrides=args)
+    latest = tmp_path / "a" / "checkpoints" / "latest"
+    state = json.loads((latest / "state.json").read_text())
+    state["config"]["optimizer"]["grad_clip"] = state["config"]["trainer"].pop("grad_clip")
+    del state["config"]["trainer"]["_target_"]
+    state["overrides"] = [a.replace("trainer.grad_clip", "optimizer.grad_clip") for a in args]
+    (latest / "state.json").write_text(json.dumps(state))
+    ckpt.seal(latest)
+    new, overrides = resume_config(cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), ["trainer.max_steps=0"])
+    assert new.trainer.grad_clip == 0.5 and "trainer.grad_clip=0.5" in overrides
+    assert train(new, run_dir=tmp_path / "b")["status"] == "completed"
