@@ -96,8 +96,9 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     # after the block Python's default would end them before their line.
     with hold_run_dir(run_dir, rank_lock_name(world.rank)), StopSignals() as signals:
         try:
-            result = run(cfg, RunContext(cfg, run_dir, world, console, load_fast_blas(), signals, memory_probe,
-                                         overrides))
+            context = RunContext(cfg, run_dir, world, console, blas=load_fast_blas(), signals=signals,
+                                 memory_probe=memory_probe, overrides=overrides)
+            result = run(cfg, context)
             if result["status"] == "interrupted":
                 p = result["processed"]
                 line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
