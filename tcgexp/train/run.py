@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
-import mlx.core as mx
 from omegaconf import MISSING, DictConfig
 from rich.console import Console
 
@@ -119,7 +118,6 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict:
     """Build the data side, build the learner, build the trainer, fit: the run's result and its model."""
-    mx.random.seed(int(cfg.seed))  # every rank draws the same initial weights (checked below)
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
         ctx.console.print(reclaimed, markup=False, soft_wrap=True)

@@ -101,6 +101,9 @@ class Learner:
 
 def make_learner(cfg: DictConfig, data: DataParts, run: "RunContext") -> Learner:
     """Model, optimizer (with its schedule), progress and lane memory: fresh, or restored from ``cfg.resume``."""
+    # every rank draws the same initial weights (checked after); seeded here, right before the draw, as
+    # measuring a model for the memory estimate (preflight) builds one too
+    mx.random.seed(int(cfg.seed))
     model: RecurrentPolicy = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
     memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
     if not cfg.resume:

@@ -127,3 +127,23 @@ def test_latest_is_atomic_a_crash_mid_write_keeps_the_previous(train_cfg, data_r
     assert ckpt.find(str(tmp_path / "a")) == latest
     r = train(train_cfg(f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "b")
     assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"]
+
+
+def test_the_initial_weights_come_from_the_seed_alone(train_cfg, data_root, tmp_path):
+    """Nothing draws from MLX's generator between the seed and the model's weights (measuring a model for
+    the memory estimate builds one too, and would shift every run's initial weights)."""
+    from rich.console import Console
+
+    from tcgexp import sim
+    from tcgexp.config import build
+    from tcgexp.train import BLAS
+    from tcgexp.train.distributed import World
+    from tcgexp.train.setup import make_learner, prepare_data
+    from tcgexp.train.trainer import RunContext
+
+    cfg = train_cfg("seed=7", data=data_root)
+    data = prepare_data(cfg, World())
+    learner = make_learner(cfg, data, RunContext(cfg, tmp_path, World(), Console(quiet=True), blas=BLAS))
+    mx.random.seed(7)
+    alone = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
+    assert weights({"model": learner.model}) == weights({"model": alone})
