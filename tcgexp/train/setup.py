@@ -68,7 +68,8 @@ def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
 
 
 def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
-    """Build or validate the days, index the lanes, and count every epoch's steps (the horizon; no plans built)."""
+    """Build or validate the days, index the lanes, check that the plan's largest microbatch fits in memory, and
+    count every epoch's steps (the horizon; from the packing alone)."""
     world = world or World()
     corpus: Corpus = build(cfg.dataset)
     progress, update = stage_progress()
