@@ -23,7 +23,8 @@ from rich.console import Console
 from ..cache.registry import reclaim
 from ..cli import say_now
 from ..config import build, validate
-from ..ownership import SPILL_MARKER, remove_spill_root, spill_root_of
+from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
+from ..rundir import claim, discarded_if_refused
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
 from ..track import NullTracker, job_context
@@ -68,12 +69,13 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     world.run_dir = run_dir
     console = console or (report_console() if world.lead else Console(quiet=True))  # rank 0 reports
     preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
-    run_dir.mkdir(parents=True, exist_ok=True)
+    claim(run_dir)  # created and marked ours (or a folder of ours again); removed if refused before any output
     # one run per folder (each rank holds its own lock in it); signals stop the run cleanly. Every
     # line that says how the run ended is printed inside this block, while our handler holds SIGTERM:
     # when one rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and
     # after the block Python's default would end them before their line.
-    with hold_run_dir(run_dir, rank_lock_name(world.rank)), StopSignals() as signals:
+    with discarded_if_refused(run_dir), hold_run_dir(run_dir, rank_lock_name(world.rank)), \
+            StopSignals() as signals:
         try:
             result = run(cfg, run_dir, console, memory_probe, overrides, signals, world)
             if result["status"] == "interrupted":
@@ -114,7 +116,7 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
     spill_root = spill_root_of(run_dir, world.rank)
     with contextlib.ExitStack() as stack:
         stack.callback(remove_spill_root, spill_root)
-        spill_root.mkdir(exist_ok=True)
+        make_spill_root(spill_root)
         caches = [stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name,
                                                        name=name, memory_probe=memory_probe))
                   for name in ("train", "val")]
