@@ -194,3 +194,37 @@ def test_train_removes_the_folder_it_made_for_a_refused_run(corpus, tmp_path):
     with pytest.raises(Exception, match="2020-01-01"):
         train(compose_config(*data, "dataset.dates=[2020-01-01]"), run_dir=kept)
     assert kept.is_dir() and not list(kept.iterdir())
+
+
+# -- a launcher or sweeper that cannot work here: one line with the fix, and no sweep dir -------------------
+
+def path_without(*tools: str) -> str:
+    """PATH with every folder that holds one of `tools` left out (SLURM's client absent)."""
+    import shutil
+
+    keep = [d for d in os.environ["PATH"].split(os.pathsep)
+            if not any(shutil.which(t, path=d) for t in tools)]
+    return os.pathsep.join(keep)
+
+
+@pytest.mark.parametrize("plugin, says", [
+    ("hydra/sweeper=optuna", 'pip install -e ".[optuna]"'),
+    ("hydra/launcher=submitit_slurm", "srun are not on PATH"),
+    ("hydra/launcher=ray", 'pip install -e ".[ray]"'),
+], ids=["optuna-extra-missing", "srun-absent", "ray-missing"])
+def test_a_missing_launcher_or_sweeper_is_one_line_with_the_install_hint(plugin, says, tmp_path):
+    if plugin.endswith("optuna"):
+        import importlib.util
+
+        if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None:
+            pytest.skip("hydra-optuna-sweeper is installed here")
+    env = {"PATH": path_without("srun", "sbatch")}
+    # Ray's absence: the interpreter is told the module does not exist (Ray itself is a test dependency)
+    code = ("import sys; sys.modules['ray'] = None if 'ray' in sys.argv[-1] else sys.modules.get('ray'); "
+            "sys.argv[0] = 'tcgexp-train'; from tcgexp.train.__main__ import main; main()")
+    sweep = tmp_path / "sweep"
+    res = subprocess.run([sys.executable, "-c", code, "--multirun", "tracking=off", f"hydra.sweep.dir={sweep}", plugin],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    one_line_refusal(res, says)
+    assert not sweep.exists(), "nothing written for a sweep that cannot start"
