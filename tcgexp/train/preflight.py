@@ -14,12 +14,14 @@ from omegaconf import DictConfig
 
 from .. import rundir, sim
 from ..config import ConfigError
+from .ckpt_files import check_folder
 
 
 def check_run_dir(run_dir: Path) -> None:
     """Refuse a run dir where tcgexp's outputs would mix with, or overwrite, what is not tcgexp's
     (``tcgexp.rundir``: a folder is ours only with its marker, or while it holds only Hydra's files)."""
     rundir.check(run_dir)
+    check_folder(Path(run_dir) / "checkpoints")  # checkpoint folders it would replace hold only checkpoints
 
 
 def model_bytes(cfg: DictConfig) -> int:
