@@ -9,10 +9,9 @@ folder and writes ``.hydra/`` and the job log before the task function runs, so 
 - a folder is a tcgexp run dir only if it carries ``.tcgexp-run`` (a sweep dir ``.tcgexp-sweep``),
   written when tcgexp creates or first claims it; a marked folder may be used again (``resume=``
   into it, a SLURM requeue into its own dir);
-- ``RunDirGuard``, a Hydra callback on by default, claims the folder in ``on_run_start`` /
-  ``on_multirun_start``, which Hydra calls after composing and before ``run_job`` (or the sweeper)
-  creates or writes anything, so a refusal leaves the folder exactly as it was. A callback's
-  exceptions are turned into warnings by Hydra; the refusal is a ``SystemExit`` with its one line;
+- the train app's Hydra callback (``tcgexp.train.run_guard.RunDirGuard``, on by default) claims the
+  folder in ``on_run_start`` / ``on_multirun_start``, which Hydra calls after composing and before
+  ``run_job`` (or the sweeper) creates or writes anything, so a refusal leaves it exactly as it was;
 - ``train()`` claims its run dir too (direct calls, and a user's ``hydra/callbacks`` override), and
   accepts an unmarked folder only while it holds nothing but what Hydra wrote for this job;
 - places no run belongs are refused whatever they hold: ``/``, home folders, system trees (``/etc``,
@@ -31,10 +30,8 @@ import pwd
 import shutil
 import socket
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
 
 from .config import ConfigError
 from .ownership import held_by_someone, holder_info, read_info
@@ -53,10 +50,6 @@ HYDRA_FILES = (".hydra",)  # what Hydra's run_job writes, besides the job log (*
 # what a refused run's folder may hold to be removed whole: Hydra's files, our marker and locks, job logs
 LEFT_BY_A_REFUSAL = (".hydra", RUN_MARKER)
 OUTPUTS = ("checkpoints", "result.json")
-
-
-class RunDirRefused(SystemExit):
-    """A refusal from a Hydra callback, which turns any ``Exception`` into a warning: exits with its line."""
 
 
 def homes() -> set[Path]:
@@ -108,9 +101,9 @@ def check(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, 
         [] if (where / marker).is_file() else sorted(p.name for p in where.iterdir()))
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        hint = " (an earlier tcgexp run continues with resume=<its folder>)" if marker == RUN_MARKER else ""
         raise ConfigError(f"{key}={where} already holds files tcgexp did not write ({shown}) and no {marker} "
-                          f"marker: nothing was written there; point {key} at a new folder (an earlier tcgexp run "
-                          "continues with resume=<its folder>)")
+                          f"marker: nothing was written there; point {key} at a new folder{hint}")
 
 
 def claim(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, hydra_made: bool = True) -> bool:
@@ -200,47 +193,6 @@ def discarded_if_refused(run_dir: Path) -> Iterator[None]:
         if not in_multirun():
             discard(run_dir)
         raise
-
-
-def refused(exc: ConfigError) -> RunDirRefused:
-    from .cli import flatten, verbose
-
-    if verbose():
-        import traceback
-
-        traceback.print_exception(exc)
-    return RunDirRefused(f"error: {flatten(exc)}")
-
-
-class RunDirGuard(Callback):
-    """Claims the run dir, or the sweep dir, after composition and before Hydra writes anything."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from .launch import launched_rank
-        from .train.distributed import rank_lock_name
-
-        run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
-        try:
-            lock = rank_lock_name(launched_rank())
-            if held_by_someone(run_dir / lock):  # a live run's folder: refused before Hydra rewrites its .hydra/
-                from .train.runlock import busy
-
-                raise busy(run_dir, name=lock)
-            claim(run_dir, "hydra.run.dir", hydra_made=False)
-        except ConfigError as exc:
-            raise refused(exc) from None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from .plugins import check_launcher  # a launcher that cannot start is refused before anything is written
-
-        sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir"))).expanduser().absolute()
-        try:
-            check_launcher(config)
-            check(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
-            check_job_dirs(sweep)
-            claim(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
-        except ConfigError as exc:
-            raise refused(exc) from None
 
 
 def check_job_dirs(sweep: Path) -> None:

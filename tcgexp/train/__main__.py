@@ -18,6 +18,7 @@ from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --he
 from ..rundir import discarded_if_refused
 from . import train
 from .errors import USER_ERRORS
+from .rank_status import reports_exit
 from .resume import requeued_resume, resume_config
 
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
@@ -48,6 +49,7 @@ def optimized(result: dict[str, Any], name: Optional[str]) -> Optional[float]:
     return float(value) if value is not None else math.nan
 
 
+@reports_exit  # under tcgexp-launch: this rank's exit code, for the launcher's own
 @one_line_errors(*USER_ERRORS)
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:

@@ -6,7 +6,6 @@ and prints both caches' tallies and diagnosis.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -21,6 +20,7 @@ from .diverge import strict
 from .display import RunDisplay
 from .distributed import World
 from .provenance import provenance
+from .result_file import write_result
 from .setup import DataParts, Learner
 from .signals import Preempted, StopSignals
 
@@ -187,9 +187,11 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
     if world.size > 1:
         result["cache_per_rank"] = per_rank
     result = strict(result)
-    if not world.lead:  # one result.json, one report: rank 0's
+    if not world.lead and status != "failed":  # one result.json, one report: rank 0's
         return result
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=float, allow_nan=False))
+    write_result(run_dir, result, replace=world.lead)  # a failed run's survivors: unless rank 0 wrote one
+    if not world.lead:
+        return result
     console.print(train_cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
     console.print(val_cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
     for line in train_cache.diagnose() + val_cache.diagnose():

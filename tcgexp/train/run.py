@@ -35,11 +35,13 @@ from .diverge import DivergenceError
 from .errors import USER_ERRORS
 from .distributed import DistributedError, World, rank_lock_name
 from .display import RunDisplay
+from .rank_status import note_rank
 from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
 from .runlock import hold_run_dir
 from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
 from .preflight import preflight
+from .result_file import leave_failed
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
 from .step import Stepper, to_mx
@@ -63,10 +65,12 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     result.json (status "interrupted") written, then ``RunInterrupted``, a SystemExit with code
     128 + signum, after one line on stderr.
     """
-    validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     world = World.init()  # rank and size from mlx.launch; size 1 for a plain run
     world.run_dir = run_dir
+    note_rank(size=world.size, run_dir=str(run_dir))  # for tcgexp-launch's report (nothing without it)
+    world.check_same_config(cfg, run_dir)  # ranks that composed different runs all refuse, naming the keys
+    validate(cfg)  # impossible values are refused before anything is built or written
     console = console or (report_console() if world.lead else Console(quiet=True))  # rank 0 reports
     preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
     claim(run_dir)  # created and marked ours (or a folder of ours again); removed if refused before any output
@@ -91,6 +95,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
             raise RunInterrupted(exit_code(stop.signame), line) from None
         except USER_ERRORS as exc:
             if world.size > 1:  # a rank died, diverged, ...: the launcher is about to SIGTERM the others
+                if isinstance(exc, DistributedError):  # (rank 0 may be the one gone: a survivor says so on disk)
+                    leave_failed(run_dir, str(exc), rank=world.rank, world_size=world.size)
                 say_now(exc)
             raise
     return result
