@@ -184,6 +184,25 @@ def test_a_refused_run_leaves_no_folder_behind(corpus, refusal, says, where, tmp
         sorted(str(p) for p in (tmp_path / "outputs").rglob("*"))
 
 
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_something_else_where_a_runs_spill_root_goes_is_one_line_and_kept(corpus, kind, tmp_path):
+    """<run dir>/.cache_spill a file, or a link to a user's folder, in a run dir of ours: one line, kept."""
+    _, data = corpus
+    run_dir = tmp_path / "run"
+    claim(run_dir)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "rg-0-1.npz").write_bytes(b"a user's")
+    if kind == "file":
+        (run_dir / ".cache_spill").write_bytes(b"a user's")
+    else:
+        (run_dir / ".cache_spill").symlink_to(tmp_path / "mine")
+    with pytest.raises(ConfigError, match=r"\.cache_spill is not a folder tcgexp made") as err:
+        train(compose_config(*data), run_dir=run_dir)
+    assert "\n" not in str(err.value)
+    assert (tmp_path / "mine" / "rg-0-1.npz").read_bytes() == b"a user's"
+    assert (run_dir / ".cache_spill").is_symlink() if kind == "link" else (run_dir / ".cache_spill").read_bytes()
+
+
 def test_train_removes_the_folder_it_made_for_a_refused_run(corpus, tmp_path):
     base, data = corpus
     with pytest.raises(Exception, match="2020-01-01"):
