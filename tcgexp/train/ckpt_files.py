@@ -73,7 +73,10 @@ def remove(path: Path) -> None:
         return
     for name in OURS:
         (path / name).unlink(missing_ok=True)
-    path.rmdir()
+    try:
+        path.rmdir()
+    except OSError:  # something was put there since the check: left, and the next save refuses it by name
+        pass
 
 
 def replace(tmp: Path, path: Path) -> None:

@@ -33,6 +33,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ..cli import say_now
 from ..launch import launch_time, launched
 
 
@@ -103,8 +104,10 @@ class World:
                                                                 for c in configs}) > 1)
         shown = "; ".join(f"{k} (" + ", ".join(f"rank {r}: {c.get(k, '<unset>')}" for r, c in enumerate(configs))
                           + ")" for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
-        raise ConfigsDiffer(f"[distributed] the ranks composed different configs: {shown}; every rank must compose "
+        exc = ConfigsDiffer(f"[distributed] the ranks composed different configs: {shown}; every rank must compose "
                             "the same run: launch them with the same command line, config files and environment")
+        say_now(exc)  # every rank says it before the launcher, seeing one leave, SIGTERMs the others
+        raise exc
 
     @property
     def lead(self) -> bool:
