@@ -24,9 +24,9 @@ from ..cache.registry import reclaim
 from ..cli import say_now
 from ..config import build, validate
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
-from ..rundir import claim, discarded_if_refused
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..progress import report_console
+from ..rundir import claim, discarded_if_refused
 from ..track import NullTracker, job_context
 from ..track.summary import write_summary
 from .batch import prepare
@@ -35,12 +35,12 @@ from .diverge import DivergenceError
 from .errors import USER_ERRORS
 from .distributed import DistributedError, World, rank_lock_name
 from .display import RunDisplay
-from .rank_status import note_rank
 from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
 from .runlock import hold_run_dir
 from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
 from .preflight import preflight
+from .rank_status import note_rank
 from .result_file import leave_failed
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
