@@ -96,8 +96,11 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
             return flatten(exc)
         return None
     if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
+        from .plugins import missing_plugin_hint
+
         more = flatten(cause) if isinstance(cause, OmegaConfBaseException) else ""
-        return " ".join(part for part in (flatten(exc), more) if part)
+        hint = missing_plugin_hint(str(exc))  # a launcher or sweeper plugin that is not installed
+        return " ".join(part for part in (hint and f"{hint}.", flatten(exc), more) if part)
     if isinstance(exc, MissingMandatoryValue):  # a group left without an option, an option missing its _target_
         return f"{flatten(exc)} (set it, or pick a group option that sets it: --help lists them)"
     if isinstance(exc, OmegaConfBaseException):

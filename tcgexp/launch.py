@@ -18,6 +18,13 @@ LAUNCH_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 RANK_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 _LAUNCH_TIME: Optional[datetime.datetime] = None  # per process: when this launch started, by rank 0's clock
+_STARTED_BY = os.getppid()  # the process that started this one, as early as tcgexp is imported
+
+
+def launcher_pid() -> Optional[int]:
+    """A rank's launcher (the parent it started with: mlx.launch execs each rank from its own process);
+    None outside a launch. Compared with ``os.getppid()`` it says whether the launcher still lives."""
+    return _STARTED_BY if launched() else None
 
 
 def launched() -> bool:

@@ -21,13 +21,28 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+from .config import ConfigError
 
 SPILL_MARKER = ".tcgexp-spill"  # a spill dir's marker, and its owner's lock file (tcgexp.cache.spill)
+# what a spill store writes in its dir: row groups and their temporary names (tcgexp.cache.spill)
+SPILL_FILE = re.compile(r"rg-[0-9A-Za-z_.-]+\.npz|\.rg-[0-9A-Za-z_.-]+\.tmp")
+
+
+class NotOurs(ConfigError):
+    """A path tcgexp would write into or delete holds what tcgexp did not make: refused, nothing touched
+    (a ConfigError: one line at every entry point)."""
+
+
+def is_spill_file(path: Path) -> bool:
+    """A regular file named as a spill store names its files (never a link, a folder, a FIFO...)."""
+    return bool(SPILL_FILE.fullmatch(path.name)) and path.is_file() and not path.is_symlink()
 
 
 def holder_info(kind: str) -> dict:
@@ -53,11 +68,14 @@ def write_marker(directory: Path, name: str, kind: str) -> None:
     (Path(directory) / name).write_text(json.dumps(holder_info(kind)))
 
 
-def remove_owned(directory: Path, marker: str, *, what: str = "directory") -> bool:
+def remove_owned(directory: Path, marker: str, *, what: str = "directory",
+                 ours: Optional[Callable[[Path], bool]] = None) -> bool:
     """Remove `directory` if it carries `marker` (tcgexp made it); else leave it and warn. True if removed.
 
-    The marker goes last, so a removal cut short (killed, or a read-only disk) leaves what is
-    left still marked and removable later. Errors are warnings: cleanup never ends a run.
+    `ours`: which entries tcgexp put there (a spill dir: its row-group files); a marked directory
+    holding anything else is left whole, with a warning, nothing in it deleted. The marker goes last,
+    so a removal cut short (killed, or a read-only disk) leaves what is left still marked and
+    removable later. Errors are warnings: cleanup never ends a run.
     """
     directory = Path(directory)
     if not directory.exists() and not directory.is_symlink():
@@ -67,9 +85,13 @@ def remove_owned(directory: Path, marker: str, *, what: str = "directory") -> bo
                       "left as it is", RuntimeWarning, stacklevel=2)
         return False
     try:
-        for entry in directory.iterdir():
-            if entry.name == marker:
-                continue
+        entries = [e for e in directory.iterdir() if e.name != marker]
+        foreign = [e.name for e in entries if ours is not None and not ours(e)]
+        if foreign:
+            warnings.warn(f"not deleting {what} {directory}: it holds files tcgexp did not write "
+                          f"({', '.join(sorted(foreign)[:3])}); left as it is", RuntimeWarning, stacklevel=2)
+            return False
+        for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
@@ -109,11 +131,21 @@ def remove_spill_root(spill_root: Path) -> None:
     if spill_root.is_symlink() or not spill_root.is_dir():
         return
     for child in spill_root.iterdir():
-        remove_owned(child, SPILL_MARKER, what="spill dir")
+        remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
     try:
         spill_root.rmdir()  # only ever removes an empty directory
     except OSError:
         pass
+
+
+def make_spill_root(spill_root: Path) -> None:
+    """Create a run's ``.cache_spill`` (or find it): a file, a link or anything but a folder there is
+    refused in one line, never replaced."""
+    spill_root = Path(spill_root)
+    if spill_root.is_symlink() or (spill_root.exists() and not spill_root.is_dir()):
+        raise NotOurs(f"{spill_root} is not a folder tcgexp made (a {'link' if spill_root.is_symlink() else 'file'}); "
+                      "nothing was deleted: move it away, or give the run its own folder (hydra.run.dir=...)")
+    spill_root.mkdir(exist_ok=True)
 
 
 def tree_bytes(directory: Path) -> int:

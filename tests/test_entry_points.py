@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["dataset.rows_per_day=600", "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8",
         "model.hidden=16", "trainer.epochs=1", "tracking=off"]
 SCRIPTS = {"tcgexp-train": "tcgexp.train.__main__", "tcgexp-data": "tcgexp.data.__main__",
-           "tcgexp-replay": "tcgexp.bench.trace", "tcgexp-bench": "tcgexp.bench.__main__"}
+           "tcgexp-replay": "tcgexp.bench.trace", "tcgexp-bench": "tcgexp.bench.__main__",
+           "tcgexp-launch": "tcgexp.train.launcher"}
 
 
 def as_script(name: str, *args: str, env: dict | None = None, cwd=ROOT) -> subprocess.CompletedProcess:

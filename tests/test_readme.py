@@ -35,7 +35,7 @@ def readme_commands() -> list[list[str]]:
             if any(mark in part for mark in ("<", "|", "...", "$")):
                 continue
             words = shlex.split(part, comments=True)
-            if words[:1] == ["mlx.launch"]:  # mlx.launch [its options] <app> ...: the app composes the same
+            if words[:1] in (["mlx.launch"], ["tcgexp-launch"]):  # <launcher> [its options] <app> ...: the app composes the same
                 apps = [i for i, w in enumerate(words) if w in APPS]
                 words = words[apps[0]:] if apps else []
             if words[:2] == ["python", "-m"] and words[2:3] and words[2].startswith("tcgexp"):

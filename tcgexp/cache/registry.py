@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tcgexp.ownership import held_by_someone, holder_info, pid_alive, read_info, remove_owned, tree_bytes
+from tcgexp.ownership import (held_by_someone, holder_info, is_spill_file, pid_alive, read_info, remove_owned,
+                              tree_bytes)
 
 _warned = False
 
@@ -108,7 +109,7 @@ def reclaim(marker: str) -> Reclaimed:
             continue  # a live owner, or one mid-creation / mid-removal
         if (path / marker).is_file():
             size = tree_bytes(path)
-            if remove_owned(path, marker, what="spill dir"):
+            if remove_owned(path, marker, what="spill dir", ours=is_spill_file):
                 out.dirs.append(str(path))
                 out.bytes += size
         else:  # not tcgexp's (any more): never deleted, only forgotten

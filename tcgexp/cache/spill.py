@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tcgexp.cache import registry
-from tcgexp.ownership import SPILL_MARKER, HeldLock, describe, held_by_someone, read_info, remove_owned
+from tcgexp.ownership import (SPILL_MARKER, HeldLock, NotOurs, describe, held_by_someone, is_spill_file, read_info,
+                              remove_owned)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _teardown(path: str, lock: HeldLock, entry) -> None:
     so no reclaimer ever sees a registered dir whose lock is free while its owner still lives."""
     registry.unregister(entry)
     try:
-        remove_owned(Path(path), MARKER, what="spill dir")
+        remove_owned(Path(path), MARKER, what="spill dir", ours=is_spill_file)
     finally:
         lock.release()
 
@@ -294,28 +295,29 @@ def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.nda
 
 
 def _prepare_dir(path: Path) -> HeldLock:
-    """Create ``path`` empty and marked, its marker locked; a stale spill dir is wiped, never a foreign
-    one, nor one whose owner still lives."""
+    """Create ``path`` empty and marked, its marker locked. A stale spill dir (marked, its owner dead) is
+    emptied of its row-group files; a folder without the marker, or holding anything else, is refused
+    (``NotOurs``, one line) with nothing deleted, whatever its files are called; so is a live one."""
     if path.exists() or path.is_symlink():
         if not path.is_dir() or path.is_symlink():
-            raise ValueError(f"spill dir {path} exists and is not a directory")
+            raise NotOurs(f"spill dir {path} exists and is not a folder tcgexp made (a file or a link); nothing was "
+                          "deleted: move it away, or give the run its own folder")
         marked = (path / MARKER).is_file()
         if marked and held_by_someone(path / MARKER):
-            raise ValueError(f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
-                             "give this cache its own directory")
-        entries = list(path.iterdir())
-        strays = all(e.is_file() and (e.name.endswith(".npz") or e.name.endswith(".tmp")) for e in entries)
-        if entries and not (marked or strays):
-            raise ValueError(f"spill dir {path} holds files that are not spill files (no {MARKER} marker); "
-                             "refusing to delete it - pass a dedicated directory such as <run dir>/.cache_spill/train")
-        for entry in entries:  # spill files only (checked above), or a marked dir of a dead run
-            if entry.is_dir() and not entry.is_symlink():
-                remove_owned(entry, MARKER, what="spill dir")
-            else:
-                entry.unlink()
+            raise NotOurs(f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
+                          "give this cache its own directory")
+        entries = [e for e in path.iterdir() if e.name != MARKER]
+        foreign = sorted(e.name for e in entries if not is_spill_file(e))
+        if entries and (not marked or foreign):
+            shown = ", ".join((foreign or sorted(e.name for e in entries))[:3])
+            raise NotOurs(f"spill dir {path} holds files tcgexp did not write ({shown}"
+                          f"{'' if marked else f'; no {MARKER} marker'}); refusing to delete any of them - "
+                          "move them away, or pass a dedicated directory such as <run dir>/.cache_spill/train")
+        for entry in entries:  # row-group files of a dead run (checked above)
+            entry.unlink()
     path.mkdir(parents=True, exist_ok=True)
     lock = HeldLock(path / MARKER, "spill")  # the marker is the lock file: written with the holder's info
     holder = lock.acquire()
     if holder is not None:  # another store got here between the check and now
-        raise ValueError(f"spill dir {path} is in use by a live run ({describe(holder)})")
+        raise NotOurs(f"spill dir {path} is in use by a live run ({describe(holder)})")
     return lock

@@ -15,13 +15,21 @@ would read it.
 ``checksums.json`` is written last: the sha256 of every other file, and its
 own digest over that list, so one flipped byte anywhere (a weight's exponent,
 a digit of ``state.json``, the list itself) is refused at load naming the
-file, instead of training NaN or failing an epoch later. A checkpoint from
-before checksums (no ``checksums.json``) is accepted with a warning: its
-files are still parsed and its state still checked against the plan.
+file, instead of training NaN or failing an epoch later. ``state.json``
+records ``checkpoint_format`` (2: sealed): a checkpoint that says it was
+written sealed, or holds what only sealing versions wrote (``world``), and
+has no ``checksums.json`` is refused (deleting the seal must not turn
+flipped weights into a warning). Only a checkpoint from before checksums is
+accepted without one, with a warning: its files are still parsed and its
+state still checked against the plan. The optimizer's state is checked at
+load against the configured optimizer's own: every key, shape and dtype, and
+finite (a missing moment would otherwise restart from zero unnoticed).
+How the folder is replaced and read whole: ``ckpt_files``.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -37,16 +45,11 @@ from ..data.manifest import file_sha256
 
 from .diverge import strict
 
-FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
-CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
+from .ckpt_files import (CHECKSUMS, FILES, CheckpointError, CheckpointWriteError,  # noqa: F401 (re-exported)
+                         check_replaceable, fsync_dir, read_files, replace)
 
-
-class CheckpointError(ValueError):
-    pass
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, I/O error): loud, and the previous one is kept."""
+FORMAT = 2  # state.json's checkpoint_format: 2 = sealed by checksums.json (1: before it was recorded)
+SEALED_ONLY = ("world",)  # state.json keys that only versions sealing their checkpoints wrote
 
 
 @dataclass
@@ -94,14 +97,6 @@ def _lane_arrays(tensors: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def check_finite_weights(model, path: Path) -> None:
     """Never write a checkpoint from NaN/inf weights: a resume from it could only train garbage."""
     for name, value in tree_flatten(model.parameters()):
@@ -113,21 +108,16 @@ def check_finite_weights(model, path: Path) -> None:
 def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
     path = Path(path)
     check_finite_weights(model, path)
+    check_replaceable(path)  # a link, or files a checkpoint does not hold: refused, nothing deleted
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         _write(tmp, model=model, optimizer=optimizer, lanes=lanes, state=state)
     except Exception as exc:  # MLX reports a full disk as RuntimeError, json/os as OSError
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # (checked above: only ever our own temporary folder)
         kept = "the previous one is kept" if path.exists() else "there is no earlier one"
         raise CheckpointWriteError(f"writing checkpoint {path} failed ({type(exc).__name__}: {exc}); {kept}; "
                                    "free disk space and resume") from exc
-    old = path.with_name(f".{path.name}.old")
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    replace(tmp, path)
 
 
 def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
@@ -136,12 +126,13 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict)
     mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
     mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
     mx.save_safetensors(str(tmp / "lanes.safetensors"), _lane_tensors(lanes))
+    state = {**state, "checkpoint_format": FORMAT}
     (tmp / "state.json").write_text(json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False))
     seal(tmp)
     for name in FILES + (CHECKSUMS,):
         with open(tmp / name, "rb") as fh:
             os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
 
 
@@ -156,38 +147,44 @@ def seal(path: Path) -> None:
     (path / CHECKSUMS).write_text(json.dumps({"files": files, "sha256": _digest(files)}, indent=2, sort_keys=True))
 
 
-def verify(path: Path) -> bool:
+def verify(path: Path, files: Optional[dict[str, bytes]] = None) -> bool:
     """Refuse a checkpoint whose files differ from ``checksums.json``, naming the file.
 
-    True when verified; False for a checkpoint written before checksums (the caller warns).
+    `files`: the checkpoint's bytes as read (``ckpt_files.read_files``). True when verified; False
+    for a checkpoint without ``checksums.json`` (the caller decides whether it may be one).
     """
     path = Path(path)
-    sums = path / CHECKSUMS
-    if not sums.exists():
+    files = files if files is not None else read_files(path)[1]
+    if CHECKSUMS not in files:
         return False
     try:
-        record = json.loads(sums.read_text())
-        files = record["files"]
-        ok = isinstance(files, dict) and set(files) == set(FILES) and record["sha256"] == _digest(files)
+        record = json.loads(files[CHECKSUMS])
+        sums = record["files"]
+        ok = isinstance(sums, dict) and set(sums) == set(FILES) and record["sha256"] == _digest(sums)
     except (ValueError, KeyError, TypeError) as exc:
-        raise _damaged(sums, exc) from exc
+        raise _damaged(path / CHECKSUMS, exc) from exc
     if not ok:
-        raise _damaged(sums, "its own digest does not match its list of files")
+        raise _damaged(path / CHECKSUMS, "its own digest does not match its list of files")
     for name in FILES:
-        if file_sha256(path / name) != files[name]:
+        if hashlib.sha256(files[name]).hexdigest() != sums[name]:
             raise _damaged(path / name, "sha256 differs from checksums.json")
     return True
 
 
 def find(resume: str) -> Path:
-    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/)."""
+    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/).
+
+    A ``latest/`` (or ``.latest.old``) found inside a run dir must be a real folder: tcgexp replaces it
+    by renaming folders, so a link there is not what a run wrote (``resume=`` its target instead).
+    """
     p = Path(resume).expanduser()
-    for cand in (p, p / "latest", p / "checkpoints" / "latest"):
-        if (cand / "state.json").exists():
-            return cand
     # a crash between the two renames leaves only .latest.old: still a complete checkpoint
-    for cand in (p.parent / f".{p.name}.old", p / ".latest.old", p / "checkpoints" / ".latest.old"):
+    for cand in (p, p / "latest", p / "checkpoints" / "latest",
+                 p.parent / f".{p.name}.old", p / ".latest.old", p / "checkpoints" / ".latest.old"):
         if (cand / "state.json").exists():
+            if cand != p and cand.is_symlink():
+                raise CheckpointError(f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
+                                      f"a run wrote there; resume={cand.resolve()} reads that checkpoint itself")
             return cand
     raise CheckpointError(f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
                           "checkpoints/latest/); pass a run dir or a checkpoint dir")
@@ -198,34 +195,46 @@ def _damaged(path: Path, why) -> CheckpointError:
     return CheckpointError(f"{path} is damaged ({why}); resume from another checkpoint (epoch_NNNN/ or best/)")
 
 
-def read_state(path: Path) -> dict:
-    """The checkpoint's state.json (progress, schedule, config, provenance), its files verified first."""
-    path = Path(path)
-    for name in FILES:
-        if not (path / name).exists():
-            raise CheckpointError(f"{path / name} is missing: the checkpoint is incomplete")
-    verify(path)
+def _state(path: Path, files: dict[str, bytes]) -> dict:
+    """state.json of a checkpoint read whole: verified, parsed, and refused if its seal is gone."""
+    sealed = verify(path, files)
     try:
-        state = json.loads((path / "state.json").read_text())
+        state = json.loads(files["state.json"])
     except ValueError as exc:
         raise _damaged(path / "state.json", exc) from exc
     if not isinstance(state, dict) or not isinstance(state.get("progress"), dict):
         raise _damaged(path / "state.json", "no progress record")
+    if not sealed and (int(state.get("checkpoint_format") or 1) >= FORMAT or any(k in state for k in SEALED_ONLY)):
+        raise CheckpointError(f"{path / CHECKSUMS} is missing, and this checkpoint was written sealed by it (state.json "
+                              f"says checkpoint_format {state.get('checkpoint_format', FORMAT)}): its files cannot be "
+                              "trusted; resume from another checkpoint (epoch_NNNN/ or best/)")
     return state
 
 
-def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]] = None
-         ) -> tuple[dict, dict[str, np.ndarray]]:
+def read_state(path: Path) -> dict:
+    """The checkpoint's state.json (progress, schedule, config, provenance), its files verified first."""
+    path, files = read_files(path)
+    return _state(path, files)
+
+
+def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]] = None,
+         expect: Optional[dict] = None) -> tuple[dict, dict[str, np.ndarray]]:
     """Restore model and optimizer in place; return (state, lane arrays).
 
     `lanes_shape` (lanes in the index, model.hidden): the lanes file must fit it, ids in range.
+    `expect`: the state.json the caller planned the resume from (``read_state``): a checkpoint that a
+    live run replaced since is refused, never mixed with it.
     """
-    path = Path(path)
-    state = read_state(path)
+    path, files = read_files(path)
+    state = _state(path, files)
+    if expect is not None and state != expect:
+        raise CheckpointError(f"{path} was replaced by a newer checkpoint while this resume read it (a live run is "
+                              "writing it): stop that run first, or resume from a checkpoint no run writes "
+                              "(epoch_NNNN/)")
     tensors = {}
     for name in ("model.safetensors", "optimizer.safetensors", "lanes.safetensors"):
         try:
-            tensors[name] = mx.load(str(path / name))
+            tensors[name] = mx.load(io.BytesIO(files[name]), format="safetensors")
         except Exception as exc:  # safetensors parse errors have no common base class
             raise _damaged(path / name, exc) from exc
     params, opt = tensors["model.safetensors"], tensors["optimizer.safetensors"]
@@ -241,11 +250,36 @@ def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]]
     for name, value in params.items():  # a checkpoint without checksums can still hold a flipped exponent
         if not bool(mx.all(mx.isfinite(value)).item()):
             raise _damaged(path / "model.safetensors", f"parameter {name} holds NaN or infinity")
+    check_optimizer(opt, dict(tree_flatten(optimizer.state)), path / "optimizer.safetensors")
     model.update(tree_unflatten(list(params.items())))
     optimizer.state = tree_unflatten(list(opt.items()))
     mx.eval(model.parameters(), optimizer.state)
     return state, lanes
 
+
+def check_optimizer(saved: dict, fresh: dict, path: Path) -> None:
+    """The saved optimizer state must be the configured optimizer's: the same keys (every moment of every
+    parameter), shapes and dtypes, all finite. MLX would fill a missing moment with zeros on the next
+    step, and a wrong shape fails deep inside the update."""
+    missing, extra = sorted(set(fresh) - set(saved)), sorted(set(saved) - set(fresh))
+    problem = None
+    if missing or extra:
+        problem = "; ".join(p for p in (f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more"
+                                                                               if len(missing) > 3 else "")
+                                        if missing else "",
+                                        f"unexpected {', '.join(extra[:3])}" if extra else "") if p)
+    else:
+        for key in sorted(fresh):
+            if saved[key].shape != fresh[key].shape or saved[key].dtype != fresh[key].dtype:
+                kind = lambda a: f"{str(a.dtype).removeprefix('mlx.core.')}{list(a.shape)}"  # noqa: E731
+                problem = f"{key} is {kind(saved[key])}, the configured optimizer has {kind(fresh[key])}"
+                break
+            if mx.issubdtype(saved[key].dtype, mx.floating) and not bool(mx.all(mx.isfinite(saved[key])).item()):
+                problem = f"{key} holds NaN or infinity"
+                break
+    if problem:
+        raise CheckpointError(f"{path} does not hold the configured optimizer's state ({problem}); resume with the "
+                              "optimizer it was trained with, or from another checkpoint (epoch_NNNN/ or best/)")
 
 
 def check_lanes(tensors: dict, shape: Optional[tuple[int, int]], path: Path) -> None:

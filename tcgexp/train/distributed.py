@@ -22,6 +22,7 @@ all-reduce for a partner that is gone.
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import socket
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..launch import launched
+from ..cli import say_now
+from ..launch import launch_time, launched
 
 
 class DistributedError(RuntimeError):
@@ -41,6 +43,10 @@ class DistributedError(RuntimeError):
 
 class PeerLost(DistributedError):
     """A collective failed because another rank is gone: the run stops on every rank."""
+
+
+class ConfigsDiffer(DistributedError):
+    """Ranks composed different configs: refused at start-up, on every rank, naming the keys."""
 
 
 class RanksDiverged(DistributedError):
@@ -65,7 +71,43 @@ class World:
                                    f"are set) but mx.distributed could not start ({exc}); launch with "
                                    "mlx.launch -n N --backend ring tcgexp-train ..., or unset those variables"
                                    ) from exc
+        from .parent_watch import watch_launcher
+
+        watch_launcher(group.rank())  # the launcher killed: this rank stops too
+        # every rank exchanges the launch clock exactly once before any other collective, whether or not
+        # its run dir used ${launch_now:} (a rank whose config differs must not pair mismatched all-reduces)
+        launch_time()
         return cls(group.rank(), group.size(), group)
+
+    def check_same_config(self, cfg, run_dir: Path) -> None:
+        """Every rank composed the same config (and run dir), else every rank stops naming the keys.
+
+        One all-reduce of a digest when they agree; when they do not, each rank's resolved config is
+        gathered (its JSON bytes as a row) so every rank names the same keys and each rank's value.
+        """
+        if self.size == 1:
+            return
+        from omegaconf import OmegaConf
+
+        mine = {"run_dir": str(Path(run_dir).absolute()),
+                **flat(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))}
+        blob = json.dumps(mine, sort_keys=True, default=str).encode()
+        digest = np.frombuffer(hashlib.sha256(blob).digest()[:16], np.uint16).astype(np.int64)
+        if all(np.array_equal(r, digest) for r in self.gather_rows(digest, "the configs' checksum at start-up")):
+            return
+        longest = int(self.gather_rows(np.array([len(blob)]), "the configs' sizes").max())
+        row = np.zeros(longest, np.int64)
+        row[:len(blob)] = np.frombuffer(blob, np.uint8)
+        configs = [json.loads(bytes(r[r > 0].astype(np.uint8)).decode())
+                   for r in self.gather_rows(row, "the configs at start-up")]
+        keys = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str)
+                                                                for c in configs}) > 1)
+        shown = "; ".join(f"{k} (" + ", ".join(f"rank {r}: {c.get(k, '<unset>')}" for r, c in enumerate(configs))
+                          + ")" for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
+        exc = ConfigsDiffer(f"[distributed] the ranks composed different configs: {shown}; every rank must compose "
+                            "the same run: launch them with the same command line, config files and environment")
+        say_now(exc)  # every rank says it before the launcher, seeing one leave, SIGTERMs the others
+        raise exc
 
     @property
     def lead(self) -> bool:
@@ -169,6 +211,16 @@ class World:
             finally:
                 lock.release()
         return dead
+
+
+def flat(tree, prefix: str = "") -> dict:
+    """{dotted.key: leaf value} of a nested dict (lists are leaves)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict = {}
+    for k, v in tree.items():
+        out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
 
 
 def rank_lock_name(rank: int) -> str:

@@ -6,7 +6,6 @@ the folder): when latest/, epoch_NNNN/ and best/ are written, and where.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import ClassVar, Optional
 
@@ -19,6 +18,7 @@ from ..schema import ALL, INT32_MAX, schema, within
 from . import checkpoint as ckpt
 from .diverge import strict
 from .distributed import World
+from .result_file import write_result
 from .setup import DataParts, Learner
 
 
@@ -114,9 +114,11 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
 
 def report(result: dict, run_dir: Path, caches: tuple, console: Console, world: World) -> None:
     """Rank 0 writes result.json and prints both caches' tallies and diagnosis, then the final line."""
-    if not world.lead:  # one result.json, one report
+    if not world.lead and result["status"] != "failed":  # one result.json, one report: rank 0's
         return
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=float, allow_nan=False))
+    write_result(run_dir, result, replace=world.lead)  # a failed run's survivors: unless rank 0 wrote one
+    if not world.lead:
+        return
     for cache in caches:
         console.print(cache.tally() + (" (rank 0's)" if world.size > 1 else ""))
     for line in caches[0].diagnose() + caches[1].diagnose():

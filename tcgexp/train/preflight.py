@@ -12,38 +12,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from .. import sim
+from .. import rundir, sim
 from ..config import ConfigError, build
 from .batch import largest_padding
-
-# what a tcgexp run dir holds: Hydra writes .hydra/ and the job log before train() runs; a resumed or
-# re-run dir also holds what an earlier run of ours left (anything hidden is ours or Hydra's)
-OURS = {"checkpoints", "result.json", "job_status.json", "summary.png", "summary.md", "summary.csv", "multirun.yaml"}
-REPO = Path(__file__).resolve().parents[2]  # the source tree (an editable install's checkout)
+from .ckpt_files import check_folder
 
 
 def check_run_dir(run_dir: Path) -> None:
-    """Refuse a run dir where tcgexp's outputs would mix with, or overwrite, what is not tcgexp's."""
-    where = Path(run_dir).expanduser().absolute()
-    resolved = where.resolve()
-    fix = "point hydra.run.dir (or run_dir) at a new folder, e.g. outputs/<name>"
-    if resolved == Path("/") or resolved == Path.home().resolve():
-        what = "the file system root" if resolved == Path("/") else "the home directory"
-        raise ConfigError(f"hydra.run.dir={where} is {what}: a run writes checkpoints and results there; {fix}")
-    for name, root in (("the source tree", REPO), ("the launch directory", Path.cwd().resolve())):
-        if resolved == root or resolved in root.parents:
-            if name == "the source tree" and not (REPO / "pyproject.toml").exists():
-                continue  # an installed package: its folder is not a checkout
-            raise ConfigError(f"hydra.run.dir={where} is {name} or a folder above it ({root}); {fix}")
-    if where.exists() and not where.is_dir():
-        raise ConfigError(f"hydra.run.dir={where} is a file, not a folder; {fix}")
-    if where.is_dir():
-        foreign = sorted(p.name for p in where.iterdir()
-                         if not (p.name.startswith(".") or p.name.endswith(".log") or p.name in OURS
-                                 or (p.name.startswith("job_status.rank") and p.name.endswith(".json"))))
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise ConfigError(f"hydra.run.dir={where} already holds files tcgexp did not write ({shown}); {fix}")
+    """Refuse a run dir where tcgexp's outputs would mix with, or overwrite, what is not tcgexp's
+    (``tcgexp.rundir``: a folder is ours only with its marker, or while it holds only Hydra's files)."""
+    rundir.check(run_dir)
+    check_folder(Path(run_dir) / "checkpoints")  # checkpoint folders it would replace hold only checkpoints
 
 
 def model_bytes(cfg: DictConfig, slots: int = 0) -> int:

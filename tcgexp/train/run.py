@@ -24,16 +24,19 @@ from ..ownership import SPILL_MARKER
 from ..plan.loader import LoaderConfig
 from ..plan.planner import TbpttConfig
 from ..progress import report_console
+from ..rundir import claim, discarded_if_refused
 from ..schema import schema, within
 from ..track import TrackingConfig, job_context
 from ..track.summary import write_summary
 from .blas import load_fast_blas
-from .distributed import World, rank_lock_name
+from .distributed import DistributedError, World, rank_lock_name
 from .errors import USER_ERRORS
 from .model import ModelConfig
 from .optim import OptimizerConfig
 from .outputs import CheckpointConfig
 from .preflight import preflight
+from .rank_status import note_rank
+from .result_file import leave_failed
 from .runlock import hold_run_dir
 from .schedule import SchedulerConfig
 from .setup import make_learner, prepare_data
@@ -82,18 +85,21 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     result.json (status "interrupted") written, then ``RunInterrupted``, a SystemExit with code
     128 + signum, after one line on stderr.
     """
-    validate(cfg)  # impossible values are refused before anything is built or written
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     world = World.init()  # rank and size from mlx.launch; size 1 for a plain run
     world.run_dir = run_dir
+    note_rank(size=world.size, run_dir=str(run_dir))  # for tcgexp-launch's report (nothing without it)
+    world.check_same_config(cfg, run_dir)  # ranks that composed different runs all refuse, naming the keys
+    validate(cfg)  # impossible values are refused before anything is built or written
     console = console or (report_console() if world.lead else Console(quiet=True))  # rank 0 reports
     preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
-    run_dir.mkdir(parents=True, exist_ok=True)
+    claim(run_dir)  # created and marked ours (or a folder of ours again); removed if refused before any output
     # one run per folder (each rank holds its own lock in it); signals stop the run cleanly. Every
     # line that says how the run ended is printed inside this block, while our handler holds SIGTERM:
     # when one rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and
     # after the block Python's default would end them before their line.
-    with hold_run_dir(run_dir, rank_lock_name(world.rank)), StopSignals() as signals:
+    with discarded_if_refused(run_dir), hold_run_dir(run_dir, rank_lock_name(world.rank)), \
+            StopSignals() as signals:
         try:
             context = RunContext(cfg, run_dir, world, console, blas=load_fast_blas(), signals=signals,
                                  memory_probe=memory_probe, overrides=overrides)
@@ -111,6 +117,8 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
             raise RunInterrupted(exit_code(stop.signame), line) from None
         except USER_ERRORS as exc:
             if world.size > 1:  # a rank died, diverged, ...: the launcher is about to SIGTERM the others
+                if isinstance(exc, DistributedError):  # (rank 0 may be the one gone: a survivor says so on disk)
+                    leave_failed(run_dir, str(exc), rank=world.rank, world_size=world.size)
                 say_now(exc)
             raise
     return result

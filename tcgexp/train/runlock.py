@@ -15,13 +15,19 @@ from pathlib import Path
 from typing import Iterator
 
 from ..config import ConfigError
-from ..ownership import HeldLock, describe
+from ..ownership import HeldLock, describe, read_info
 
 LOCK_NAME = ".tcgexp-run.lock"
 
 
 class RunDirBusy(ConfigError):
     """Another live run holds this run folder (a ConfigError: printed as one line by every entry point)."""
+
+
+def busy(run_dir: Path, holder: dict | None = None, name: str = LOCK_NAME) -> RunDirBusy:
+    holder = holder if holder is not None else read_info(Path(run_dir) / name)
+    return RunDirBusy(f"run dir {run_dir} is in use by another run ({describe(holder)}); give this run its "
+                      "own folder (hydra.run.dir=...), or wait for that one to end")
 
 
 @contextlib.contextmanager
@@ -34,8 +40,7 @@ def hold_run_dir(run_dir: Path, name: str = LOCK_NAME) -> Iterator[None]:
         raise ConfigError(f"run dir {run_dir} cannot be written ({exc.strerror or exc}); point hydra.run.dir "
                           "(or run_dir=) at a folder you can write") from exc
     if holder is not None:
-        raise RunDirBusy(f"run dir {run_dir} is in use by another run ({describe(holder)}); give this run its "
-                         "own folder (hydra.run.dir=...), or wait for that one to end")
+        raise busy(run_dir, holder)
     try:
         yield
     finally:

@@ -79,9 +79,12 @@ class StopSignals:
         self.over = False  # set by ``run_over()``: nothing is left to abandon
         self._previous: dict[int, object] = {}
 
+    active: Optional["StopSignals"] = None  # the run's, while installed (signal handlers are per process)
+
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is not threading.main_thread():
             return self
+        StopSignals.active = self
         for name in ALWAYS + IF_UNCLAIMED:
             signum = getattr(signal, name, None)
             if signum is None:  # not on this platform
@@ -94,6 +97,8 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc) -> None:
+        if StopSignals.active is self:
+            StopSignals.active = None
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
@@ -102,6 +107,11 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.requested is not None and not self.over:
             raise ForcedStop(name)
+        self.requested = self.requested or name
+
+    def request(self, name: str) -> None:
+        """Stop as if `name` had arrived, unless a stop is already requested (then nothing more: this is
+        no second signal). For what is not a signal to this process: its launcher's death."""
         self.requested = self.requested or name
 
     def run_over(self) -> None:

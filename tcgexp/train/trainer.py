@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import MISSING, DictConfig, OmegaConf
 from rich.console import Console
 
-from ..ownership import remove_spill_root, spill_root_of
+from ..ownership import make_spill_root, remove_spill_root, spill_root_of
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..schema import FLOAT32_MAX, INT32_MAX, schema, within
 from ..track import NullTracker, job_context
@@ -98,7 +98,7 @@ class Trainer:
         spill_root = spill_root_of(self.run.run_dir, self.world.rank)
         with contextlib.ExitStack() as stack:  # spill lives and dies with this run (each rank its own)
             stack.callback(remove_spill_root, spill_root)
-            spill_root.mkdir(exist_ok=True)
+            make_spill_root(spill_root)
             self.caches = tuple(stack.enter_context(data.cache(
                 data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name, name=name,
                 memory_probe=self.run.memory_probe)) for name in ("train", "val"))

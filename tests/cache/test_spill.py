@@ -187,20 +187,63 @@ def test_stale_files_of_a_killed_run_are_removed(corpus_files, all_keys, referen
         assert cache.counters()["ssd_hits"] == 0
 
 
-def test_stray_spill_files_without_marker_are_removed(corpus_files, tmp_path):
-    spill_dir = tmp_path / "spill"
-    spill_dir.mkdir()
-    (spill_dir / "rg-0-3.npz").write_bytes(b"old")
+def user_files(spill_dir, kind):
+    """What a user (or an older tool) left where a spill dir goes; {name: bytes} of the regular files."""
+    import os
+
+    spill_dir.mkdir(parents=True)
+    if kind == "marked-dead-owner-and-a-user-file":
+        (spill_dir / MARKER).write_text("{}")  # a dead run's marker: its lock is free
+        (spill_dir / "rg-0-3.npz").write_bytes(b"a dead run's row group")
+        (spill_dir / "notes.txt").write_bytes(b"mine")
+        return {"notes.txt": b"mine", "rg-0-3.npz": b"a dead run's row group"}
+    if kind == "fifo":
+        os.mkfifo(spill_dir / "rg-0-5.npz")
+        return {}
+    if kind == "link":
+        (spill_dir.parent / "elsewhere.npz").write_bytes(b"kept")
+        (spill_dir / "rg-0-6.npz").symlink_to(spill_dir.parent / "elsewhere.npz")
+        return {}
+    (spill_dir / "rg-0-3.npz").write_bytes(b"looks like spill, is not ours")  # no marker: a user's .npz
     (spill_dir / ".rg-0-4.abc.tmp").write_bytes(b"old")
-    with make(corpus_files, spill_dir):
-        assert sorted(p.name for p in spill_dir.iterdir()) == [MARKER]
+    (spill_dir / "embeddings.npz").write_bytes(b"a user's array")
+    return {"rg-0-3.npz": b"looks like spill, is not ours", ".rg-0-4.abc.tmp": b"old",
+            "embeddings.npz": b"a user's array"}
+
+
+@pytest.mark.parametrize("kind", ["unmarked-npz", "marked-dead-owner-and-a-user-file", "fifo", "link"])
+def test_files_without_the_marker_are_never_deleted_whatever_their_names(kind, corpus_files, tmp_path):
+    """Only a marked dir is emptied, and only of regular files named as the store names them: a user's
+    .npz (even one named rg-*.npz) in an unmarked dir, a user's file beside a dead run's spill, a FIFO or
+    a link are refused in one line (NotOurs, a ConfigError) and nothing is deleted."""
+    from tcgexp.config import ConfigError
+
+    spill_dir = tmp_path / ".cache_spill" / "val"
+    files = user_files(spill_dir, kind)
+    before = sorted(p.name for p in spill_dir.iterdir())
+    with pytest.raises(ConfigError, match=r"spill dir .* holds files tcgexp did not write") as err:
+        make(corpus_files, spill_dir)
+    assert "\n" not in str(err.value) and str(spill_dir) in str(err.value)
+    assert sorted(p.name for p in spill_dir.iterdir()) == before
+    assert {n: (spill_dir / n).read_bytes() for n in files} == files
+    if kind == "link":
+        assert (tmp_path / ".cache_spill" / "elsewhere.npz").read_bytes() == b"kept"
+
+
+def test_a_file_where_the_spill_dir_goes_is_one_line_and_kept(corpus_files, tmp_path):
+    from tcgexp.config import ConfigError
+
+    (tmp_path / "val").write_bytes(b"a user's file")
+    with pytest.raises(ConfigError, match="is not a folder tcgexp made"):
+        make(corpus_files, tmp_path / "val")
+    assert (tmp_path / "val").read_bytes() == b"a user's file"
 
 
 def test_a_foreign_directory_is_never_wiped(corpus_files, tmp_path):
     spill_dir = tmp_path / "run"
     spill_dir.mkdir()
     (spill_dir / "model.safetensors").write_bytes(b"weights")
-    with pytest.raises(ValueError, match="refusing to delete"):
+    with pytest.raises(ValueError, match="refusing to delete any of them"):
         make(corpus_files, spill_dir)
     assert (spill_dir / "model.safetensors").read_bytes() == b"weights"
 

@@ -126,12 +126,17 @@ def test_a_run_dir_that_is_not_a_run_dir_is_refused(where, tmp_path):
 
 
 def test_a_dir_hydra_made_or_an_earlier_run_left_is_accepted(tmp_path):
+    """Only Hydra's files for this job (.hydra/, the job log), or a folder marked as a run dir of ours,
+    which an earlier run of ours left (tests/reliability/test_run_folders.py: a look-alike is refused)."""
+    from tcgexp.rundir import claim
+
     made = tmp_path / "outputs" / "run"
     (made / ".hydra").mkdir(parents=True)
     (made / ".hydra" / "config.yaml").write_text("{}")
     (made / "train.log").write_text("")
     check_run_dir(made)
     check_run_dir(tmp_path / "not-yet")
+    claim(made)
     (made / "checkpoints").mkdir()
     (made / "result.json").write_text("{}")
     check_run_dir(made)

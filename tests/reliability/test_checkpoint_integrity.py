@@ -117,13 +117,22 @@ def test_lane_ids_outside_the_lane_index_are_refused(fresh, tmp_path):
         train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp_path / "b")
 
 
+def make_legacy(latest: Path) -> None:
+    """What a version from before checksums wrote: no checksums.json, no checkpoint_format, no world."""
+    (latest / ckpt.CHECKSUMS).unlink()
+    state = json.loads((latest / "state.json").read_text())
+    for key in ("checkpoint_format", "world"):
+        state.pop(key, None)
+    (latest / "state.json").write_text(json.dumps(state))
+
+
 def test_a_checkpoint_from_before_checksums_is_accepted_with_a_warning(fresh, tmp_path):
     from io import StringIO
 
     from rich.console import Console
 
     tmp, latest = fresh
-    (latest / ckpt.CHECKSUMS).unlink()
+    make_legacy(latest)
     out = StringIO()
     result = train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp_path / "b",
                    console=Console(file=out, width=300))

@@ -26,7 +26,10 @@ def remount_ro(path) -> bool:
 
 
 def test_spill_storage_turning_read_only_mid_run_costs_spill_not_training(tmp_path, tmpfs):  # noqa: F811
+    from tcgexp.rundir import claim
+
     run_dir = tmp_path / "run"
+    claim(run_dir)  # a run dir of ours, with its spill root on a filesystem of its own
     spill = tmpfs(run_dir / ".cache_spill", "50m")
     overrides = [f"dataset.root={tmp_path / 'data'}", *SPILLING]
     calm = train(compose_config(*overrides, "cache.spill=false"), run_dir=tmp_path / "nospill")

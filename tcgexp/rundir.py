@@ -1,0 +1,206 @@
+"""Run and sweep folders: tcgexp's only when they carry its marker, and claimed before Hydra writes.
+
+Why: a run pointed at an existing folder of the user's (``hydra.run.dir=~/thesis``) once deleted its
+``checkpoints/best/model.pt`` and overwrote its ``result.json``, because a folder that merely *looked*
+like a run dir (those names, a ``.hydra/``) was taken for one; and Hydra's ``run_job`` creates the
+folder and writes ``.hydra/`` and the job log before the task function runs, so a check inside
+``train()`` came too late for ``.hydra/config.yaml``. Now:
+
+- a folder is a tcgexp run dir only if it carries ``.tcgexp-run`` (a sweep dir ``.tcgexp-sweep``),
+  written when tcgexp creates or first claims it; a marked folder may be used again (``resume=``
+  into it, a SLURM requeue into its own dir);
+- the train app's Hydra callback (``tcgexp.train.run_guard.RunDirGuard``, on by default) claims the
+  folder in ``on_run_start`` / ``on_multirun_start``, which Hydra calls after composing and before
+  ``run_job`` (or the sweeper) creates or writes anything, so a refusal leaves it exactly as it was;
+- ``train()`` claims its run dir too (direct calls, and a user's ``hydra/callbacks`` override), and
+  accepts an unmarked folder only while it holds nothing but what Hydra wrote for this job;
+- places no run belongs are refused whatever they hold: ``/``, home folders, system trees (``/etc``,
+  ``/usr``, ...), the source tree and the launch directory or any folder above them;
+- a run that is refused (a config error, a preflight check, a damaged checkpoint, ...) removes what
+  its claim and Hydra put there, and the folder (with the empty ones above it) if the claim created
+  it, as long as it left no outputs (``discarded_if_refused``): no ``.hydra/`` and empty job log per
+  refusal.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import socket
+from pathlib import Path
+from typing import Iterator
+
+
+from .config import ConfigError
+from .ownership import held_by_someone, holder_info, read_info
+
+RUN_MARKER = ".tcgexp-run"
+SWEEP_MARKER = ".tcgexp-sweep"
+REPO = Path(__file__).resolve().parents[1]  # the source tree (an editable install's checkout)
+# system trees: no run dir inside them, even a new one
+SYSTEM = tuple(Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                                 "/run", "/sbin", "/snap", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log",
+                                 "/var/spool", "/System", "/Library", "/Applications"))
+# shared folders: never a run dir themselves (a new folder inside them is fine)
+SHARED = tuple(Path(p) for p in ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/opt", "/srv", "/mnt", "/media",
+                                 "/Users", "/Volumes", "/private", "/private/tmp"))
+HYDRA_FILES = (".hydra",)  # what Hydra's run_job writes, besides the job log (*.log)
+# what a refused run's folder may hold to be removed whole: Hydra's files, our marker and locks, job logs
+LEFT_BY_A_REFUSAL = (".hydra", RUN_MARKER)
+OUTPUTS = ("checkpoints", "result.json")
+
+
+def homes() -> set[Path]:
+    out = {Path.home().resolve()}
+    try:
+        out |= {Path(p.pw_dir).resolve() for p in pwd.getpwall() if p.pw_dir not in ("", "/")}
+    except (OSError, KeyError):
+        pass
+    return out
+
+
+def refuse_place(where: Path, key: str) -> None:
+    """Refuse folders no run belongs in, whatever they hold (nothing is written before this)."""
+    resolved = where.resolve()
+    fix = f"point {key} at a new folder, e.g. outputs/<name>"
+    if resolved in SHARED or resolved in homes():
+        what = "the file system root" if resolved == Path("/") else (
+            "a home folder" if resolved in homes() else "a shared system folder")
+        raise ConfigError(f"{key}={where} is {what}: a run writes checkpoints and results there; {fix}")
+    for tree in SYSTEM:
+        if resolved == tree or tree in resolved.parents:
+            raise ConfigError(f"{key}={where} is inside the system folder {tree}; {fix}")
+    for name, root in (("the source tree", REPO), ("the launch directory", Path.cwd().resolve())):
+        if resolved == root or resolved in root.parents:
+            if name == "the source tree" and not (REPO / "pyproject.toml").exists():
+                continue  # an installed package: its folder is not a checkout
+            raise ConfigError(f"{key}={where} is {name} or a folder above it ({root}); {fix}")
+    for parent in [where, *where.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError(f"{key}={where}: {parent} is a file, not a folder; {fix}")
+
+
+def foreign_entries(folder: Path, marker: str) -> list[str]:
+    """What in `folder` tcgexp may not take for its own: everything, unless it carries `marker`;
+    an unmarked folder may hold only what Hydra writes for a job (``.hydra/``, the job log)."""
+    if (folder / marker).is_file() and not (folder / marker).is_symlink():
+        return []
+    return sorted(p.name for p in folder.iterdir() if not (p.name in HYDRA_FILES or p.name.endswith(".log")))
+
+
+def check(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, hydra_made: bool = True) -> None:
+    """Refuse a folder a run (or sweep) must not use; nothing is written. `hydra_made`: an unmarked
+    folder holding only Hydra's files for this job is accepted (``train()``, after ``run_job``)."""
+    where = Path(where).expanduser().absolute()
+    refuse_place(where, key)
+    if not where.is_dir():
+        return
+    foreign = foreign_entries(where, marker) if hydra_made else (
+        [] if (where / marker).is_file() else sorted(p.name for p in where.iterdir()))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        hint = " (an earlier tcgexp run continues with resume=<its folder>)" if marker == RUN_MARKER else ""
+        raise ConfigError(f"{key}={where} already holds files tcgexp did not write ({shown}) and no {marker} "
+                          f"marker: nothing was written there; point {key} at a new folder{hint}")
+
+
+def claim(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, hydra_made: bool = True) -> bool:
+    """Check `where`, then create it if missing and mark it ours; True when this call created it.
+
+    The marker is created exclusively: ranks of one launch claiming one folder at once agree on it,
+    and it records whether its claim made the folder (only that process may remove it on a refusal).
+    """
+    where = Path(where).expanduser().absolute()
+    check(where, key, marker, hydra_made=hydra_made)
+    missing = [p for p in [where, *where.parents] if not p.exists()]  # the leaf first
+    created = bool(missing)
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd = os.open(where / marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False  # marked already (a resumed run, another rank of this launch)
+    except OSError as exc:
+        raise ConfigError(f"{key}={where} cannot be created or written ({exc.strerror or exc}); point {key} at a "
+                          "folder you can write") from exc
+    with os.fdopen(fd, "w") as fh:
+        # `top`: the highest folder this claim created (outputs/<date>/ for the first run of a day)
+        fh.write(json.dumps({**holder_info(marker.lstrip(".")), "created": created,
+                             "top": str(missing[-1]) if missing else None}))
+    return created
+
+
+def mine_to_discard(run_dir: Path) -> bool:
+    """Whether `run_dir` was claimed by this process for a run that left nothing in it."""
+    info = read_info(run_dir / RUN_MARKER)
+    if not (info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()):
+        return False
+    try:
+        entries = list(run_dir.iterdir())
+    except OSError:
+        return False
+    left = [p for p in entries if not (p.name in LEFT_BY_A_REFUSAL or p.name.endswith(".log")
+                                       or (p.name.startswith(".tcgexp-run") and p.name.endswith(".lock")))]
+    if left:  # outputs (checkpoints/, result.json), a spill not yet removed, anything else: keep all
+        return False
+    return not any(held_by_someone(p) for p in entries if p.name.endswith(".lock"))  # another rank lives here
+
+
+def discard(run_dir: Path) -> bool:
+    """Undo this process's claim of the folder of a run refused before it left anything: what it and
+    Hydra wrote there, and the folder itself (with the empty ones above it) if the claim created it."""
+    run_dir = Path(run_dir).absolute()
+    if not mine_to_discard(run_dir):
+        return False
+    info = read_info(run_dir / RUN_MARKER)
+    try:
+        for entry in run_dir.iterdir():
+            if entry.name == RUN_MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        (run_dir / RUN_MARKER).unlink()
+        if info.get("created"):
+            run_dir.rmdir()
+    except OSError:
+        return False  # what is left stays marked: a later run may use it
+    top = info.get("top")
+    if info.get("created") and top and (Path(top) == run_dir or Path(top) in run_dir.parents):
+        for parent in run_dir.parents:  # the empty folders this claim made above it (outputs/<date>/)
+            if Path(top) not in (parent, *parent.parents):
+                break
+            try:
+                parent.rmdir()  # only ever an empty folder: another run's there keeps it
+            except OSError:
+                break
+    return True
+
+
+@contextlib.contextmanager
+def discarded_if_refused(run_dir: Path) -> Iterator[None]:
+    """Around a run: whatever ends it before it wrote an output also undoes its claim of the folder.
+
+    Not for a sweep's job: its folder holds the job's error (job log, ``job_status.json``), which the
+    sweep report links to."""
+    from .cli import in_multirun
+
+    try:
+        yield
+    except BaseException:
+        if not in_multirun():
+            discard(run_dir)
+        raise
+
+
+def check_job_dirs(sweep: Path) -> None:
+    """A sweep dir of ours again: its job folders must be ours too (or only Hydra's), before any job runs."""
+    if not sweep.is_dir():
+        return
+    for child in sorted(sweep.iterdir()):
+        if child.is_dir() and not child.name.startswith(".") and foreign_entries(child, RUN_MARKER):
+            raise ConfigError(f"hydra.sweep.dir={sweep}: its folder {child.name}/ holds files tcgexp did not write "
+                              f"({', '.join(foreign_entries(child, RUN_MARKER)[:3])}) and no {RUN_MARKER} marker; "
+                              "nothing was written; give the sweep a new hydra.sweep.dir")

@@ -1,0 +1,143 @@
+"""A checkpoint's folder: the files it holds, replacing it without harm, reading it whole.
+
+Why each rule exists:
+
+- Replacing ``latest/`` used to be ``rmtree`` of the previous folder: a file somebody put in it,
+  or a ``latest`` that was a link to a folder of theirs, went with it (or the link's target was
+  written into). A checkpoint folder is replaced only when it holds nothing but the files a
+  checkpoint has, and is a real folder; anything else is one ``CheckpointWriteError`` naming it,
+  nothing deleted. ``train()`` checks its run dir's checkpoint folders before the first step, so
+  that refusal comes at start-up, not at the first checkpoint.
+- A resume from a run whose ``latest/`` is being replaced (the run is live, or its rename was
+  cut short) could read ``state.json`` of one checkpoint and the weights of the next. Every file
+  is read through one handle on the folder (``openat``): a rename moves the folder, not the files
+  under that handle, so what is read is one checkpoint; if the writer deleted the old folder's
+  files before they were opened, the read starts again on the new ``latest/`` (a few times, then
+  one line). The bytes are then verified and parsed from memory, never read twice.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
+CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
+OURS = (*FILES, CHECKSUMS)
+ATTEMPTS = 5  # reads of a folder a live run keeps replacing
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, I/O error): loud, and the previous one is kept."""
+
+
+def foreign(path: Path) -> list[str]:
+    """What in checkpoint folder `path` a checkpoint does not hold (a link or a file at `path`: itself)."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        return [path.name]
+    if not path.exists():
+        return []
+    return sorted(e.name for e in path.iterdir() if e.name not in OURS or e.is_symlink() or not e.is_file())
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse to replace or remove checkpoint folder `path` (or its temporary siblings) unless it is a
+    real folder holding only a checkpoint's files; nothing is touched."""
+    for p in (path, path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")):
+        odd = foreign(p)
+        if odd:
+            what = (f"is a link to {os.readlink(p)}" if p.is_symlink() else "is a file" if odd == [p.name]
+                    else f"holds files a checkpoint does not ({', '.join(odd[:3])})")
+            raise CheckpointWriteError(f"not writing checkpoint {path}: {p} {what}, and tcgexp replaces that folder "
+                                       "whole; nothing was deleted: move it out of the run dir, or give the run a "
+                                       "new folder (hydra.run.dir=...)")
+
+
+def check_folder(ckpt_dir: Path) -> None:
+    """Before a run's first step: every checkpoint folder it may replace can be replaced."""
+    if not ckpt_dir.is_dir():
+        return
+    for entry in ckpt_dir.iterdir():
+        name = entry.name.lstrip(".").removesuffix(".tmp").removesuffix(".old")
+        if name in ("latest", "best") or name.startswith("epoch_"):
+            check_replaceable(ckpt_dir / name)
+
+
+def remove(path: Path) -> None:
+    """Remove a checkpoint folder holding only a checkpoint's files (checked by the caller)."""
+    if not path.is_dir() or path.is_symlink():
+        return
+    for name in OURS:
+        (path / name).unlink(missing_ok=True)
+    try:
+        path.rmdir()
+    except OSError:  # something was put there since the check: left, and the next save refuses it by name
+        pass
+
+
+def replace(tmp: Path, path: Path) -> None:
+    """Move the complete checkpoint `tmp` into place at `path`; the previous one is removed after the rename
+    (a crash between the renames leaves ``.<name>.old``, which ``find`` still reads)."""
+    old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        remove(old)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    remove(old)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_once(path: Path) -> tuple[dict[str, bytes], bool]:
+    """(name -> bytes of every checkpoint file present, whether the folder was replaced while read)."""
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        out = {}
+        for name in OURS:
+            try:
+                fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
+            except FileNotFoundError:
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                out[name] = fh.read()
+        try:
+            replaced = os.stat(path).st_ino != os.fstat(dfd).st_ino
+        except FileNotFoundError:
+            replaced = True
+    finally:
+        os.close(dfd)
+    return out, replaced
+
+
+def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
+    """One checkpoint's files, read whole while a live run may be replacing the folder: (where, bytes)."""
+    path = Path(path)
+    for attempt in range(ATTEMPTS):
+        if not path.is_dir() and path.name.endswith(".old"):  # the previous latest/, gone since: the new one
+            path = path.with_name(path.name[1:-len(".old")])
+        try:
+            files, replaced = _read_once(path)
+        except FileNotFoundError:
+            files, replaced = {}, True
+        except NotADirectoryError as exc:
+            raise CheckpointError(f"{path} is not a checkpoint folder (a file)") from exc
+        missing = [n for n in FILES if n not in files]
+        if not missing:
+            return path, files
+        if not replaced:
+            raise CheckpointError(f"{path / missing[0]} is missing: the checkpoint is incomplete")
+        time.sleep(0.05 * (attempt + 1))
+    raise CheckpointError(f"{path} was replaced {ATTEMPTS} times while this resume read it (a live run is writing "
+                          "it): stop that run first (SIGTERM writes its latest/), or resume from a checkpoint no "
+                          "run writes (epoch_NNNN/)")

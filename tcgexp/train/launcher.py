@@ -1,0 +1,129 @@
+"""``tcgexp-launch`` (``python -m tcgexp.train.launcher``): ``mlx.launch`` that exits with its ranks' status.
+
+Why: MLX 0.32's ``mlx.launch`` exits 0 whatever its ranks did (it prints ``[WARN] Node with rank N
+exited with code C``), so a script, a CI job or a scheduler running it could not tell a failed run
+from a finished one. ``tcgexp-launch`` takes ``mlx.launch``'s own arguments, runs it, and exits 0
+only when every rank exited 0; else with the first failing rank's code (1 for a rank that left no
+status: killed), after one line naming the ranks and what ``result.json`` says.
+
+How it knows: every rank (``tcgexp-train`` under a launcher) writes its status into the folder
+``TCGEXP_RANK_STATUS`` names (``rank_status``). ``tcgexp-launch`` makes a private folder and
+passes it to the ranks (``--env``; ranks on other hosts need ``TCGEXP_RANK_STATUS`` set to a folder
+they share with this host). It waits for every rank it knows of to be gone: ranks outlive a killed
+launcher by at most ``parent_watch.GRACE_S``. ``mlx.launch`` dies with ``tcgexp-launch``
+(``PR_SET_PDEATHSIG``) and its ranks with it, and a SIGTERM or SIGHUP to ``tcgexp-launch`` is passed
+to ``mlx.launch``, so killing either stops the run.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..ownership import pid_alive
+from .parent_watch import GRACE_S
+from .rank_status import STATUS_VAR
+
+
+def expected_ranks(argv: list[str]) -> Optional[int]:
+    """The world size mlx.launch's own arguments give (-n, --hosts), None with a hostfile."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--hosts", default="127.0.0.1")
+    parser.add_argument("--repeat-hosts", "-n", type=int, default=1)
+    parser.add_argument("--hostfile")
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):  # mlx.launch itself says what is wrong with them
+        return None
+    return None if known.hostfile else len(known.hosts.split(",")) * known.repeat_hosts
+
+
+def read_statuses(folder: Path) -> dict[int, dict]:
+    out = {}
+    for path in folder.glob("rank*.json"):
+        try:
+            status = json.loads(path.read_text())
+            out[int(status["rank"])] = status
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def wait_for_ranks(folder: Path) -> dict[int, dict]:
+    """Statuses once every rank that said its pid has left (bounded: a rank outlives its launcher by at
+    most parent_watch.GRACE_S)."""
+    deadline = time.monotonic() + GRACE_S + 10
+    while True:
+        statuses = read_statuses(folder)
+        running = [s for s in statuses.values() if "code" not in s and pid_alive(s.get("pid"))]
+        if not running or time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.2)
+
+
+def verdict(statuses: dict[int, dict], size: Optional[int]) -> tuple[int, Optional[str]]:
+    """(exit status, the line saying why it is not 0)."""
+    size = size or max([s.get("size") or 0 for s in statuses.values()] + [len(statuses)])
+    if not statuses:
+        return 1, ("no rank reported its exit status (is the command tcgexp-train? ranks on other hosts need "
+                   f"{STATUS_VAR} set to a folder this host shares): the run's outcome is unknown")
+    failed = []
+    for rank in range(size):
+        code = statuses.get(rank, {}).get("code")
+        if code is None:
+            failed.append((rank, None))
+        elif code != 0:
+            failed.append((rank, int(code)))
+    if not failed:
+        return 0, None
+    said = ", ".join(f"rank {r} " + (f"exited with {c}" if c is not None else "left no status (killed?)")
+                     for r, c in failed)
+    run_dir = next((s["run_dir"] for s in statuses.values() if s.get("run_dir")), None)
+    if run_dir and Path(run_dir).is_dir():  # (a run refused at start leaves no folder)
+        try:
+            result = json.loads((Path(run_dir) / "result.json").read_text())
+            said += f"; {Path(run_dir) / 'result.json'} says {result.get('status')}" + (
+                f": {result['error']}" if result.get("error") else "")
+        except (OSError, ValueError):
+            said += f"; {run_dir} holds no result.json"
+    return next((c for _, c in failed if c), 1), said
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from ..data.parallel import die_with_parent
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    launcher = shutil.which("mlx.launch")
+    if launcher is None:
+        print("error: mlx.launch is not on PATH (it comes with the mlx package: pip install mlx)", file=sys.stderr)
+        return 1
+    own = STATUS_VAR not in os.environ
+    folder = Path(os.environ.get(STATUS_VAR) or tempfile.mkdtemp(prefix="tcgexp-launch-"))
+    env = {**os.environ, STATUS_VAR: str(folder)}
+    proc = subprocess.Popen([launcher, "--env", f"{STATUS_VAR}={folder}", *argv], env=env,
+                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # passed on: mlx.launch dies, its ranks stop (parent_watch)
+        signal.signal(signum, lambda s, f: proc.send_signal(signal.SIGTERM))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the ranks themselves (one process group)
+    proc.wait()
+    try:
+        code, line = verdict(wait_for_ranks(folder), expected_ranks(argv))
+    finally:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+    if line:
+        print(f"[launch] {line}", file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
