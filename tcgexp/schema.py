@@ -44,7 +44,9 @@ class StorageConfig:
     tier_budget_bytes: int = 16 * 1024**3  # the tier's disk; least recently used chunks go first; 0 = no tier
     retries: int = 3  # attempts per request (the AWS standard retry strategy, with backoff); more = slower to fail
     connect_timeout_s: float = 5.0  # per connection attempt: an endpoint that is down fails fast
-    request_timeout_s: float = 30.0  # per request: a server that stops answering costs at most this per attempt
+    # per request attempt: this long without a byte and the attempt fails (column chunks are small: 10 s of
+    # silence is a store that stopped answering, not a slow one)
+    request_timeout_s: float = 10.0
     # (endpoint may be None, which CHECKS cannot express: tcgexp.data.store checks its form when it is used)
     CHECKS: ClassVar[tuple] = (
         ("tier_budget_bytes", lambda v: v >= 0, ">= 0 (0 = no local tier)"),

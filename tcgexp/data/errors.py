@@ -41,3 +41,19 @@ class DataError(ValueError):
 
 class BuildRefused(DataError):
     """A build step that would lose or silently replace something already built."""
+
+
+class StoreInterrupted(SystemExit):
+    """A stopping signal (Ctrl-C, SIGTERM, SIGHUP) while waiting on an object store.
+
+    The store's requests are abandoned (its client process killed) and the process leaves with
+    128 + the signal number, the shell's convention, after the one line in ``message`` (already
+    printed). A SystemExit, as ``tcgexp.train``'s own interruption is: no traceback, no handler
+    of ``Exception`` swallows it.
+    """
+
+    def __init__(self, signame: str, message: str) -> None:
+        import signal
+
+        super().__init__(128 + int(getattr(signal, signame)))
+        self.signame, self.message = signame, message
