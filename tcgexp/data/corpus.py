@@ -30,6 +30,7 @@ from .parallel import build_days, worker_pool
 from .select import check_built, selected_dates
 from .schema import SCHEMA_VERSION
 from .store import RemoteCatalog, Store, is_remote, setting
+from .tier import Tier
 
 
 
@@ -50,7 +51,9 @@ class Corpus:
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
         self.store = Store(self.root, storage) if self.remote else None
-        self._remote_catalog = RemoteCatalog(self.store) if self.remote else None
+        self.tier = Tier(setting(storage, "tier_dir"), int(setting(storage, "tier_budget_bytes"))) \
+            if self.remote else None
+        self._remote_catalog = RemoteCatalog(self.store, self.tier) if self.remote else None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
         chosen = selected_dates(dates, date_from, date_to, self.catalog) \
@@ -76,6 +79,12 @@ class Corpus:
         if self.remote:
             return list(self._remote_files)
         return [self.paths(d).parquet for d in self.dates]
+
+    @property
+    def remote_bytes(self) -> int:
+        """Every byte this corpus fetched from its store so far (manifests, footers, lane columns, the caches'
+        and every other reader's chunks); 0 for a local root."""
+        return self.store.fetched_bytes if self.remote else 0
 
     @property
     def catalog(self) -> Catalog | RemoteCatalog:
@@ -118,7 +127,6 @@ class Corpus:
         is refused in one line, with the commands that publish it.
         """
         from .remote import RemoteFile
-        from .tier import Tier
 
         published = {d: self.catalog.manifest(d) for d in self.dates}  # one GET per day, no listing needed
         missing = [d for d, m in published.items() if m is None]
@@ -130,8 +138,8 @@ class Corpus:
             raise DataError(f"days {'; '.join(parts)}", path=self.catalog.path,
                             fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
                                 f"dataset settings), then tcgexp-data action=publish target={self.root}")
-        tier = Tier(setting(self.storage, "tier_dir"), int(setting(self.storage, "tier_budget_bytes")))
-        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], tier) for d in self.dates]
+        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], self.tier)
+                              for d in self.dates]
         for date, f in zip(self.dates, self._remote_files):
             self.manifests[date] = f.manifest
             f.metadata()  # footers now: a damaged or unreachable object fails before any planning

@@ -214,8 +214,10 @@ class Store:
 
     def read_bytes(self, rel: str) -> Optional[bytes]:
         size = self.size(rel)
-        if size is None:
-            return None
+        return None if size is None else self.read(rel, size)
+
+    def read(self, rel: str, size: int) -> bytes:
+        """The whole object (`size`: what the store said it is, for the bound)."""
         data = self.call("reading", "read", self.path(rel), rel=rel, size=size)
         self.count(len(data))
         return data
@@ -226,8 +228,9 @@ class Store:
 
     def read_json(self, rel: str) -> Optional[dict]:
         data = self.read_bytes(rel)
-        if data is None:
-            return None
+        return None if data is None else self.parse_json(rel, data)
+
+    def parse_json(self, rel: str, data: bytes) -> dict:
         try:
             value = json.loads(data)
         except ValueError as exc:
@@ -269,18 +272,31 @@ class Store:
 
 
 class RemoteCatalog:
-    """The catalog of a corpus in a store: its published day manifests (one listing, one GET per day read)."""
+    """The catalog of a corpus in a store: its published day manifests (one listing, one HEAD per day read,
+    and a GET only for a manifest the local tier does not hold as the store describes it now)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, tier=None) -> None:
+        self.store, self.tier = store, tier
         self.path = f"{store.uri}/bc_data"  # what errors name, as a local catalog names its file
         self._manifests: dict[str, Optional[dict]] = {}
 
     def manifest(self, date: str) -> Optional[dict]:
         """The day's published manifest, or None when the day is not published (or only half: no manifest)."""
         if date not in self._manifests:
-            self._manifests[date] = self.store.read_json(f"bc_data/{date}{MANIFEST_SUFFIX}")
+            self._manifests[date] = self._read(f"bc_data/{date}{MANIFEST_SUFFIX}")
         return self._manifests[date]
+
+    def _read(self, rel: str) -> Optional[dict]:
+        kind, size, mtime_ns = self.store.info(rel)
+        if kind == "none":
+            return None
+        uri = f"{self.store.uri}/{rel}"
+        data = self.tier.manifest(uri, size, mtime_ns) if self.tier is not None else None
+        if data is None:
+            data = self.store.read(rel, size)
+            if self.tier is not None and len(data) == size:
+                self.tier.put_manifest(uri, size, mtime_ns, data)
+        return self.store.parse_json(rel, data)
 
     def all(self) -> list[dict]:
         """Rows shaped like the SQLite catalog's (``Catalog.row_from``), in date order."""

@@ -178,6 +178,10 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
         "processed": {"microbatches": p.real, "optimizer_steps": p.opt_steps, "rows": p.rows,
                       "positions": p.microbatches},
         "cache": {k: sum_counters(v) for k, v in per_rank.items()},
+        # every byte fetched from an object store by this process (caches, lane index, footers, manifests, the
+        # precision check), over all ranks; the caches' own remote_bytes are their share of it
+        "remote_bytes": int(world.gather_rows(np.array([data.corpus.remote_bytes], np.int64), "the bytes fetched "
+                                              "from the store").sum()),
         "world_size": world.size, "shards": data.planner.shards,
         "wall_seconds": wall, "rows_per_second": p.rows / busy,
         "data_stall_seconds": stall_seconds, "data_stall_share": stall_seconds / busy,
