@@ -313,6 +313,9 @@ class DataAppConfig:
     dataset: DatasetConfig = MISSING
     action: DataAction = DataAction.build
     target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
+    # the most days one command builds (a typo'd range would otherwise write hundreds); more is refused in one
+    # line with the count: raise it to build a longer corpus on purpose (0 = only validate what is built)
+    max_new_days: int = 31
 
 
 GROUPS: dict[str, type] = {
