@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 from .context import JobContext
 
 LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
-CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
+CLOSE_SECONDS = 10.0
+INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once  # the longest a job waits for its run to close (a flush to local disk)
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
 
@@ -217,9 +218,9 @@ def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS)
     dot_aim = root / ".aim"
     if dot_aim.exists() and not dot_aim.is_dir():
         raise TrackingUnavailable(f"{dot_aim} is not an Aim repo (a file, not a folder)")
-    lock_path = root / ".tcgexp-aim-init.lock"
+    lock_path = dot_aim / INIT_LOCK  # inside the repo: nothing of ours is left in the user's folder
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        dot_aim.mkdir(parents=True, exist_ok=True)  # Aim initialises an existing, empty .aim as well
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise TrackingUnavailable(f"cannot write the Aim repo at {root} ({exc.strerror or exc})") from exc
