@@ -9,7 +9,7 @@ holds those values as a dict (the runs table's columns); ``run["overrides"]``,
 whose jobs share an Aim experiment named after it. ``run["status"]`` is
 "running", then "completed", "stopped" or "failed" (with ``run["error"]`` and
 tag "failed"). A resumed job continues the same Aim run (its hash travels in
-the checkpoint). ``tracking=aim_remote`` runs the same in a child process
+the checkpoint), under the same name and experiment (``open_run``). ``tracking=aim_remote`` runs the same in a child process
 (``remote.py``).
 
 Built by Hydra (``conf/tracking/aim.yaml``):
@@ -98,9 +98,9 @@ class AimTracker:
             import aim
 
             self.where = str(prepare_repo(repo))
-            self.run = aim.Run(run_hash=resume_hash, repo=self.where,
-                               experiment=experiment_name(experiment, context))
-            apply_attributes(self.run, run_attributes(hparams, context))
+            self.run = open_run(aim, run_hash=resume_hash, repo=self.where,
+                                experiment=experiment_name(experiment, context),
+                                attrs=run_attributes(hparams, context))
             self.hash = self.run.hash
         except TrackingUnavailable as exc:
             self._give_up(str(exc))
@@ -172,6 +172,31 @@ def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
         attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
         attrs["job_num"] = context.job_num
     return attrs
+
+
+IDENTITY = ("name", "overrides", "swept", "sweep", "job_num")  # what a resumed job's run keeps as it was
+
+
+def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs: dict[str, Any]):
+    """A new Aim run in `experiment` with `attrs`; or, given `run_hash`, the run a resumed job continues.
+
+    A resumed job is the same run: its name, overrides, sweep and experiment stay as its first job
+    set them (the resume's own command line, ``resume=<dir>`` and little else, would rename it
+    "defaults" and move it to an experiment named after the new run dir). What runs now (hparams)
+    and the status are updated, and the resume's overrides are appended to ``run["resumes"]``.
+    """
+    if run_hash is None:
+        run = aim.Run(repo=repo, experiment=experiment)
+        apply_attributes(run, attrs)
+        return run
+    run = aim.Run(run_hash=run_hash, repo=repo)  # no experiment given: it keeps its own
+    try:
+        resumes = list(run["resumes"])
+    except KeyError:
+        resumes = []
+    apply_attributes(run, {k: v for k, v in attrs.items() if k not in IDENTITY})
+    run["resumes"] = [*resumes, list(attrs.get("overrides", []))]
+    return run
 
 
 def apply_attributes(run, attrs: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ class Loop:
         if p.position == 0:
             self.memory.reset()  # every lane starts the epoch from zero memory
             p.epoch_microbatches = p.epoch_opt_steps = p.epoch_real = 0
-        self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
+        self.hooks.on_phase(f"train epoch {p.epoch + 1}/{self.epochs}", len(plan))
         self.hooks.on_advance(p.position, {})
         accs, window, sums = [None] * self.slots, 0, {k: 0.0 for k in METRICS}
         local = np.zeros(SIGNALS + world.size)  # this window's scalars on this rank
@@ -83,7 +83,7 @@ class Loop:
         for prep in self.train_loader.iterate(plan, start=p.position):
             t0 = time.perf_counter()
             skip = isinstance(prep, Skip)  # shard padding: this rank has no rows here, it still steps
-            where = f"epoch {p.epoch}, optimizer step {p.opt_steps + 1} (microbatch {prep.index} of {len(plan)})"
+            where = f"epoch {p.epoch + 1}, optimizer step {p.opt_steps + 1} (microbatch {prep.index} of {len(plan)})"
             with self.train_cache.in_opt_step():
                 if not skip:
                     inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
@@ -171,7 +171,7 @@ class Loop:
         want_real = self.planner.real_microbatches(p.epoch)  # every shard's, with no padding
         if p.epoch_microbatches != len(plan) or p.epoch_opt_steps != want_steps or p.epoch_real != want_real:
             raise RuntimeError(
-                f"epoch {p.epoch}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} optimizer "
+                f"epoch {p.epoch + 1}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} optimizer "
                 f"steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps}"
                 + (f" over {self.world.size} ranks" if self.world.size > 1 else ""))
 
@@ -199,7 +199,7 @@ class Loop:
             raise RuntimeError(f"validation processed {int(totals[len(keys) - 1])} rows, its plan covers {plan.rows}")
         if self.world.size > 1:  # every rank's share: one all-reduce of the sums (and of who must stop)
             totals[len(keys):] = self.world.signal_row(self.hooks.stop_requested())
-            totals = np.array(self.world.all_sum(mx.array(totals), f"validation after epoch {self.p.epoch}"))
+            totals = np.array(self.world.all_sum(mx.array(totals), f"validation after epoch {self.p.epoch + 1}"))
             want = self.planner.split_rows("val")
             if int(totals[len(keys) - 1]) != want:
                 raise RuntimeError(f"validation processed {int(totals[len(keys) - 1])} rows over "
@@ -213,7 +213,7 @@ class Loop:
             out[f"policy_{part}"] = t[f"sum_policy_{part}"] / n if n else None  # no such rows
             out[f"accuracy_{part}"] = t[f"sum_accuracy_{part}"] / n if n else None
         out["rows"] = rows
-        diverge.check(out, where=f"validation after epoch {self.p.epoch} (optimizer step {self.p.opt_steps})",
+        diverge.check(out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})",
                       hint=self.hint)
         if self.world.size > 1:
             self.hooks.safe_point(World.first_signal(totals[len(keys):]))
@@ -225,16 +225,17 @@ class Loop:
         p = self.p
         while p.epoch < self.epochs:
             if self.world.size > 1:  # all ranks decide together whether a signal stops them here
-                self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch}"))
+                self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch + 1}"))
             else:
                 self.hooks.safe_point()
             train = self.train_epoch()
             val = self.validate()
-            p.history.append({"epoch": p.epoch, "train": train, "val": val})
+            done = p.epoch + 1  # this epoch, as people count: the first is epoch 1 (and epoch_0001/)
+            p.history.append({"epoch": done, "train": train, "val": val})
             improved = p.best_val_loss is None or val["loss"] < p.best_val_loss  # val["loss"] is finite
             if improved:
-                p.best_val_loss, p.best_epoch = val["loss"], p.epoch
-            self.hooks.on_validation({**val, "epoch": p.epoch})
+                p.best_val_loss, p.best_epoch = val["loss"], done
+            self.hooks.on_validation({**val, "epoch": done})
             p.epoch, p.position = p.epoch + 1, 0
             self.hooks.on_phase("checkpointing", 1)
             self.hooks.save("epoch+best" if improved else "epoch")

@@ -46,7 +46,7 @@ class RunHooks:
         across ranks, the live lanes' memories and the cache counters gathered, and rank 0 writes.
         """
         lr, p, world = self.learner, self.learner.progress, self.world
-        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.epoch})")
+        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.human_epoch})")
         counters = {"train": rank_counters(world, self.train_cache, "train"),
                     "val": rank_counters(world, self.val_cache, "val")}
         live = self.live_lanes()
@@ -87,8 +87,8 @@ class RunHooks:
         values = {f"train/{k}": v for k, v in m.items() if k not in ("lr", "grad_norm", "rows")}
         values["lr"], values["train/grad_norm"] = m["lr"], m["grad_norm"]
         values.update({f"cache_train/{k}": v for k, v in counters.items()})
-        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch)
-        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch)
+        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch + 1)  # the epoch in progress, from 1
+        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch + 1)
         self.display.fields.update(lr=m["lr"], hit=counters["hit_rate_pct"])
         self.display.rows(m["rows"])
         if self.cfg.trainer.max_steps and p.opt_steps >= self.cfg.trainer.max_steps:
@@ -161,6 +161,7 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
     (the counters are gathered) and rank 0 writes the one result.json.
     """
     p, world = learner.progress, world or World()
+    rows = p.rows - learner.start_rows  # this segment's (a resumed run started at the checkpoint's count)
     train_cache, val_cache = caches
     per_rank = {"train": rank_counters(world, train_cache, "train"), "val": rank_counters(world, val_cache, "val")}
     busy = max(step_seconds + stall_seconds, 1e-9)
@@ -183,7 +184,9 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
         "remote_bytes": int(world.gather_rows(np.array([data.corpus.remote_bytes], np.int64), "the bytes fetched "
                                               "from the store").sum()),
         "world_size": world.size, "shards": data.planner.shards,
-        "wall_seconds": wall, "rows_per_second": p.rows / busy,
+        # this segment's (a resumed run's own process): its rows over its time; the counts above are the run's
+        "segment": {"rows": rows, "optimizer_steps": p.opt_steps - learner.start_opt_steps, "wall_seconds": wall},
+        "wall_seconds": wall, "rows_per_second": rows / busy,
         "data_stall_seconds": stall_seconds, "data_stall_share": stall_seconds / busy,
         "step_seconds": step_seconds, "allreduce_seconds": reduce_seconds,  # rank 0's: compute = step - allreduce
         "blas": blas, "aim_hash": aim_hash,

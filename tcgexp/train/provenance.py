@@ -114,7 +114,7 @@ def check_progress(saved: dict, *, planned_microbatches: list[int], planned_step
     elif epoch == epochs and position:
         problems.append(f"position={position} after the last epoch")
     elif epoch < epochs and not 0 <= position <= planned_microbatches[epoch]:
-        problems.append(f"position={position} outside epoch {epoch}'s {planned_microbatches[epoch]} planned "
+        problems.append(f"position={position} outside epoch {epoch + 1}'s {planned_microbatches[epoch]} planned "
                         "microbatches")
     if not problems:
         done_mbs, done_steps = sum(planned_microbatches[:epoch]), sum(planned_steps[:epoch])
