@@ -125,7 +125,7 @@ class CacheConfig:
     _target_: str = MISSING
     _partial_: bool = True
     policy: Any = MISSING
-    capacity: int = 8  # resident row groups (RAM); the grouped lane order needs only a few
+    capacity: int = 8  # resident row groups (RAM); the grouped lane order needs only a few; 0 = no cache (as off)
     high_watermark_pct: float = 85.0  # psutil memory percent above which transient entries are evicted
     spill: bool = True  # evicted entries go to <run dir>/.cache_spill as .npz
     spill_budget_bytes: int = 2 * 1024**3  # spill never grows past this
