@@ -77,7 +77,7 @@ def wait(future: Future, bound_s: float, on_slow: Optional[Callable[[float], Non
     previous = {}
     for name in STOPPING:
         signum = getattr(signal, name, None)
-        if signum is not None:
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             previous[signum] = signal.signal(signum, lambda n, _f: arrived.append(signal.Signals(n).name))
     try:
         t0, said = time.monotonic(), False
