@@ -114,7 +114,8 @@ def test_the_config_group_table_lists_every_option_and_default_and_only_real_kno
         listed = re.findall(r"`([a-z0-9_]+)`", options)
         assert sorted(listed) == group_options(group), f"{group}: the README lists {listed}"
         if group in defaults:
-            assert f"`{defaults[group]}` (default)" in options or len(listed) == 1, f"{group}: default is {defaults[group]}"
+            assert f"`{defaults[group]}` (default)" in options or len(listed) == 1, \
+                f"{group}: default is {defaults[group]}"
         if group == "experiment":
             continue
         configs = [OmegaConf.to_container(compose(f"{group}={o}")[group]) for o in group_options(group)]

@@ -124,8 +124,9 @@ class StoreProcess:
     def __init__(self, spec: dict) -> None:
         rx_child, tx_parent = os.pipe()
         rx_parent, tx_child = os.pipe()
-        # run as a script: no tcgexp import (the data package would cost the child 0.3 s), stdlib and pyarrow only
-        self.proc = subprocess.Popen([sys.executable, "-I", __file__, str(rx_child), str(tx_child)],
+        # run as a script: no tcgexp import (the data package would cost the child 0.3 s), stdlib and pyarrow
+        # only; -P keeps this file's folder off sys.path (its select.py would shadow the standard library's)
+        self.proc = subprocess.Popen([sys.executable, "-P", __file__, str(rx_child), str(tx_child)],
                                      pass_fds=(rx_child, tx_child), stdin=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
         os.close(rx_child)

@@ -50,7 +50,8 @@ _ENTRY = re.compile(r"^\d+-[0-9a-f]{64}$")
 _DIR = re.compile(r"^[0-9a-f]{64}$")
 _TMP = re.compile(r"^\.(?P<name>\d+-[0-9a-f]{64})\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
 _MANIFEST = re.compile(r"^(?P<key>[0-9a-f]{32})-(?P<size>\d+)-(?P<mtime>\d+)-(?P<sha>[0-9a-f]{64})\.json$")
-_MANIFEST_TMP = re.compile(r"^\.[0-9a-f]{32}-\d+-\d+-[0-9a-f]{64}\.json\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
+_MANIFEST_TMP = re.compile(r"^\.[0-9a-f]{32}-\d+-\d+-[0-9a-f]{64}\.json"
+                           r"\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
 EVICT_TO = 0.9  # evict to 90 % of the budget, so a full tier does not scan on every put
 
 

@@ -9,7 +9,8 @@ holds those values as a dict (the runs table's columns); ``run["overrides"]``,
 whose jobs share an Aim experiment named after it. ``run["status"]`` is
 "running", then "completed", "stopped" or "failed" (with ``run["error"]`` and
 tag "failed"). A resumed job continues the same Aim run (its hash travels in
-the checkpoint), under the same name and experiment (``open_run``). ``tracking=aim_remote`` runs the same in a child process
+the checkpoint), under the same name and experiment (``open_run``).
+``tracking=aim_remote`` runs the same in a child process
 (``remote.py``).
 
 Built by Hydra (``conf/tracking/aim.yaml``):

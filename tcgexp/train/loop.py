@@ -171,8 +171,8 @@ class Loop:
         want_real = self.planner.real_microbatches(p.epoch)  # every shard's, with no padding
         if p.epoch_microbatches != len(plan) or p.epoch_opt_steps != want_steps or p.epoch_real != want_real:
             raise RuntimeError(
-                f"epoch {p.epoch + 1}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} optimizer "
-                f"steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps}"
+                f"epoch {p.epoch + 1}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} "
+                f"optimizer steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps}"
                 + (f" over {self.world.size} ranks" if self.world.size > 1 else ""))
 
     # -- validation ----------------------------------------------------------------------
@@ -225,7 +225,8 @@ class Loop:
         p = self.p
         while p.epoch < self.epochs:
             if self.world.size > 1:  # all ranks decide together whether a signal stops them here
-                self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch + 1}"))
+                start = f"the start of epoch {p.epoch + 1}"
+                self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), start))
             else:
                 self.hooks.safe_point()
             train = self.train_epoch()

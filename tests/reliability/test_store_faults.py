@@ -187,7 +187,8 @@ def test_a_signal_ends_training_from_a_frozen_moto_server_within_seconds(signum,
         publish(local, "s3://tcgexp/frozen", None)
         os.kill(server.pid, signal.SIGSTOP)
         rc, err, seconds = start_and_signal(
-            ["tcgexp.train", "dataset.root=s3://tcgexp/frozen", *TINY_TRAIN, *DAYS, "tracking=off", f"hydra.run.dir={tmp_path / 'run'}", f"dataset.storage.tier_dir={tmp_path / 'tier'}"], signum, tmp_path)
+            ["tcgexp.train", "dataset.root=s3://tcgexp/frozen", *TINY_TRAIN, *DAYS, "tracking=off",
+             f"hydra.run.dir={tmp_path / 'run'}", f"dataset.storage.tier_dir={tmp_path / 'tier'}"], signum, tmp_path)
     assert rc == 128 + signum and seconds < 5, (rc, seconds, err[-2000:])
     one_line(err.strip().splitlines()[-1], "s3://tcgexp/frozen", endpoint)
 
