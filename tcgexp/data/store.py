@@ -81,7 +81,8 @@ def check_scheme(uri: str, key: str = "dataset.root") -> str:
     scheme = uri.partition("://")[0].lower()
     if scheme not in SCHEMES:
         raise DataError(f"{key}={uri}: the scheme {scheme + '://'!r} is not an object store tcgexp can read",
-                        fix=f"use one of {', '.join(s + '://' for s in SCHEMES)}, or a local folder")
+                        fix=f"use one of {', '.join(s + '://' for s in SCHEMES)}"
+                            + (", or a local folder" if key == "dataset.root" else ""))
     module = {"s3": "_s3fs", "gs": "_gcsfs", "gcs": "_gcsfs", "abfs": "_azurefs", "abfss": "_azurefs"}.get(scheme)
     if module is not None:
         try:
@@ -96,13 +97,13 @@ def check_scheme(uri: str, key: str = "dataset.root") -> str:
 class Store:
     """One object-store root: bounded, interruptible reads, writes and listings of paths relative to it."""
 
-    def __init__(self, uri: str, storage=None, *, writable: bool = False) -> None:
+    def __init__(self, uri: str, storage=None, *, writable: bool = False, key: str = "dataset.root") -> None:
         self.uri = str(uri).rstrip("/")
         self._lock, self._pool = threading.Lock(), None
         self._down: Optional[str] = None  # set when a call ran past its bound: later calls fail at once
         self._said_slow = False
         self.fetched_bytes = 0  # every object byte received from the store (manifests and ranges)
-        self.scheme = scheme = check_scheme(self.uri)
+        self.scheme = scheme = check_scheme(self.uri, key)  # `key`: what the user typed the URI as
         rest = self.uri.partition("://")[2]
         retries, request = int(setting(storage, "retries")), float(setting(storage, "request_timeout_s"))
         connect = float(setting(storage, "connect_timeout_s"))
