@@ -5,7 +5,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tcgexp.train.blas import load_fast_blas
 BLAS = load_fast_blas()
 
 from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
+from tcgexp.bench.loopback_s3 import wait_listening  # noqa: E402
 from tcgexp.config import build, compose  # noqa: E402
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
         "dataset.workers=1"]
@@ -126,14 +126,7 @@ def aim_server(tmp_path):
     port = free_port()
     proc = subprocess.Popen(["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "aim server did not start"
-            time.sleep(0.3)
+    wait_listening(port, proc, "aim server")
     yield repo, port, proc
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

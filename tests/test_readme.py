@@ -81,3 +81,68 @@ def test_readme_command_composes(command, tmp_path):
     res = subprocess.run([sys.executable, "-m", module, *args, "--cfg", "job"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, f"{' '.join(command)}:\n{res.stderr[-2000:]}"
+
+
+# -- figures in the README that the code decides: checked here, so they cannot drift --------------------------
+def readme_table(after: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first Markdown table from the line starting with `after` on."""
+    text = (ROOT / "README.md").read_text()
+    rows, seen = [], False
+    for line in text[text.index(after):].splitlines():
+        if line.startswith("|"):
+            seen = True
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif seen:
+            break
+    return rows[1:]  # the header row left out
+
+
+def test_the_config_group_table_lists_every_option_and_default_and_only_real_knobs():
+    from omegaconf import OmegaConf
+
+    from tcgexp.cli import group_options, primary_defaults
+    from tcgexp.config import compose
+
+    defaults = primary_defaults("config")
+    rows = {re.sub(r"[`+]", "", r[0]): r for r in readme_table("## Config groups")}
+    groups = [g for g in defaults if not g.startswith("hydra")] + ["experiment"]
+    assert set(groups) <= set(rows), f"groups missing from the table: {set(groups) - set(rows)}"
+    for group in groups:
+        _, options, knobs = rows[group]
+        listed = re.findall(r"`([a-z0-9_]+)`", options)
+        assert sorted(listed) == group_options(group), f"{group}: the README lists {listed}"
+        if group in defaults:
+            assert f"`{defaults[group]}` (default)" in options or len(listed) == 1, \
+                f"{group}: default is {defaults[group]}"
+        if group == "experiment":
+            continue
+        configs = [OmegaConf.to_container(compose(f"{group}={o}")[group]) for o in group_options(group)]
+        for knob in re.findall(r"`([a-z_.]+)(?:\.\*)?`", knobs):
+            node_ok = any(_has(c, knob.split(".")) for c in configs)
+            assert node_ok, f"{group}.{knob} is in the README's table but in no option of {group}"
+
+
+def _has(node, path: list[str]) -> bool:
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def test_the_storage_table_gives_the_schemas_defaults():
+    from tcgexp.data.store import StorageConfig
+
+    rows = {r[0].strip("`"): r[1] for r in readme_table("| knob (`dataset.storage.`)")}
+    assert set(rows) == {f for f in StorageConfig.__dataclass_fields__ if f != "CHECKS"}
+    for knob in ("retries", "connect_timeout_s", "request_timeout_s"):
+        assert float(rows[knob]) == getattr(StorageConfig, knob), knob
+    assert rows["tier_budget_bytes"] == f"{StorageConfig.tier_budget_bytes // 2**30} GiB"
+
+
+def test_the_readme_does_not_count_the_tests():
+    """A test count goes stale with the next test: the README says how to count them instead."""
+    text = (ROOT / "README.md").read_text()
+    assert not re.search(r"\b\d{2,} tests\b", text)

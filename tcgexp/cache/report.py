@@ -38,8 +38,8 @@ def diagnose(name: str, c: dict, *, policy: str, capacity: int, spill_dir=None) 
 
     - Hit rate after warm-up (the first touch of each distinct key can only
       miss, so it is left out; a miss that joined another thread's load counts
-      as served) under 90 %: the projection fetches too much or the working
-      set does not fit. Not raised for ``off``, which never hits. When misses
+      as served) under 90 %: the working set does not fit. Not raised for
+      ``off`` or capacity 0 (no cache), which never hit. When misses
       were served uncached inside ``in_opt_step``, the message says so.
     - Evictions climbing while ssd_hits stays 0: nothing spilled is ever read
       back, so the spill tier is dead weight.
@@ -48,15 +48,18 @@ def diagnose(name: str, c: dict, *, policy: str, capacity: int, spill_dir=None) 
     tag = f"cache-{name}"
     out = []
     warm = c["accesses"] - c["distinct_keys"]
-    if policy != "off" and warm > 0 and c["warm_hit_rate_pct"] < LOW_WARM_HIT_RATE_PCT:
+    # capacity 0 is no cache at all (every access decoded, as cache=off): nothing to diagnose
+    if policy != "off" and capacity > 0 and warm > 0 and c["warm_hit_rate_pct"] < LOW_WARM_HIT_RATE_PCT:
         out.append(f"{tag}: hit rate after warm-up is {c['warm_hit_rate_pct']:.1f}% (< 90%) over {warm} "
-                   f"accesses: the projection fetches too much or the working set "
-                   f"({c['distinct_keys']} row groups) does not fit capacity={capacity}"
+                   f"accesses: the working set ({c['distinct_keys']} row groups) does not fit "
+                   f"cache.capacity={capacity}; raise cache.capacity, keep tbptt.lane_order=grouped (few row "
+                   f"groups live at once), or try cache=plan"
                    + (f"; {c['opt_step_skips']} misses were served uncached because they arrived inside "
-                      f"in_opt_step at capacity" if c.get("opt_step_skips") else ""))
+                      f"in_opt_step at capacity (cache.opt_step_guard=all; the default, pressure, caches them)"
+                      if c.get("opt_step_skips") else ""))
     if spill_dir is not None and c["evictions"] >= max(DEAD_SPILL_EVICTIONS, capacity) and c["ssd_hits"] == 0:
         out.append(f"{tag}: evictions={c['evictions']} while ssd_hits=0: the working set churns and the "
-                   f"SSD spill is dead weight; raise capacity or reduce the column projection")
+                   f"SSD spill is dead weight; raise cache.capacity, or turn it off (cache.spill=false)")
     if c["spill_errors"]:
         out.append(f"{tag}: {c['spill_errors']} spill files were unreadable or altered and were re-decoded "
                    f"from Parquet; check the disk under {spill_dir}")

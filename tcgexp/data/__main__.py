@@ -2,6 +2,8 @@
 or publish them to an object store (``action=publish target=s3://bucket/prefix``)."""
 from __future__ import annotations
 
+import time
+
 import hydra
 from omegaconf import DictConfig
 from rich.console import Console
@@ -29,14 +31,17 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
             console.print(f"[data] {date}: derived files removed (replay ZIP kept)")
         return {d: "cleaned" for d in corpus.dates}
     progress, update = stage_progress()
-    with progress:
-        outcome = corpus.build(progress=update)
-    for date, what in outcome.items():
+    t0 = time.perf_counter()
+
+    def day_done(date: str, what: str, done: int, total: int) -> None:  # as each day is finished, not at the end
         m = corpus.manifests[date]
-        console.print(f"[data] {date}: {what}  rows={m['rows']} episodes={m['episodes']} "
+        count = f" ({done}/{total}, {time.perf_counter() - t0:.0f} s)" if total > 1 else ""
+        console.print(f"[data] {date}: {what}{count}  rows={m['rows']} episodes={m['episodes']} "
                       f"row_groups={len(m['row_groups'])} train/val rows={m['split']['train_rows']}/"
                       f"{m['split']['val_rows']}  {corpus.paths(date).parquet}")
-    return outcome
+
+    with progress:
+        return corpus.build(progress=update, max_new_days=int(cfg.max_new_days), on_day=day_done)
 
 
 @one_line_errors(DataError)

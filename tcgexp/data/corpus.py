@@ -21,7 +21,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import field
 from enum import Enum
 from pathlib import Path
-from typing import ClassVar, Iterator, Optional
+from typing import Callable, ClassVar, Iterator, Optional
 
 from omegaconf import MISSING
 
@@ -29,11 +29,14 @@ from .. import sim
 from ..schema import ALL, check, schema, within
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
-from .errors import BuildRefused, DataError
+from .errors import BuildRefused, DataError, listed
 from .parallel import build_days, worker_pool
-from .select import check_built, selected_dates
+from .select import check_built, check_count, selected_dates
 from .schema import SCHEMA_VERSION
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
+from .tier import Tier
+
+DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated", days done, days in all)
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
 
@@ -101,6 +104,10 @@ class DataAppConfig:
     dataset: DatasetConfig = MISSING
     action: DataAction = DataAction.build
     target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
+    # the most days one command builds (a typo'd range would otherwise write hundreds); more is refused in one
+    # line with the count: raise it to build a longer corpus on purpose (0 = only validate what is built)
+    max_new_days: int = 31
+    CHECKS: ClassVar[tuple] = (("max_new_days", within(0, 36500), "in [0, 36500] days (0 = only validate)"),)
 
 
 class Corpus:
@@ -118,12 +125,13 @@ class Corpus:
         self.storage = storage
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
-        self.store = Store(self.root, storage) if self.remote else None
-        self._remote_catalog = RemoteCatalog(self.store) if self.remote else None
+        self.store: Optional[Store] = None  # a root in a store: opened below, after the selection's own checks
+        self.tier: Optional[Tier] = None
+        self._remote_catalog: Optional[RemoteCatalog] = None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
-        chosen = selected_dates(dates, date_from, date_to, self.catalog) \
-            if (dates or date_from or date_to) else None
+        chosen = selected_dates(dates, date_from, date_to, lambda: self.catalog) \
+            if (dates is not None or date_from or date_to) else None
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
         self.specs = [DaySpec(date=d, seed=seed, rows_per_day=rows_per_day, row_group_rows=row_group_rows,
@@ -134,6 +142,15 @@ class Corpus:
         self.verify = verify
         self.manifests: dict[str, dict] = {}
         self.encoded: dict[str, list[int]] = {}  # shards (re)encoded by the last build, per day
+        if self.remote:
+            self._open_store()  # an unreachable store or a missing bucket: refused now, not at the first read
+
+    def _open_store(self) -> RemoteCatalog:
+        if self._remote_catalog is None:
+            self.store = Store(self.root, self.storage)
+            self.tier = Tier(setting(self.storage, "tier_dir"), int(setting(self.storage, "tier_budget_bytes")))
+            self._remote_catalog = RemoteCatalog(self.store, self.tier)
+        return self._remote_catalog
 
     # -- paths ---------------------------------------------------------------------------
     def paths(self, date: str) -> DayPaths:
@@ -147,8 +164,14 @@ class Corpus:
         return [self.paths(d).parquet for d in self.dates]
 
     @property
+    def remote_bytes(self) -> int:
+        """Every byte this corpus fetched from its store so far (manifests, footers, lane columns, the caches'
+        and every other reader's chunks); 0 for a local root."""
+        return self.store.fetched_bytes if self.remote else 0
+
+    @property
     def catalog(self) -> Catalog | RemoteCatalog:
-        return self._remote_catalog if self.remote else Catalog(self.root / "catalog.sqlite")
+        return self._open_store() if self.remote else Catalog(self.root / "catalog.sqlite")
 
     def fingerprint(self, spec: DaySpec) -> str:
         """Simulator + encoder config + every knob that shapes the day's bytes."""
@@ -164,10 +187,15 @@ class Corpus:
             manifest = json.loads(self.paths(date).manifest.read_text()) if self.paths(date).manifest.exists() else {}
             return diff_config(manifest.get("config", {}), DayBuilder(spec, self.paths(date), "", None).config())
 
+        check_count(self.dates, self.catalog)  # more days than the catalog holds: refused before any is looked at
         check_built(self.dates, [self.fingerprint(s) for s in self.specs], self.catalog, diff)
 
-    def build(self, progress: Optional[ProgressFn] = None, build_missing: bool = True) -> dict[str, str]:
+    def build(self, progress: Optional[ProgressFn] = None, build_missing: bool = True,
+              max_new_days: int = DataAppConfig.max_new_days, on_day: Optional[DayFn] = None) -> dict[str, str]:
         """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
+
+        At most `max_new_days` days are built (more is refused before any, in one line with the
+        count); `on_day(date, outcome, done, total)` hears of each day as it is finished.
 
         Holds an exclusive lock on ``<root>/.build.lock`` throughout: the jobs of a parallel
         sweep all build-or-validate the same days, and only one may write them; the others
@@ -175,10 +203,24 @@ class Corpus:
         """
         if self.remote:
             return self._open_remote()
+        only_built = self.selected and not build_missing
+        if not only_built:
+            self.check_new_days(max_new_days)  # before the lock: a refused build writes nothing
         with self.locked():
-            if self.selected and not build_missing:
+            if only_built:
                 self.check_selected()
-            return self._build(progress)
+            return self._build(progress, on_day or (lambda date, outcome, done, total: None))
+
+    def check_new_days(self, limit: int) -> None:
+        if limit < 0:
+            raise DataError(f"max_new_days={limit} is impossible", fix="give 0 (only validate) or more")
+        new = [d for d in self.dates if not self.paths(d).manifest.exists()]
+        if len(new) > limit:
+            raise DataError(f"{len(new):,} of the {len(self.dates):,} days selected are not built ({listed(new)}); "
+                            f"a command builds at most {limit} new days (tcgexp-data's max_new_days)", path=self.root,
+                            fix=f"narrow the selection, or build them on purpose: tcgexp-data <the same dataset "
+                                f"settings> max_new_days={len(new)} (each day takes seconds to minutes, with "
+                                "progress)")
 
     def _open_remote(self) -> dict[str, str]:
         """A published corpus: every day published with these settings, then its files opened for range reads.
@@ -187,20 +229,23 @@ class Corpus:
         is refused in one line, with the commands that publish it.
         """
         from .remote import RemoteFile
-        from .tier import Tier
 
-        published = {d: self.catalog.manifest(d) for d in self.dates}  # one GET per day, no listing needed
+        if self.selected:
+            check_count(self.dates, self.catalog)  # one listing: more days than are published, refused at once
+        published = dict(zip(self.dates, self.store.map(self.catalog.manifest, self.dates)))  # a HEAD per day
         missing = [d for d, m in published.items() if m is None]
-        other = [f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
-                 for s, (d, m) in zip(self.specs, published.items()) if m and m["fingerprint"] != self.fingerprint(s)]
+        other = [(s, d, m) for s, (d, m) in zip(self.specs, published.items())
+                 if m and m["fingerprint"] != self.fingerprint(s)]
         if missing or other:
-            parts = ([f"not published: {', '.join(missing)}"] if missing else []) + \
-                ([f"published with other settings: {'; '.join(other)}"] if other else [])
+            shown = [f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
+                     for s, d, m in other[:3]] + [d for _, d, _ in other[3:]]
+            parts = ([f"not published: {listed(missing)}"] if missing else []) + \
+                ([f"published with other settings: {listed(shown, 3, '; ')}"] if other else [])
             raise DataError(f"days {'; '.join(parts)}", path=self.catalog.path,
                             fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
                                 f"dataset settings), then tcgexp-data action=publish target={self.root}")
-        tier = Tier(setting(self.storage, "tier_dir"), int(setting(self.storage, "tier_budget_bytes")))
-        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], tier) for d in self.dates]
+        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], self.tier)
+                              for d in self.dates]
         for date, f in zip(self.dates, self._remote_files):
             self.manifests[date] = f.manifest
             f.metadata()  # footers now: a damaged or unreachable object fails before any planning
@@ -235,18 +280,20 @@ class Corpus:
         if unfinished or os.access(self.root, os.W_OK) and exc.errno != errno.EROFS:
             raise DataError(f"dataset.root cannot be written ({exc.strerror})", path=self.root,
                             fix="point dataset.root at a folder you can write"
-                                + (f" (days not yet built: {', '.join(unfinished[:3])})" if unfinished else "")) \
+                                + (f" (days not yet built: {listed(unfinished, 3)})" if unfinished else "")) \
                 from exc
         try:
             return open(self.root / ".build.lock", "r")
         except OSError:
             return None
 
-    def _build(self, progress: Optional[ProgressFn]) -> dict[str, str]:
+    def _build(self, progress: Optional[ProgressFn], on_day: DayFn) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
         built: dict[str, tuple] = {}
+        report = progress or (lambda stage, done, total: None)
+        total = len(self.specs)
         if len(pending) > 1 and self.workers > 1:  # whole days in parallel; the catalog stays with us
             built = build_days(pending, self.root, [self.fingerprint(s) for s in pending], workers=self.workers,
                                verify=self.verify, progress=progress)
@@ -259,12 +306,14 @@ class Corpus:
             for spec in self.specs:
                 if spec.date in built:
                     outcome[spec.date], self.manifests[spec.date], self.encoded[spec.date] = built[spec.date]
-                    continue
-                builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
-                                     executor=executor, ahead=2 * self.workers, verify=self.verify,
-                                     progress=progress)
-                outcome[spec.date], self.manifests[spec.date] = builder.run()
-                self.encoded[spec.date] = builder.encoded
+                else:
+                    builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
+                                         executor=executor, ahead=2 * self.workers, verify=self.verify,
+                                         progress=progress)
+                    outcome[spec.date], self.manifests[spec.date] = builder.run()
+                    self.encoded[spec.date] = builder.encoded
+                report("days", len(outcome), total)
+                on_day(spec.date, outcome[spec.date], len(outcome), total)
         return outcome
 
     def clean_derived(self, date: str) -> None:
@@ -283,8 +332,15 @@ class Corpus:
             except DataError as exc:
                 raise BuildRefused(f"not cleaning: the day could not be rebuilt from its source ({exc})",
                                    path=p.parquet, fix="the derived Parquet is kept, the only readable copy") from None
-            for f in (p.manifest, p.parquet):
-                f.unlink(missing_ok=True)
+            if not os.access(p.parquet.parent, os.W_OK):  # a read-only mount: nothing can go (nor half of it)
+                raise DataError("cannot delete the day's derived files: their folder is read-only", path=p.parquet,
+                                fix="clean where the corpus is writable (it stays as it is here)")
+            try:
+                for f in (p.manifest, p.parquet):
+                    f.unlink(missing_ok=True)
+            except OSError as exc:
+                raise DataError(f"cannot delete the day's derived files ({exc.strerror})", path=p.parquet,
+                                fix="clean where the corpus is writable") from None
             shutil.rmtree(p.work, ignore_errors=True)
             self.catalog.delete(date)
             self.manifests.pop(date, None)

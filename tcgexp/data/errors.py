@@ -1,8 +1,17 @@
-"""One error type for bad data, always naming what is wrong and where."""
+"""One error type for bad data, always naming what is wrong and where; lists in it stay short."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
+
+MAX_WHAT = 2000  # characters of the message's own text: a line for a person, whatever the input
+
+
+def listed(items: Sequence, limit: int = 5, sep: str = ", ") -> str:
+    """The first `limit` items and how many more: 'a, b, c, d, e and 3,647,055 more' (never the whole list)."""
+    items = list(items)
+    shown = sep.join(str(i) for i in items[:limit])
+    return shown + (f" and {len(items) - limit:,} more" if len(items) > limit else "")
 
 
 class DataError(ValueError):
@@ -33,6 +42,8 @@ class DataError(ValueError):
             where.append(f"row group {row_group}")
         if lane is not None:
             where.append(f"lane (episode_id={lane[0]}, side={lane[1]})")
+        if len(what) > MAX_WHAT:  # a bound on every line, should a caller list too much
+            what = what[:MAX_WHAT] + f" ... ({len(what) - MAX_WHAT:,} characters more)"
         msg = (", ".join(where) + ": " if where else "") + what
         if fix:
             msg += f" -- {fix}"
@@ -41,3 +52,19 @@ class DataError(ValueError):
 
 class BuildRefused(DataError):
     """A build step that would lose or silently replace something already built."""
+
+
+class StoreInterrupted(SystemExit):
+    """A stopping signal (Ctrl-C, SIGTERM, SIGHUP) while waiting on an object store.
+
+    The store's requests are abandoned (its client process killed) and the process leaves with
+    128 + the signal number, the shell's convention, after the one line in ``message`` (already
+    printed). A SystemExit, as ``tcgexp.train``'s own interruption is: no traceback, no handler
+    of ``Exception`` swallows it.
+    """
+
+    def __init__(self, signame: str, message: str) -> None:
+        import signal
+
+        super().__init__(128 + int(getattr(signal, signame)))
+        self.signame, self.message = signame, message

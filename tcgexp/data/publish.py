@@ -80,7 +80,7 @@ def publish(corpus, target: str, storage=None, report: Optional[Callable[[str], 
     if unbuilt:
         raise DataError(f"days not built: {', '.join(unbuilt)}; only finished days are published",
                         path=corpus.root, fix="build them first: python -m tcgexp.data with the same dataset settings")
-    store = Store(target, storage, writable=True)
+    store = Store(target, storage, writable=True, key="target")
     outcome: dict[str, str] = {}
     with corpus.locked():  # no build or clean of these days while they are read for upload
         for spec in corpus.specs:

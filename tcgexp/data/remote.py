@@ -66,7 +66,7 @@ class RemoteFile:
         self.parts = sorted(parts, key=lambda p: p["offset"])
         self._starts = [p["offset"] for p in self.parts]
         self._lock = threading.Lock()
-        self._handle = None
+        self._handle: Optional[int] = None  # the object opened in the store's client process
         self._metadata: Optional[pq.FileMetaData] = None
         self.stats = FetchStats()  # reads no reader claimed (the lane index, footers)
 
@@ -109,7 +109,7 @@ class RemoteFile:
         todo = [p for p in self.parts if p.get("row_group") == row_group and p["what"].split(" ", 1)[-1]
                 .split(".")[0] in wanted and not self.tier.has(self.file_sha, p["offset"], p["sha256"])]
         if len(todo) > 1:
-            list(self.store.pool().map(lambda p: self._part(p, stats or self.stats), todo))
+            self.store.map(lambda p: self._part(p, stats or self.stats), todo)
 
     def _part(self, part: dict, stats: FetchStats) -> bytes:
         data = self.tier.get(self.file_sha, part["offset"], part["sha256"])
@@ -129,13 +129,27 @@ class RemoteFile:
     def _fetch(self, offset: int, length: int) -> bytes:
         with self._lock:
             if self._handle is None:
-                handle = self.store.open_input(self.rel)
-                size = self.store.call("reading the size", handle.size, self.rel)
-                if size != self.size:
-                    raise DataError(f"object is {size} bytes, its published manifest says {self.size} (truncated "
-                                    "or replaced?)", path=self.uri, fix=REPUBLISH)
+                handle, size = self.store.open(self.rel)
+                self._check_size(size)
                 self._handle = handle
-        return self.store.call("reading a range", lambda: self._handle.read_at(length, offset), self.rel)
+        try:
+            data = self.store.read_range(self.rel, self._handle, offset, length)
+        except DataError:
+            # a range past the end of an object replaced since it was opened fails at the store: say
+            # what happened rather than what the store said about the range
+            self._check_size(self.store.size(self.rel))
+            raise
+        if len(data) != length:
+            self._check_size(self.store.size(self.rel))
+        return data
+
+    def _check_size(self, size: Optional[int]) -> None:
+        if size is None:
+            raise DataError("the object is gone from the store (deleted or withdrawn since it was published)",
+                            path=self.uri, fix=REPUBLISH)
+        if size != self.size:
+            raise DataError(f"object is {size} bytes, its published manifest says {self.size} (truncated or "
+                            "replaced by another object since it was published)", path=self.uri, fix=REPUBLISH)
 
     # -- pyarrow ----------------------------------------------------------------------------
     def metadata(self, stats: Optional[FetchStats] = None) -> pq.FileMetaData:
@@ -165,7 +179,7 @@ class RemoteFile:
         with self._lock:
             handle, self._handle = self._handle, None
         if handle is not None:
-            handle.close()
+            self.store.close(self.rel, handle)
 
 
 class _RangeReader(io.RawIOBase):

@@ -20,6 +20,12 @@ of the same sweep reads them from local disk instead of the network.
   A job counts its own writes between scans of the folder, so concurrent
   jobs can pass the budget by what each wrote since its last scan (at most
   10 % of the budget and one entry each) until one of them scans again.
+- Published manifests are kept too (``manifests/``), named by the object's
+  URI, size and modification time as the store reports them (one HEAD, no
+  body) and by their own checksum: a run whose days are unchanged downloads
+  no manifest again. A republished day has another manifest (written after
+  its old one was deleted), so another size or time; a stale manifest could
+  at worst pair with other bytes, which the parts' checksums refuse.
 - Ownership as for spill (``tcgexp.ownership``): the tier folder carries the
   marker ``.tcgexp-tier``; a folder that holds anything else without it is
   refused, and eviction deletes only files named like entries. Temporary files
@@ -43,6 +49,9 @@ TIER_MARKER = ".tcgexp-tier"
 _ENTRY = re.compile(r"^\d+-[0-9a-f]{64}$")
 _DIR = re.compile(r"^[0-9a-f]{64}$")
 _TMP = re.compile(r"^\.(?P<name>\d+-[0-9a-f]{64})\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
+_MANIFEST = re.compile(r"^(?P<key>[0-9a-f]{32})-(?P<size>\d+)-(?P<mtime>\d+)-(?P<sha>[0-9a-f]{64})\.json$")
+_MANIFEST_TMP = re.compile(r"^\.[0-9a-f]{32}-\d+-\d+-[0-9a-f]{64}\.json"
+                           r"\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
 EVICT_TO = 0.9  # evict to 90 % of the budget, so a full tier does not scan on every put
 
 
@@ -140,6 +149,48 @@ class Tier:
         if self._usage > self.budget:
             self._usage = self.evict()
 
+    # -- published manifests ------------------------------------------------------------
+    def _manifests(self, uri: str) -> tuple[Path, str]:
+        return self.root / "manifests", hashlib.sha256(uri.encode()).hexdigest()[:32]
+
+    def manifest(self, uri: str, size: int, mtime_ns: int) -> Optional[bytes]:
+        """The manifest kept for the object `uri` as the store describes it now, if intact; else None."""
+        if not self.enabled:
+            return None
+        folder, key = self._manifests(uri)
+        for entry in _scandir(folder):
+            m = _MANIFEST.match(entry.name)
+            if m and m["key"] == key and int(m["size"]) == size and int(m["mtime"]) == mtime_ns:
+                try:
+                    with open(entry.path, "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    return None
+                if hashlib.sha256(data).hexdigest() == m["sha"]:
+                    return data
+                self._unlink(Path(entry.path))  # damaged: fetched again
+        return None
+
+    def put_manifest(self, uri: str, size: int, mtime_ns: int, data: bytes) -> None:
+        """Keep a downloaded manifest (replacing the object's older ones); errors cost the cache, never the read."""
+        if not self.enabled:
+            return
+        folder, key = self._manifests(uri)
+        name = f"{key}-{size}-{mtime_ns}-{hashlib.sha256(data).hexdigest()}.json"
+        tmp = folder / f".{name}.{socket.gethostname()}.{os.getpid()}.{_thread_id()}.tmp"
+        try:
+            folder.mkdir(exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, folder / name)
+        except OSError:
+            self._unlink(tmp)
+            return
+        for entry in _scandir(folder):
+            m = _MANIFEST.match(entry.name)
+            if m and m["key"] == key and entry.name != name:
+                self._unlink(Path(entry.path))
+
     # -- budget ----------------------------------------------------------------------------
     def _entries(self) -> list[tuple[float, int, Path]]:
         """(mtime, size, path) of every entry; only names tcgexp gives entries are ever seen here."""
@@ -181,11 +232,10 @@ class Tier:
     def _reclaim_tmp(self) -> None:
         """Temporary files left by writers that died on this host (a live writer's are left alone)."""
         host = socket.gethostname()
-        for d in _scandir(self.root):
-            if not (d.is_dir(follow_symlinks=False) and _DIR.match(d.name)):
-                continue
-            for e in _scandir(Path(d.path)):
-                m = _TMP.match(e.name)
+        folders = [Path(d.path) for d in _scandir(self.root) if d.is_dir(follow_symlinks=False) and _DIR.match(d.name)]
+        for folder in [*folders, self.root / "manifests"]:
+            for e in _scandir(folder):
+                m = _TMP.match(e.name) or _MANIFEST_TMP.match(e.name)
                 if m and m["host"] == host and not pid_alive(m["pid"]):
                     self._unlink(Path(e.path))
 

@@ -9,7 +9,8 @@ holds those values as a dict (the runs table's columns); ``run["overrides"]``,
 whose jobs share an Aim experiment named after it. ``run["status"]`` is
 "running", then "completed", "stopped" or "failed" (with ``run["error"]`` and
 tag "failed"). A resumed job continues the same Aim run (its hash travels in
-the checkpoint). ``tracking=aim_remote`` runs the same in a child process
+the checkpoint), under the same name and experiment (``open_run``).
+``tracking=aim_remote`` runs the same in a child process
 (``remote.py``).
 
 Built by Hydra (``conf/tracking/aim.yaml``):
@@ -30,7 +31,8 @@ from . import TrackingConfig
 from .context import JobContext
 
 LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
-CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
+CLOSE_SECONDS = 10.0
+INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once  # the longest a job waits for its run to close (a flush to local disk)
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
 
@@ -104,9 +106,9 @@ class AimTracker:
             import aim
 
             self.where = str(prepare_repo(repo))
-            self.run = aim.Run(run_hash=resume_hash, repo=self.where,
-                               experiment=experiment_name(experiment, context))
-            apply_attributes(self.run, run_attributes(hparams, context))
+            self.run = open_run(aim, run_hash=resume_hash, repo=self.where,
+                                experiment=experiment_name(experiment, context),
+                                attrs=run_attributes(hparams, context))
             self.hash = self.run.hash
         except TrackingUnavailable as exc:
             self._give_up(str(exc))
@@ -180,6 +182,31 @@ def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
     return attrs
 
 
+IDENTITY = ("name", "overrides", "swept", "sweep", "job_num")  # what a resumed job's run keeps as it was
+
+
+def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs: dict[str, Any]):
+    """A new Aim run in `experiment` with `attrs`; or, given `run_hash`, the run a resumed job continues.
+
+    A resumed job is the same run: its name, overrides, sweep and experiment stay as its first job
+    set them (the resume's own command line, ``resume=<dir>`` and little else, would rename it
+    "defaults" and move it to an experiment named after the new run dir). What runs now (hparams)
+    and the status are updated, and the resume's overrides are appended to ``run["resumes"]``.
+    """
+    if run_hash is None:
+        run = aim.Run(repo=repo, experiment=experiment)
+        apply_attributes(run, attrs)
+        return run
+    run = aim.Run(run_hash=run_hash, repo=repo)  # no experiment given: it keeps its own
+    try:
+        resumes = list(run["resumes"])
+    except KeyError:
+        resumes = []
+    apply_attributes(run, {k: v for k, v in attrs.items() if k not in IDENTITY})
+    run["resumes"] = [*resumes, list(attrs.get("overrides", []))]
+    return run
+
+
 def apply_attributes(run, attrs: dict[str, Any]) -> None:
     """Set `attrs` on an Aim run; "name" is the run's name (``run.name``), not a param."""
     for key, value in attrs.items():
@@ -224,9 +251,9 @@ def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS)
     dot_aim = root / ".aim"
     if dot_aim.exists() and not dot_aim.is_dir():
         raise TrackingUnavailable(f"{dot_aim} is not an Aim repo (a file, not a folder)")
-    lock_path = root / ".tcgexp-aim-init.lock"
+    lock_path = dot_aim / INIT_LOCK  # inside the repo: nothing of ours is left in the user's folder
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        dot_aim.mkdir(parents=True, exist_ok=True)  # Aim initialises an existing, empty .aim as well
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise TrackingUnavailable(f"cannot write the Aim repo at {root} ({exc.strerror or exc})") from exc

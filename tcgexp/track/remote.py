@@ -172,14 +172,14 @@ def child() -> None:
 
     import aim
 
-    from .aim_run import apply_attributes, by_context
+    from .aim_run import by_context, open_run
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
     init = json.loads(sys.stdin.readline())
     print(json.dumps({"imported": True}), flush=True)  # from here on, any wait is the server's
     try:
-        run = aim.Run(run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"])
-        apply_attributes(run, init["attrs"])
+        run = open_run(aim, run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"],
+                       attrs=init["attrs"])
     except Exception as exc:  # noqa: BLE001
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return

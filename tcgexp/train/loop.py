@@ -155,14 +155,15 @@ class Loop:
         p = self.p
         while p.epoch < self.epochs:
             # all ranks decide together whether a signal stops them here
-            self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch}"))
+            self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch + 1}"))
             train = self.train_epoch()
             val = self.validate()
-            p.history.append({"epoch": p.epoch, "train": train, "val": val})
+            done = p.epoch + 1  # this epoch, as people count: the first is epoch 1 (and epoch_0001/)
+            p.history.append({"epoch": done, "train": train, "val": val})
             improved = p.best_val_loss is None or val["loss"] < p.best_val_loss  # val["loss"] is finite
             if improved:
-                p.best_val_loss, p.best_epoch = val["loss"], p.epoch
-            self.hooks.on_validation({**val, "epoch": p.epoch})
+                p.best_val_loss, p.best_epoch = val["loss"], done
+            self.hooks.on_validation({**val, "epoch": done})
             p.epoch, p.position = p.epoch + 1, 0
             self.hooks.on_phase("checkpointing", 1)
             self.hooks.save("epoch+best" if improved else "epoch")
@@ -180,7 +181,7 @@ class Loop:
                 loss = self.window.add(prep, self.memory)
             update = None
             if self.window.ends_at(prep.index, len(plan)):
-                where = f"epoch {p.epoch}, optimizer step {p.opt_steps + 1} (microbatch {prep.index} of {len(plan)})"
+                where = f"epoch {p.epoch + 1}, optimizer step {p.opt_steps + 1} (microbatch {prep.index} of {len(plan)})"
                 update = self.window.close(self.hooks.stop_requested(), where)
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
@@ -201,7 +202,7 @@ class Loop:
         if p.position == 0:
             self.memory.reset()  # every lane starts the epoch from zero memory
             p.epoch_microbatches = p.epoch_opt_steps = p.epoch_real = 0
-        self.hooks.on_phase(f"train epoch {p.epoch}", len(plan))
+        self.hooks.on_phase(f"train epoch {p.epoch + 1}/{self.epochs}", len(plan))
         self.hooks.on_advance(p.position, {})
         return plan
 
@@ -228,8 +229,8 @@ class Loop:
         want_real = self.planner.real_microbatches(p.epoch)  # every shard's, with no padding
         if p.epoch_microbatches != len(plan) or p.epoch_opt_steps != want_steps or p.epoch_real != want_real:
             raise RuntimeError(
-                f"epoch {p.epoch}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} optimizer "
-                f"steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps} "
+                f"epoch {p.epoch + 1}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} "
+                f"optimizer steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps} "
                 f"over {self.world.size} rank(s)")
 
     # -- validation ----------------------------------------------------------------------
@@ -256,7 +257,7 @@ class Loop:
         # every rank's share: one all-reduce of the sums and of who must stop (validation changes no
         # weights: a signal during it costs only its time)
         totals[n:] = self.world.signal_row(self.hooks.stop_requested())
-        totals = self.world.sum(totals, f"validation after epoch {self.p.epoch}")
+        totals = self.world.sum(totals, f"validation after epoch {self.p.epoch + 1}")
         want = self.planner.split_rows("val")
         if int(totals[n - 1]) != want:
             raise RuntimeError(f"validation processed {int(totals[n - 1])} rows over {self.world.size} rank(s), "
@@ -270,7 +271,7 @@ class Loop:
             out[f"policy_{part}"] = t[f"sum_policy_{part}"] / total if total else None  # no such rows
             out[f"accuracy_{part}"] = t[f"sum_accuracy_{part}"] / total if total else None
         out["rows"] = rows
-        diverge.check(out, where=f"validation after epoch {self.p.epoch} (optimizer step {self.p.opt_steps})",
+        diverge.check(out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})",
                       hint=self.hint)
         self.hooks.safe_point(World.first_signal(totals[n:]))
         self.hooks.on_advance(1, {})

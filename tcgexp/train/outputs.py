@@ -88,6 +88,7 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
     data stall and all-reduce seconds and the wall time.
     """
     p = learner.progress
+    rows = p.rows - learner.start_rows  # this segment's (a resumed run started at the checkpoint's count)
     busy = max(timings["step_seconds"] + timings["data_stall_seconds"], 1e-9)
     return strict({
         "status": status, "error": error, "signal": signal,
@@ -103,8 +104,15 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
         "processed": {"microbatches": p.real, "optimizer_steps": p.opt_steps, "rows": p.rows,
                       "positions": p.microbatches},
         "cache": {k: sum_counters(v) for k, v in per_rank.items()},
+        # every byte fetched from an object store by this process (caches, lane index, footers, manifests, the
+        # precision check), over all ranks; the caches' own remote_bytes are their share of it
+        "remote_bytes": int(world.gather_rows(np.array([data.corpus.remote_bytes], np.int64), "the bytes fetched "
+                                              "from the store").sum()),
         "world_size": world.size, "shards": data.planner.shards,
-        "wall_seconds": timings["wall_seconds"], "rows_per_second": p.rows / busy,
+        # this segment's (a resumed run's own process): its rows over its time; the counts above are the run's
+        "segment": {"rows": rows, "optimizer_steps": p.opt_steps - learner.start_opt_steps,
+                    "wall_seconds": timings["wall_seconds"]},
+        "wall_seconds": timings["wall_seconds"], "rows_per_second": rows / busy,
         "data_stall_seconds": timings["data_stall_seconds"], "data_stall_share": timings["data_stall_seconds"] / busy,
         # rank 0's: compute = step - allreduce
         "step_seconds": timings["step_seconds"], "allreduce_seconds": timings["allreduce_seconds"],

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import __version__
 from ..schema import ALL
+from ..data.errors import listed
 from .checkpoint import CheckpointError
 
 PACKAGES = ("mlx", "numpy", "pyarrow", "hydra-core", "omegaconf", "aim")
@@ -106,6 +107,17 @@ def value_at(cfg, key: str):
     return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
 
 
+def selection_of(dates: list[str]) -> str:
+    """The override that selects exactly `dates`, as short as it can be said (a range when they are consecutive)."""
+    import datetime as dt
+
+    if len(dates) > 2 and (dt.date.fromisoformat(dates[-1]) - dt.date.fromisoformat(dates[0])).days == len(dates) - 1:
+        return f"dataset.date_from={dates[0]} dataset.date_to={dates[-1]}"
+    if len(dates) <= 10:
+        return f"dataset.dates=[{','.join(dates)}]"
+    return f"its {len(dates)} days, listed in its state.json's provenance.dates"
+
+
 def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: Path) -> None:
     """Refuse a resume whose data or computation-shaping config differs from the checkpoint's."""
     data = {m["date"]: m["fingerprint"] for m in manifests}
@@ -113,11 +125,11 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
     if was != data:
         gone, extra = sorted(set(was) - set(data)), sorted(set(data) - set(was))
         rebuilt = sorted(d for d in data if d in was and was[d] != data[d])
-        what = "; ".join(p for p in (f"trained on but not selected now: {', '.join(gone)}" if gone else "",
-                                     f"selected now but not trained on: {', '.join(extra)}" if extra else "",
-                                     f"built with other settings since: {', '.join(rebuilt)}" if rebuilt else "") if p)
+        what = "; ".join(p for p in (f"trained on but not selected now: {listed(gone)}" if gone else "",
+                                     f"selected now but not trained on: {listed(extra)}" if extra else "",
+                                     f"built with other settings since: {listed(rebuilt)}" if rebuilt else "") if p)
         raise CheckpointError(f"resume={path}: the checkpoint was trained on other data ({what}); resume with the "
-                              f"dataset config it was trained with (dataset.dates={sorted(was)})")
+                              f"dataset config it was trained with ({selection_of(sorted(was))})")
     old = OmegaConf.create(upgrade(saved.get("config", {})))
     diffs = []
     # the schedule is the checkpoint's unless scheduler.reset=true: a change without it would be recorded, not run
@@ -156,7 +168,7 @@ def check_progress(saved: dict, *, planned_microbatches: list[int], planned_step
     elif epoch == epochs and position:
         problems.append(f"position={position} after the last epoch")
     elif epoch < epochs and not 0 <= position <= planned_microbatches[epoch]:
-        problems.append(f"position={position} outside epoch {epoch}'s {planned_microbatches[epoch]} planned "
+        problems.append(f"position={position} outside epoch {epoch + 1}'s {planned_microbatches[epoch]} planned "
                         "microbatches")
     if not problems:
         done_mbs, done_steps = sum(planned_microbatches[:epoch]), sum(planned_steps[:epoch])

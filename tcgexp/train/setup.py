@@ -8,7 +8,7 @@ checkpoint and keeps its schedule unless ``scheduler.reset=true``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -98,6 +98,12 @@ class Learner:
     memory: LaneMemory
     aim_hash: Optional[str] = None
     resumed_from: Optional[Path] = None
+    # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
+    start_rows: int = field(init=False, default=0)
+    start_opt_steps: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.start_rows, self.start_opt_steps = self.progress.rows, self.progress.opt_steps
 
 
 def make_learner(cfg: DictConfig, data: DataParts, run: "RunContext") -> Learner:

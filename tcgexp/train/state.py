@@ -36,7 +36,12 @@ class LaneMemory:
 
 @dataclass
 class TrainState:
-    """Where the run is; saved in state.json so a resume continues exactly here."""
+    """Where the run is; saved in state.json so a resume continues exactly here.
+
+    ``epoch`` counts the epochs completed (so it is also the 0-based index of the one in progress);
+    every epoch a person reads is numbered from 1 (``human_epoch``, history, ``best_epoch``, the
+    progress bar, Aim, result.json, ``epoch_NNNN/``): epoch 1 is the first.
+    """
 
     epoch: int = 0
     position: int = 0  # next microbatch of this epoch's plan
@@ -48,15 +53,25 @@ class TrainState:
     epoch_real: int = 0
     rows: int = 0
     best_val_loss: Optional[float] = None  # None until a finite validation loss exists
-    best_epoch: Optional[int] = None
-    history: list = field(default_factory=list)
+    best_epoch: Optional[int] = None  # numbered from 1, as history's "epoch"
+    history: list = field(default_factory=list)  # one entry per finished epoch
+    epochs_from: int = 1  # how best_epoch and history count (checkpoints written before this field: from 0)
 
     def state_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def human_epoch(self) -> int:
+        """The epoch a person would name now: the one in progress, or at a boundary the one just finished."""
+        return self.epoch + 1 if self.position else max(self.epoch, 1)
+
     @classmethod
     def from_state(cls, saved: dict) -> "TrainState":
         saved = {"real": saved.get("microbatches", 0), "epoch_real": saved.get("epoch_microbatches", 0), **saved}
+        if saved.get("epochs_from", 0) == 0:  # a checkpoint that numbered epochs from 0: renumbered on load
+            saved["history"] = [{**h, "epoch": i + 1} for i, h in enumerate(saved.get("history") or [])]
+            saved["best_epoch"] = None if saved.get("best_epoch") is None else int(saved["best_epoch"]) + 1
+            saved["epochs_from"] = 1
         p = cls(**saved)  # (checkpoints from before shards had no padding: real == positions)
         if p.best_val_loss is not None and not np.isfinite(p.best_val_loss):  # checkpoints before strict JSON
             p.best_val_loss, p.best_epoch = None, None

@@ -166,8 +166,8 @@ class Trainer:
         values = {f"train/{k}": v for k, v in m.items() if k not in ("lr", "grad_norm", "rows")}
         values["lr"], values["train/grad_norm"] = m["lr"], m["grad_norm"]
         values.update({f"cache_train/{k}": v for k, v in counters.items()})
-        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch)
-        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch)
+        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch + 1)  # the epoch in progress, from 1
+        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch + 1)
         self.display.fields.update(lr=m["lr"], hit=counters["hit_rate_pct"])
         self.display.rows(m["rows"])
         if self.max_steps and p.opt_steps >= self.max_steps:
@@ -208,7 +208,8 @@ class Trainer:
         live lanes' memories and the cache counters gathered, and rank 0 writes.
         """
         lr, p, world = self.learner, self.learner.progress, self.world
-        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.epoch})")
+        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} "
+                                           f"(epoch {p.human_epoch})")
         counters = {name: rank_counters(world, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         live = self.live_lanes()
         if not world.lead:

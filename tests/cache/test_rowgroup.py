@@ -63,6 +63,20 @@ def test_off_decodes_every_access(corpus_files, all_keys, reference):
     assert c["bytes_loaded"] == 3 * sum(v.nbytes for key in all_keys[:3] for v in reference[key].values())
 
 
+@pytest.mark.parametrize("policy", ["fifo", "lru", "hot60", "plan"])
+def test_capacity_zero_is_no_cache_as_documented(policy, corpus_files, all_keys, reference, tmp_path):
+    """cache.capacity=0 means no cache with any policy (README): every access decoded, nothing kept or spilled,
+    and no end-of-run advice to tune a cache that is not there."""
+    with make(corpus_files, policy=policy, capacity=0, spill=True, spill_dir=tmp_path / "spill") as cache:
+        assert cache.spill_dir is None
+        for key in all_keys[:3] * 3:
+            assert_same(cache.get(key), reference[key])
+        c = cache.counters()
+        assert len(cache) == 0 and cache.diagnose() == []
+    assert c["hits"] == 0 and c["misses"] == c["decodes"] == 9 and c["ssd_spills"] == 0
+    assert not (tmp_path / "spill").exists()
+
+
 def test_hit_serves_the_same_read_only_arrays(corpus_files, all_keys, reference):
     key = all_keys[0]
     with make(corpus_files, policy="lru", capacity=2) as cache:

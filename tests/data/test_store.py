@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
 
-from tcgexp.bench.loopback_s3 import loopback_s3  # noqa: E402
+from tcgexp.bench.loopback_s3 import Served, loopback_s3  # noqa: E402
 from tcgexp.config import build, compose  # noqa: E402
 from tcgexp.data import DataError  # noqa: E402
 from tcgexp.data.publish import publish  # noqa: E402
@@ -28,9 +28,12 @@ from tests.conftest import TINY  # noqa: E402
 DAYS = [*TINY, "dataset.rows_per_day=1200", "dataset.row_group_rows=256"]
 
 
+SERVED = Served()  # what the loopback server sent: the object bytes of every GET, by key
+
+
 @pytest.fixture(scope="module")
 def s3():
-    with loopback_s3("tcgexp") as endpoint:
+    with loopback_s3("tcgexp", served=SERVED) as endpoint:
         yield endpoint
 
 
@@ -126,11 +129,19 @@ def test_a_damaged_tier_entry_is_a_miss_never_data(s3, local, tmp_path):
     part = next(p for p in corpus.files[0].parts if p.get("row_group") == 0 and "features" in p["what"])
     entry = corpus.files[0].tier.path(corpus.files[0].file_sha, part["offset"], part["sha256"])
     entry.write_bytes(b"\0" * part["length"])  # same size, other bytes
+    kept = list((tmp_path / "tier" / "manifests").glob("*.json"))
+    assert len(kept) == 1
+    kept[0].write_bytes(kept[0].read_bytes().replace(b'"rows"', b'"ROWS"'))  # a kept manifest damaged too
+    SERVED.clear()
     again = remote("s3://tcgexp/tier", tmp_path / "tier")
     again.build()
+    assert again.manifests[corpus.dates[0]] == corpus.manifests[corpus.dates[0]]
     with pytest.warns(RuntimeWarning, match="damaged; removed, fetching it again"):
         got, src = read_all(again.files)
     assert src.stats.remote_bytes == part["length"]  # that one chunk, fetched again and re-stored
+    manifest = f"tcgexp/tier/bc_data/{corpus.dates[0]}.manifest.json"
+    assert dict(SERVED) == {manifest: SERVED[manifest], f"tcgexp/tier/bc_data/{corpus.dates[0]}.parquet":
+                            part["length"]}  # the manifest, fetched again, and that one chunk
     assert entry.read_bytes() != b"\0" * part["length"]
     for a, b in zip(want, got):
         assert all(np.array_equal(a[c], b[c]) for c in TRAIN_COLUMNS)
@@ -186,7 +197,10 @@ def test_storage_knobs_are_checked_by_name(tmp_path):
 
 
 def test_training_from_s3_is_bit_identical_and_a_second_run_downloads_nothing(s3, tmp_path):
-    """publish -> train from s3:// twice (one tier) -> the weights of the local run, bit for bit."""
+    """publish -> train from s3:// twice (one tier) -> the weights of the local run, bit for bit.
+
+    remote_bytes is every byte the server sent (its own count): manifests, footers, the lane index,
+    the precision check and both caches; the second run, on an unchanged store, fetches not a byte."""
     import json
 
     from mlx.utils import tree_flatten
@@ -204,9 +218,15 @@ def test_training_from_s3_is_bit_identical_and_a_second_run_downloads_nothing(s3
     local_run = run(tmp_path / "data", "local")
     corpus = build(compose(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN).dataset)
     publish(corpus, "s3://tcgexp/train", None)
-    cold, warm = run("s3://tcgexp/train", "cold"), run("s3://tcgexp/train", "warm")
+    SERVED.clear()
+    cold = run("s3://tcgexp/train", "cold")
+    sent_cold, _ = SERVED.under("tcgexp/train/"), SERVED.clear()
+    warm = run("s3://tcgexp/train", "warm")
     assert weights(cold) == weights(local_run) == weights(warm)
-    saved = [json.loads((tmp_path / n / "result.json").read_text())["cache"] for n in ("local", "cold", "warm")]
+    results = [json.loads((tmp_path / n / "result.json").read_text()) for n in ("local", "cold", "warm")]
+    assert [r["remote_bytes"] for r in results] == [0, sent_cold, 0] and sent_cold > 0
+    assert SERVED.under("tcgexp/train/") == 0, f"the second run fetched {dict(SERVED)}"
+    saved = [r["cache"] for r in results]
     assert saved[0]["train"]["remote_bytes"] == 0
     assert saved[1]["train"]["remote_bytes"] > 0 and saved[1]["val"]["remote_bytes"] > 0
     assert saved[2]["train"]["remote_bytes"] == 0 == saved[2]["val"]["remote_bytes"]

@@ -101,6 +101,25 @@ def test_the_data_app_applies_the_same_bounds(tmp_path):
         make_corpus(tmp_path / "data", "dataset.seed=-1")
 
 
+@pytest.mark.parametrize("selection", [["dataset.date_from=0001-01-01", "dataset.date_to=9999-12-31"],
+                                       ["dataset.date_from=2020-01-01", "dataset.date_to=2029-12-31"],
+                                       ["dataset.days=400"]], ids=["all-of-time", "a-decade", "400-days"])
+def test_a_huge_selection_is_one_short_line_before_any_work(selection, tmp_path):
+    """Train refused 0001-01-01..9999-12-31 with a 43.8 MB line; any selection is counted, and listed short."""
+    import time
+
+    root = tmp_path / "data"
+    make_corpus(root, *TINY_TRAIN, "dataset.days=2", build_now=True)
+    before = sorted(p.name for p in (root / "bc_data").iterdir())
+    t0 = time.monotonic()
+    with pytest.raises(DataError) as err:
+        train(cfg(root, *selection), run_dir=tmp_path / "run")
+    assert time.monotonic() - t0 < 15
+    msg = str(err.value)
+    assert "\n" not in msg and len(msg) < 700, f"{len(msg)} characters"
+    assert sorted(p.name for p in (root / "bc_data").iterdir()) == before, "no day built"
+
+
 def test_a_corpus_whose_validation_split_is_empty_is_refused_before_the_first_step(tmp_path):
     # one episode: a 10 % share of it rounds to no validation episode
     with pytest.raises(ConfigError, match=r"validation split is empty.*dataset\.val_fraction") as err:

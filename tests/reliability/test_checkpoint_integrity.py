@@ -89,7 +89,7 @@ def reseal_state(latest: Path, edit) -> None:
 
 
 @pytest.mark.parametrize("edit, says", [
-    (lambda p: p.update(position=p["position"] + 10_000), "outside epoch 0"),
+    (lambda p: p.update(position=p["position"] + 10_000), "outside epoch 1"),
     (lambda p: p.update(epoch_microbatches=p["epoch_microbatches"] + 1), "epoch_microbatches="),
     (lambda p: p.update(opt_steps=p["opt_steps"] + 1), "opt_steps="),
     (lambda p: p.update(epoch=5), "trainer.epochs=1"),

@@ -2,6 +2,7 @@
 one run per run folder."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,23 @@ def test_an_unfinished_corpus_on_read_only_storage_is_one_clear_error(tmp_path, 
     assert remount_ro(data)
     with pytest.raises(DataError, match="cannot be written.*not yet built"):
         train(compose_config(f"dataset.root={data}", *TINY_TRAIN), run_dir=tmp_path / "a")
+
+
+def test_clean_on_a_read_only_corpus_is_one_line_and_deletes_nothing(tmp_path, tmpfs):  # noqa: F811
+    from tests.conftest import TINY, make_corpus
+
+    data = tmpfs(tmp_path / "data", "20m")
+    make_corpus(data, build_now=True)
+    before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
+    assert remount_ro(data)
+    res = subprocess.run([sys.executable, "-m", "tcgexp.data", f"dataset.root={data}", *TINY, "action=clean"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "read-only" in lines[0] and str(data) in lines[0], \
+        res.stderr[-2000:]
+    assert sorted(str(p.relative_to(data)) for p in data.rglob("*")) == before
 
 
 # The child trains into a run dir and, after its third optimizer step, says so and waits for "go".

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tcgexp.track import JobContext
-from tcgexp.track.aim_run import AimTracker, ensure_repo
+from tcgexp.track.aim_run import INIT_LOCK, AimTracker, ensure_repo, prepare_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000", "cache=plan"]
@@ -100,10 +100,10 @@ def test_a_read_only_repo_costs_tracking_not_training(tmp_path, baseline, read_o
 def held_lock(tmp_path):
     """Another process holding the repo's init lock and never letting go (killed at teardown)."""
     repo = tmp_path / "locked_repo"
-    repo.mkdir()
+    (repo / ".aim").mkdir(parents=True)
     code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
             "print('locked', flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(repo / ".tcgexp-aim-init.lock")],
+    holder = subprocess.Popen([sys.executable, "-c", code, str(repo / ".aim" / INIT_LOCK)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -116,7 +116,7 @@ def held_lock(tmp_path):
 def test_an_init_lock_held_elsewhere_costs_tracking_not_training(tmp_path, baseline, held_lock):
     data, base = baseline
     res, seconds = train(data, tmp_path / "run", "tracking=aim", f"tracking.repo={held_lock}")
-    assert_trained_untracked(res, seconds, tmp_path / "run", base, ".tcgexp-aim-init.lock")
+    assert_trained_untracked(res, seconds, tmp_path / "run", base, INIT_LOCK)
 
 
 @pytest.fixture
@@ -161,7 +161,14 @@ def test_the_sweep_callbacks_repo_check_never_raises_nor_waits(tmp_path, held_lo
     assert ensure_repo(garbage) is None and ensure_repo(held_lock) is None
     assert time.monotonic() - t0 < 15
     err = capfd.readouterr().err
-    assert err.count(LINE) == 2 and str(garbage / ".aim") in err and ".tcgexp-aim-init.lock" in err
+    assert err.count(LINE) == 2 and str(garbage / ".aim") in err and INIT_LOCK in err
+
+
+def test_making_the_repo_leaves_nothing_but_the_repo_in_the_users_folder(tmp_path):
+    """The default repo is the launch folder: the init lock lives inside .aim, not beside the user's files."""
+    (tmp_path / "notes.txt").write_text("mine")
+    assert prepare_repo(tmp_path) == tmp_path and prepare_repo(tmp_path) == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".aim", "notes.txt"]
 
 
 def test_a_tracker_that_could_not_start_records_nothing_and_raises_nothing(tmp_path, capfd):

@@ -159,6 +159,6 @@ def test_a_diverged_job_is_failed_with_its_reason_in_the_report(tmp_path):
     assert res.returncode != 0, "a sweep with a diverged job does not look like a result"
     rows = {r["job"]: r for r in csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))}
     assert rows["0"]["status"] == "COMPLETED" and math.isfinite(float(rows["0"]["val_loss"]))
-    assert rows["1"]["status"] == "FAILED" and "training diverged at epoch 0" in rows["1"]["error"]
+    assert rows["1"]["status"] == "FAILED" and "training diverged at epoch 1" in rows["1"]["error"]
     assert rows["1"]["val_loss"] == "" and rows["1"]["best_val_loss"] == ""
     assert "DivergenceError" in (tmp_path / "sweep" / "summary.md").read_text()

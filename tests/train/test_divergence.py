@@ -28,7 +28,7 @@ def strict_load(path):
 def test_huge_learning_rate_stops_within_the_first_epoch(train_cfg, tmp_path):
     run_dir = tmp_path / "run"
     cfg = train_cfg("optimizer.lr=1e6", "checkpoint.latest_every_steps=1")
-    with pytest.raises(DivergenceError, match=r"diverged at epoch 0, optimizer step \d+ .*optimizer\.lr=1000000\.0"):
+    with pytest.raises(DivergenceError, match=r"diverged at epoch 1, optimizer step \d+ .*optimizer\.lr=1000000\.0"):
         train(cfg, run_dir=run_dir)
     result = strict_load(run_dir / "result.json")
     assert result["status"] == "diverged" and "optimizer.lr" in result["error"]
@@ -56,7 +56,7 @@ def test_the_cli_exits_non_zero_with_one_line(tmp_path):
                           f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: training diverged at epoch 0") and "Traceback" not in res.stderr
+    assert last.startswith("error: training diverged at epoch 1") and "Traceback" not in res.stderr
     assert strict_load(run_dir / "result.json")["status"] == "diverged"
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aim.storage.context import Context
 from omegaconf import OmegaConf
 
@@ -44,3 +45,78 @@ def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
     assert len(runs) == 1
     points = {m.name: m.values.values_list() for m in runs[0].metrics()}
     assert len(points["train/loss"]) == second["processed"]["optimizer_steps"], "steps 1..5, then 6..end"
+
+
+def test_epochs_are_numbered_from_one_everywhere(train_cfg, tmp_path, capsys):
+    """History, best epoch, the final line, Aim's epochs and epoch_NNNN/ all say the same epoch: the first is 1."""
+    repo, run_dir = tmp_path / "aimrepo", tmp_path / "run"
+    result = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=3", "checkpoint.every_epochs=1"),
+                   run_dir=run_dir)
+    assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
+    best = result["best"]["epoch"]
+    assert result["history"][best - 1]["val"]["loss"] == result["best"]["val_loss"]
+    assert f"best {result['best']['val_loss']:.4f} at epoch {best};" in capsys.readouterr().out
+    ckpts = run_dir / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best", "epoch_0001", "epoch_0002", "epoch_0003", "latest"]
+    assert (ckpts / f"epoch_{best:04d}" / "model.safetensors").read_bytes() == \
+        (ckpts / "best" / "model.safetensors").read_bytes(), "best/ is the epoch the result names"
+    run = next(open_repo(repo).iter_runs())
+    epochs = {m.name: sorted(set(m.epochs.values_list())) for m in run.metrics()}
+    assert epochs["val/loss"] == [1, 2, 3] and epochs["train/loss"] == [1, 2, 3]
+
+
+def test_a_checkpoint_that_numbered_epochs_from_zero_resumes_renumbered(train_cfg, tmp_path):
+    """state.json written before epochs were numbered from 1 (history and best_epoch from 0) still resumes."""
+    from tests.reliability.test_checkpoint_integrity import reseal_state
+
+    plan = train(train_cfg("trainer.epochs=2", "trainer.max_steps=1"), run_dir=tmp_path / "plan")["planned"]
+    inside_second = plan["per_epoch_microbatches"][0] + 2  # accum_steps=1: a step per microbatch
+    first = train(train_cfg("trainer.epochs=2", f"trainer.max_steps={inside_second}"), run_dir=tmp_path / "a")
+    assert len(first["history"]) == 1, "stopped inside the second epoch"
+
+    def as_before(progress: dict) -> None:
+        progress.pop("epochs_from")
+        progress["history"] = [{**h, "epoch": h["epoch"] - 1} for h in progress["history"]]
+        progress["best_epoch"] -= 1
+
+    reseal_state(tmp_path / "a" / "checkpoints" / "latest", as_before)
+    resumed = train(train_cfg("trainer.epochs=2", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b")
+    assert [h["epoch"] for h in resumed["history"]] == [1, 2] and resumed["best"]["epoch"] in (1, 2)
+
+
+def test_a_resumed_run_keeps_its_aim_identity_and_reports_its_own_throughput(tmp_path):
+    """Through the command line, as a user resumes: `resume=<run dir>` alone. The Aim run keeps its name,
+    overrides and experiment; rows/s counts this segment's rows over this segment's time."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.train.conftest import TINY_TRAIN
+
+    repo_root = Path(__file__).resolve().parents[2]
+    aim_repo = tmp_path / "aimrepo"
+
+    def cli(*args: str) -> dict:
+        res = subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(repo_root)})
+        assert res.returncode == 0, res.stderr[-3000:]
+        run_dir = Path(args[-1].split("=", 1)[1])
+        return json.loads((run_dir / "result.json").read_text())
+
+    first = cli(*TINY_TRAIN, f"dataset.root={tmp_path / 'data'}", "tracking=aim", f"tracking.repo={aim_repo}",
+                "model.hidden=24", "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'a'}")
+    run = next(open_repo(aim_repo).iter_runs())
+    name, experiment, overrides = run.name, run.experiment, run["overrides"]
+    assert "model.hidden=24" in name and experiment == f"run {tmp_path.name}/a"
+    second = cli(f"resume={tmp_path / 'a'}", "trainer.max_steps=0", f"hydra.run.dir={tmp_path / 'b'}")
+    runs = list(open_repo(aim_repo).iter_runs())
+    assert len(runs) == 1 and second["aim_hash"] == first["aim_hash"]
+    run = runs[0]
+    assert (run.name, run.experiment, run["overrides"]) == (name, experiment, overrides)
+    assert run["resumes"] == [[f"resume={tmp_path / 'a'}", "trainer.max_steps=0"]] and run["status"] == "completed"
+    segment = second["segment"]
+    assert segment["rows"] == second["processed"]["rows"] - first["processed"]["rows"] > 0
+    assert second["rows_per_second"] == pytest.approx(
+        segment["rows"] / (second["step_seconds"] + second["data_stall_seconds"]))
+    assert first["segment"]["rows"] == first["processed"]["rows"]
