@@ -242,8 +242,12 @@ class TrainerConfig:
     epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
     aux_weight: float = 0.25  # weight of the four auxiliary losses beside the policy loss
     max_steps: int = 0  # stop (resumably) after this many optimizer steps; 0 = run all epochs
+    # stop (resumably, validated, latest/ written) once this many epochs are done, while the schedule's
+    # horizon stays `epochs`: what a successive-halving rung trains to; 0 = run all epochs
+    stop_at_epoch: int = 0
     CHECKS: ClassVar[tuple] = (("epochs", lambda v: 1 <= v <= 10**6, "in [1, 1e6]"), ("aux_weight", lambda v: v >= 0, ">= 0"),
-                               ("max_steps", lambda v: v >= 0, ">= 0 (0 = no limit)"))
+                               ("max_steps", lambda v: v >= 0, ">= 0 (0 = no limit)"),
+                               ("stop_at_epoch", lambda v: v >= 0, ">= 0 (0 = at trainer.epochs)"))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from .signals import Preempted, StopSignals
 
 
 class StopRun(Exception):
-    """trainer.max_steps reached: latest/ is written, the run ends and can be resumed."""
+    """trainer.max_steps or trainer.stop_at_epoch reached: latest/ is written, the run ends and can be resumed."""
 
 
 class RunHooks:
@@ -69,6 +69,9 @@ class RunHooks:
                 write(f"epoch_{done:04d}")
             if kind.endswith("best"):
                 write("best")
+            stop_at = int(self.cfg.trainer.stop_at_epoch)
+            if stop_at and stop_at <= done < int(self.cfg.trainer.epochs):  # validated, latest/ written
+                raise StopRun
 
     def live_lanes(self) -> ckpt.SparseLanes:
         """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own)."""
@@ -156,7 +159,7 @@ def finish(run_dir: Path, *, data: DataParts, learner: Learner, caches: tuple, s
            reduce_seconds: float = 0.0) -> dict:
     """result.json (strict JSON: what is unknown is null) and the end-of-run report.
 
-    status: "completed", "stopped" (trainer.max_steps: resumable), "interrupted" (by `signal`, e.g.
+    status: "completed", "stopped" (trainer.max_steps or stop_at_epoch: resumable), "interrupted" (by `signal`, e.g.
     "SIGTERM": resumable) or "diverged" (with `error`). With several ranks every rank calls this
     (the counters are gathered) and rank 0 writes the one result.json.
     """

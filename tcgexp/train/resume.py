@@ -22,8 +22,9 @@ from . import checkpoint as ckpt
 from .provenance import value_at
 
 # what a resume may change: how the run is carried out, never what it computes
-ALLOWED = ("trainer.epochs", "trainer.max_steps", "checkpoint", "tracking", "cache", "loader", "dataset.root",
-           "dataset.storage", "dataset.workers", "dataset.verify", "optimized_metric", "resume", "scheduler.reset", "hydra")
+ALLOWED = ("trainer.epochs", "trainer.max_steps", "trainer.stop_at_epoch", "checkpoint", "tracking", "cache", "loader",
+           "dataset.root", "dataset.storage", "dataset.workers", "dataset.verify", "optimized_metric", "resume",
+           "scheduler.reset", "hydra")
 
 
 def _key(override) -> str:

@@ -38,7 +38,7 @@ from .loop import Hooks, Loop
 from .outputs import RunHooks, StopRun, finish
 from .runlock import hold_run_dir
 from .signals import ForcedStop, Preempted, RunInterrupted, StopSignals, exit_code
-from .preflight import preflight
+from .preflight import check_stop_at, preflight
 from .setup import make_learner, prepare_data
 from .state import LaneMemory
 from .step import Stepper, to_mx
@@ -104,6 +104,7 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
 
     data = prepare_data(cfg, world)  # corpus, lane index, planner (this rank's shard), the run's step counts
     learner = make_learner(cfg, data, blas=blas, console=console, world=world)  # model, optimizer + schedule
+    check_stop_at(cfg, learner.progress.epoch)
     world.check_same_weights(learner.model, "start-up")
     stepper = Stepper(learner.model, learner.optimizer, aux_weight=float(cfg.trainer.aux_weight),
                       grad_clip=float(learner.optimizer.grad_clip))
@@ -160,7 +161,7 @@ def run(cfg: DictConfig, run_dir: Path, console: Console, memory_probe, override
 
 
 def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
-    """(status, error): "completed", "stopped" (trainer.max_steps), "interrupted" (a stopping signal)
+    """(status, error): "completed", "stopped" (trainer.max_steps, stop_at_epoch), "interrupted" (a stopping signal)
     or "diverged" (with the guard's line)."""
     try:
         loop.run()
