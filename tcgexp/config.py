@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from .launch import launch_time, rank_suffix
+from .sweep.config import HalvingSweeperConfig
 
 from .schema import (  # noqa: F401  (re-exported: the schemas are part of this module's interface)
     GROUPS, OPTION_SCHEMAS, AdamWConfig, AimRemoteTrackingConfig, AimTrackingConfig, CacheConfig, CheckpointConfig,
@@ -37,6 +38,7 @@ def register_configs() -> None:
     for group, name, schema in OPTION_SCHEMAS:
         cs.store(group=group, name=f"base_{name}", node=schema)
     cs.store(name="base_replay", node=ReplayConfig)
+    cs.store(group="hydra/sweeper", name="base_halving", node=HalvingSweeperConfig)  # hydra/sweeper=halving
 
 
 register_configs()

@@ -81,7 +81,7 @@ def test_bench_script_names_itself():
 
 
 def test_optimized_metric_picks_from_the_final_validation_metrics():
-    from tcgexp.train.__main__ import check_metric, optimized
+    from tcgexp.train.metric import check_metric, optimized
 
     result = {"final": {"loss": 2.0, "policy": 1.5, "accuracy": 0.4}, "best": {"val_loss": 1.9, "epoch": 0}}
     assert optimized(result, "val/loss") == 2.0 and optimized(result, "val/accuracy") == 0.4

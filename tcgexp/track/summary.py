@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = ["job", "overrides", "status", "error", "val_loss", "best_val_loss", "val_accuracy",
            "cache_train_hit_pct", "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits",
            "cache_train_mib_decoded", "cache_val_hit_pct", "cache_val_misses", "cache_val_evictions",
