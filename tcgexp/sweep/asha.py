@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from ..track.summary import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
+
 RUNNING, WAITING, PRUNED, COMPLETE, FAILED = "running", "waiting", "pruned", "complete", "failed"
 
 
@@ -106,15 +108,3 @@ class Halving:
             return None
         rung = max(t.reached for t in done)
         return min((t for t in done if t.reached == rung), key=lambda t: self.key(t, rung))
-
-
-def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, Optional[float]]:
-    """(mean, half width of its `level` confidence interval, Student's t); no interval from one value."""
-    n = len(values)
-    mean = math.fsum(values) / n
-    if n < 2:
-        return mean, None
-    from scipy.stats import t as student
-
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(student.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)

@@ -9,7 +9,6 @@ params (``run["trial"]``) and its status (promoted, pruned, complete) as a tag.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -17,17 +16,11 @@ from typing import Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError
-from ..track.summary import TRIALS, write_summary
+from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
 from .space import Space, overrides_of
 
 TAGS = ("promoted", "pruned", "complete")  # the trial's status, as the one tag of these it carries
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def epochs_trained(run_dirs: list[str]) -> int:
@@ -61,7 +54,7 @@ class Outputs:
                          for k, p in self.space.params.items()},
                "best": best.number if best else None,
                "trials": [self.row(r) for _, r in sorted(records.items())]}
-        _write_atomic(self.sweep_dir / TRIALS, json.dumps(doc, indent=2))
+        write_atomic(self.sweep_dir / TRIALS, json.dumps(doc, indent=2).encode())
         write_summary(self.sweep_dir)
 
     def mark(self, r, state: str) -> None:
@@ -111,7 +104,7 @@ class Outputs:
                "best_run_dirs": r.run_dirs, "best_command": self.command(r), "metric": self.metric,
                "direction": self.direction, "rungs": self.budgets, "study": study.study_name,
                "trials": {"total": len(records), **counts}, "epochs_trained": spent, "epochs_at_full_budget": full}
-        _write_atomic(self.sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(doc)))
+        write_atomic(self.sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(doc)).encode())
         shown = " ".join(f"{k}={_short(v)}" for k, v in r.params.items())
         ci = f" ± {row['interval']:.4g}" if row["interval"] is not None else ""
         print(f"[sweep] best: trial {best.number} ({shown}): {self.metric} {row['value']:.4f}{ci} after "
