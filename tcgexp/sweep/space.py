@@ -119,10 +119,12 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
 
 
 def _distribution(o, line: str):
-    from hydra.core.override_parser.types import Transformer
+    from hydra.core.override_parser.types import Glob, Transformer
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     value, key = o.value(), o.get_key_element()
+    if isinstance(value, Glob):
+        raise ConfigError(f"{WHERE}: {line!r}: a glob cannot be sampled; list the options with choice(...)")
     log = "log" in getattr(value, "tags", ())
     if o.is_interval_sweep():
         low, high = value.start, value.end

@@ -45,6 +45,8 @@ def open_storage(storage: Optional[str], sweep_dir: Path):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     url = storage or f"sqlite:///{(Path(sweep_dir) / 'optuna.db').absolute()}"
+    if storage is None:
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)  # the default study lives there
     key = "hydra.sweeper.storage" + (f"={shown(url)}" if storage else f" (default {url})")
     try:
         if "://" not in url:  # a journal file: one append-only file, locked per write

@@ -116,7 +116,6 @@ class HalvingSearch:
         n_trials = min(self.s.n_trials, spaces.grid_size(space)) if self.s.sampler == "grid" else self.s.n_trials
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, once
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
         storage, key = studies.open_storage(self.s.storage, self.sweep_dir)
         name = self.s.study_name or str(self.config.hydra.sweep.dir)
         settings = {"space": space.settings(), "fixed": sorted(space.fixed), "rungs": budgets, "eta": self.s.eta,
@@ -127,6 +126,7 @@ class HalvingSearch:
         seed = None if self.s.sampler_seed is None else self.s.sampler_seed + done_before  # no redrawn trials
         study = studies.open_study(storage, key, name, direction, studies.make_sampler(self.s.sampler, seed, grid),
                                    settings)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         records = [r for r in map(studies.Record.of, study.trials) if r is not None]
         self.job_idx = int(study.user_attrs.get("tcgexp_jobs", 0))
