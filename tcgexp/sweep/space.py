@@ -83,7 +83,7 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    space, typed = Space(), set()
+    space, typed = Space(), {}
     for origin, lines in (("hydra.sweeper.params", list(entries)), ("the command line", list(command_line))):
         for line in lines:
             try:
@@ -99,11 +99,11 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
                 if o.is_sweep_override():
                     raise ConfigError(f"{WHERE}: {line!r} sweeps {bare}, Hydra's own setting, not a trial's")
                 continue
-            if origin == "the command line":
-                if key in typed:
-                    raise ConfigError(f"{WHERE}: {key} is given twice on the command line ({line!r} is the second); "
-                                      "give it once: a fixed value, or a sweep")
-                typed.add(key)
+            if origin == "the command line":  # a fixed value given twice: the last wins, as in Hydra
+                if key in typed and (typed[key] or o.is_sweep_override()):
+                    raise ConfigError(f"{WHERE}: {key} is given twice on the command line, swept at least once "
+                                      f"({line!r} is the second); give it once: a fixed value, or a sweep")
+                typed[key] = o.is_sweep_override()
             if not o.is_sweep_override():
                 space.params.pop(key, None)  # a fixed value takes the key out of a preset space
                 space.fixed = [f for f in space.fixed if parser.parse_override(f).get_key_element() != key]

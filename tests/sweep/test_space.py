@@ -30,8 +30,8 @@ def test_every_form_of_the_grammar_becomes_its_distribution():
 
 def test_a_fixed_command_line_value_takes_a_key_out_of_the_preset_space():
     s = spaces.parse(["model.hidden=choice(64,128)", "optimizer.lr=tag(log, interval(1e-4, 1e-2))"],
-                     command_line=["model.hidden=32"])
-    assert list(s.params) == ["optimizer.lr"] and s.fixed == ["model.hidden=32"]
+                     command_line=["model.hidden=32", "dataset.rows_per_day=500", "dataset.rows_per_day=900"])
+    assert list(s.params) == ["optimizer.lr"] and s.fixed == ["model.hidden=32", "dataset.rows_per_day=900"]
 
 
 @pytest.mark.parametrize("entries, command_line, says", [
@@ -45,6 +45,7 @@ def test_a_fixed_command_line_value_takes_a_key_out_of_the_preset_space():
     ([], ["trainer.epochs=5", "model.hidden=64,128"], "the sweeper sets trainer.epochs on every trial itself"),
     (["resume=choice(a,b)"], [], "the sweeper sets resume"),
     ([], ["model.hidden=64", "model.hidden=choice(64,128)"], "model.hidden is given twice on the command line"),
+    ([], ["model.hidden=choice(64,128)", "model.hidden=64"], "swept at least once"),
     ([], ["model.hidden=choice(64,128)", "model.hidden=choice(8,16)"], "given twice"),
     (["hydra.job.name=choice(a,b)"], [], "Hydra's own setting"),
     ([], ["model.hidden=choice(64,"], "is not Hydra's override grammar"),
