@@ -315,7 +315,11 @@ class Run:
         states = {asha.COMPLETE: optuna.trial.TrialState.COMPLETE, asha.PRUNED: optuna.trial.TrialState.PRUNED,
                   asha.FAILED: optuna.trial.TrialState.FAIL}
         value: Optional[Any] = r.trial.values[r.trial.rung] if state == asha.COMPLETE else None
-        self.study.tell(r.trial.number, value, states[state])
+        try:
+            self.study.tell(r.trial.number, value, states[state])
+        except RuntimeError as exc:  # the grid sampler's "grid done" stop: the trial is recorded all the same
+            if "Study.stop" not in str(exc):
+                raise
         self.out.mark(r, state)
         if state == asha.FAILED:
             say(f"trial {r.trial.number} failed ({r.error}); the sweep goes on")

@@ -49,7 +49,7 @@ def job_row(job_dir: Path) -> dict:
     # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended
     ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED",
              "diverged": "FAILED"}.get(result.get("status"))
-    row.update(job=int(job_dir.name), overrides=" ".join(overrides),
+    row.update(job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name, overrides=" ".join(overrides),
                status=status.get("status") or ended or ("COMPLETED" if result else "UNKNOWN"),
                error=status.get("error") or result.get("error") or "")
     if result:
