@@ -39,6 +39,17 @@ def register_configs() -> None:
         cs.store(group=group, name=f"base_{name}", node=schema)
     cs.store(name="base_replay", node=ReplayConfig)
     cs.store(group="hydra/sweeper", name="base_halving", node=HalvingSweeperConfig)  # hydra/sweeper=halving
+    register_sweeper()
+
+
+def register_sweeper() -> None:
+    """Hydra finds sweepers by walking the ``hydra_plugins`` namespace, which an editable install made by a
+    PEP 660 finder hides from the walk (it maps imports, lists no folders); registering the class, Hydra's
+    own API for that, makes ``hydra/sweeper=halving`` work whichever way tcgexp was installed."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.tcgexp_sweepers.halving import HalvingSweeper
+
+    Plugins.instance().register(HalvingSweeper)
 
 
 register_configs()
