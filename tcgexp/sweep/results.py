@@ -20,7 +20,7 @@ from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
 from .space import Space, overrides_of
 
-TAGS = ("promoted", "pruned", "complete")  # the trial's status, as the one tag of these it carries
+TAGS = ("promoted", "pruned", "complete")  # the trial's status, as the one tag of these it carries (and "rung k")
 
 
 def epochs_trained(run_dirs: list[str]) -> int:
@@ -67,8 +67,10 @@ class Outputs:
             repo, run_hash = self.aim_run_of(Path(run_dir))
             if repo is None or run_hash is None:
                 continue
-            mark_run(repo, run_hash, attrs, tag=state if state in TAGS else None,
-                     untag=tuple(t for t in TAGS if t != state))
+            rung = f"rung {r.trial.rung}"  # rung 0 is the lowest; trial.epochs says its budget
+            mark_run(repo, run_hash, attrs, tags=(rung, *([state] if state in TAGS else [])),
+                     untag=tuple(t for t in (*TAGS, *(f"rung {k}" for k in range(len(self.budgets))))
+                                 if t not in (state, rung)))
 
     @staticmethod
     def aim_run_of(run_dir: Path) -> tuple[Optional[str], Optional[str]]:

@@ -121,11 +121,10 @@ class HalvingSearch:
         settings = {"space": space.settings(), "fixed": sorted(space.fixed), "rungs": budgets, "eta": self.s.eta,
                     "seeds": self.s.seeds, "seed": seed0, "metric": metric, "direction": direction}
         grid = {k: p.grid() for k, p in space.params.items()} if self.s.sampler == "grid" else None
-        probe = studies.open_study(storage, key, name, direction, None, settings)  # refused before any trial
-        done_before = len(probe.trials)
-        seed = None if self.s.sampler_seed is None else self.s.sampler_seed + done_before  # no redrawn trials
-        study = studies.open_study(storage, key, name, direction, studies.make_sampler(self.s.sampler, seed, grid),
-                                   settings)
+        study = studies.open_study(storage, key, name, direction, None, settings)  # refused before any trial
+        # a continued study's sampler seed moves on by its trials, so it never draws the first ones again
+        seed = None if self.s.sampler_seed is None else self.s.sampler_seed + len(study.trials)
+        study.sampler = studies.make_sampler(self.s.sampler, seed, grid)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         records = [r for r in map(studies.Record.of, study.trials) if r is not None]

@@ -259,11 +259,11 @@ def open_repo(path: str | Path):
     return repo
 
 
-def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tag: Optional[str] = None,
+def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (),
              untag: tuple[str, ...] = ()) -> bool:
-    """Set `attrs` and move a tag on a run of the local repo at `repo` after its job ended (the halving
-    sweeper's trial status: pruned, promoted, complete). Bounded like every wait on tracking; False
-    (said in one line) when the run could not be marked."""
+    """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
+    sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
+    tracking; False (said in one line) when the run could not be marked."""
     import aim
 
     errors: list[Exception] = []
@@ -276,8 +276,9 @@ def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tag: Option
                 for old in untag:
                     if old in (run.props.tags or []):
                         run.remove_tag(old)
-                if tag and tag not in (run.props.tags or []):
-                    run.add_tag(tag)
+                for tag in tags:
+                    if tag not in (run.props.tags or []):
+                        run.add_tag(tag)
             finally:
                 run.close()
         except Exception as exc:  # noqa: BLE001 - said below, once

@@ -56,6 +56,8 @@ def test_a_promoted_trial_ends_bit_identical_to_training_straight(tmp_path):
         want = "complete" if number == done["number"] else "pruned"
         assert run["trial"]["status"] == want and want in run.props.tags
         assert not {"promoted", "pruned", "complete"} - {want} & set(run.props.tags)
+        rung = 1 if want == "complete" else 0
+        assert run["trial"]["rung"] == rung and {t for t in run.props.tags if t.startswith("rung")} == {f"rung {rung}"}
         losses = next(m for m in run.metrics() if m.name == "val/loss").values.values_list()
         assert len(losses) == (3 if want == "complete" else 1)
     assert "**best**" in (tmp_path / "sweep" / "summary.md").read_text()
