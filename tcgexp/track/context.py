@@ -37,7 +37,7 @@ class JobContext:
     def name(self) -> str:
         """The run's name: its distinct overrides joined by spaces (a sampled float to 4 significant
         digits, not 17), or "defaults"."""
-        return " ".join(_short(o) for o in self.distinct) or "defaults"
+        return " ".join(short(o) for o in self.distinct) or "defaults"
 
     @property
     def swept(self) -> dict[str, Any]:
@@ -48,7 +48,7 @@ class JobContext:
         return out
 
 
-def _short(override: str) -> str:
+def short(override: str) -> str:
     """``optimizer.lr=0.0012345678901234567`` (a sampler's draw) as ``optimizer.lr=0.001235``; as typed otherwise."""
     key, value = _split(override)
     typed = _typed(override, value)

@@ -100,7 +100,9 @@ def swept(rows: list[dict]) -> list[str]:
     """Each job's overrides without those every job shares: what the sweep varied."""
     tokens = [r["overrides"].split() for r in rows]
     common = set.intersection(*map(set, tokens)) if len(tokens) > 1 else set()
-    return [" ".join(t for t in ts if t not in common) or "(defaults)" for ts in tokens]
+    from .context import short
+
+    return [" ".join(short(t) for t in ts if t not in common) or "(defaults)" for ts in tokens]
 
 
 def interrupted(rows: list[dict]) -> str:
