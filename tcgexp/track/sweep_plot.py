@@ -132,7 +132,12 @@ def objective_panel(ax, rows: list[dict], key: Optional[str], meta: dict, metric
         ax.set_xlim(-0.6, len(cats) - 0.4)
     else:
         if meta.get("log"):
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1, 2, 5 per decade: a tick or more
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # on any range
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(key + (" (log)" if meta.get("log") else ""), fontsize=9)
     ax.margins(y=0.12)
     if seen - {None}:
