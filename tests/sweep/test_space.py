@@ -93,11 +93,9 @@ SPACE = "model.hidden=choice(8,16)"
 
 @pytest.mark.parametrize("args, says", [
     ([], "the search space is empty"),
-    (["optimizer.lr=interval(1e-2, 1e-4)"], "needs low < high"),
     (["hydra.sweeper.min_epochs=5", "hydra.sweeper.max_epochs=3", SPACE],
      "hydra.sweeper.min_epochs=5 is above hydra.sweeper.max_epochs=3"),
     (["hydra.sweeper.eta=1", SPACE], "hydra.sweeper.eta=1 is impossible: it must be >= 2"),
-    (["hydra.sweeper.n_trials=0", SPACE], "hydra.sweeper.n_trials=0 is impossible"),
     (["hydra.sweeper.sampler=bayes", SPACE], "hydra.sweeper.sampler='bayes' is impossible"),
     (["hydra.sweeper.direction=maximize", SPACE], "contradicts optimized_metric=val/loss"),
     (["optimized_metric=null", SPACE], "optimized_metric=null gives the sweeper nothing to optimise"),
@@ -105,7 +103,6 @@ SPACE = "model.hidden=choice(8,16)"
     (["optimizer.lr=interval(-1.0, 1.0)"], "optimizer.lr=-1.0 is impossible: it must be > 0"),
     (["model.hidden=interval(8, 16)"], "cannot run"),  # floats for an int key: int(interval(8, 16)) it must be
     (["hydra.sweeper.seeds=2", "seed=choice(1,2)"], "hydra.sweeper.seeds=2 runs seeds"),
-    (["hydra.sweeper.sampler=cmaes", SPACE], "samples numbers only"),
 ])
 def test_bad_input_is_one_line_before_any_trial(monkeypatch, tmp_path, args, says):
     assert says in sweep_error(monkeypatch, tmp_path, *args)
