@@ -13,6 +13,7 @@ job is never re-run; an interrupted one resumes from its ``latest/``).
 """
 from __future__ import annotations
 
+import signal
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -136,9 +137,39 @@ class HalvingSearch:
         run.loop()
 
     def launch(self, jobs: list[list[str]]):
-        returns = self.launcher.launch(jobs, initial_job_idx=self.job_idx)
+        """The launcher's launch, under the sweep's own stop signals: a launcher whose jobs run elsewhere
+        (joblib's workers, SLURM) may answer a Ctrl-C with a broken pool rather than KeyboardInterrupt, and
+        the sweep must stop all the same once the batch is back (every job has its latest/ by then); a second
+        signal stops it at once. Jobs run in this process (the basic launcher) hold the signals themselves."""
+        stops: list[int] = []
+
+        def stop(signum, frame) -> None:
+            stops.append(signum)
+            if len(stops) > 1:
+                raise KeyboardInterrupt
+
+        before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            returns = self.launcher.launch(jobs, initial_job_idx=self.job_idx)
+        except (KeyboardInterrupt, SystemExit):  # a job in this process stopped by a signal, or a second one
+            self.say_stopped()
+            raise
+        except Exception:  # noqa: BLE001 - what a stopped batch looks like from some launchers
+            if not stops:
+                raise
+            returns = [None] * len(jobs)
+        finally:
+            for s, handler in before.items():
+                signal.signal(s, handler)
         self.job_idx += len(jobs)
+        if stops:
+            self.say_stopped()
+            raise SystemExit(128 + stops[0])
         return returns
+
+    def say_stopped(self) -> None:
+        say(f"stopped; every trial keeps its latest/: run the same command with hydra.sweep.dir={self.sweep_dir} "
+            "to continue the study")
 
     def batch_size(self) -> int:
         """Jobs per launch: hydra.sweeper.batch, else what the launcher runs at once."""
@@ -263,10 +294,6 @@ class Run:
         """Launch the jobs; read each one's outcome from its run dir (the launcher's word only for errors)."""
         try:
             returns = self.search.launch([job for _, _, job in todo])
-        except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C or SIGTERM reached the sweep itself
-            say(f"stopped ({type(stop).__name__}); every trial keeps its latest/: run the same command with "
-                f"hydra.sweep.dir={self.search.sweep_dir} to continue the study")
-            raise
         except Exception as exc:  # noqa: BLE001 - a launcher that lost a job (SLURM): the run dirs say more
             say(f"the launcher failed ({type(exc).__name__}: {exc}); reading each job's run dir")
             returns = [None] * len(todo)

@@ -99,7 +99,7 @@ def launched(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
-def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):
+def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):  # (joblib: the test below)
     """Stop the sweep inside trial 1's first rung; the same command continues it: trial 0's finished job is not
     run again, trial 1 resumes from its latest/, and the results equal an uninterrupted sweep's."""
     args = [*BUDGET, "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler=grid", "tracking=off",
@@ -134,3 +134,25 @@ def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):
     a, b = ({str(t["params"]): (t["state"], t["value"]) for t in trials(tmp_path / d)["trials"]}
             for d in ("sweep", "whole"))
     assert a == b and all(math.isfinite(v) for _, v in a.values())  # the same study, to the bit
+
+
+def test_ctrl_c_stops_a_joblib_sweep_and_the_same_command_continues_it(tmp_path):
+    """joblib's workers get the Ctrl-C too and its pool breaks: the sweep stops all the same, once its jobs
+    have written their latest/, and the same command resumes them."""
+    args = [*BUDGET, "hydra.sweeper.n_trials=4", "tracking=off", "dataset.rows_per_day=3000",
+            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model.hidden=choice(8,16)", "tbptt.chunk=choice(4,8)"]
+    proc = subprocess.Popen(halving_cmd(tmp_path, *args), cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    latest = tmp_path / "sweep" / "1" / "checkpoints" / "latest" / "state.json"
+    deadline = time.monotonic() + 300
+    while not latest.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT and "to continue the study" in out, out[-3000:]
+    again = halving(tmp_path, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert any(j.endswith(f"resume={tmp_path / 'sweep' / '1'}") for j in launched(again.stdout + again.stderr))
+    states = [t["state"] for t in trials(tmp_path / "sweep")["trials"]]
+    assert sorted(states) == ["complete", "pruned", "pruned", "pruned"]
