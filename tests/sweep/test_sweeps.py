@@ -98,6 +98,20 @@ def launched(output: str) -> list[str]:
     return [line.split(" : ", 1)[1] for line in output.splitlines() if "\t#" in line and " : " in line]
 
 
+def stopped_inside_trial_1(tmp_path, args: list[str], how: signal.Signals) -> tuple[int, str]:
+    """Start the sweep, send `how` to its process group once trial 1 has a latest/; (exit code, output)."""
+    proc = subprocess.Popen(halving_cmd(tmp_path, *args), cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    latest = tmp_path / "sweep" / "1" / "checkpoints" / "latest" / "state.json"
+    deadline = time.monotonic() + 300
+    while not latest.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    os.killpg(proc.pid, how)  # the sweep and its jobs: Ctrl-C reaches the whole process group
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):  # (joblib: the test below)
     """Stop the sweep inside trial 1's first rung; the same command continues it: trial 0's finished job is not
@@ -105,16 +119,8 @@ def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):  # (joblib: the 
     args = [*BUDGET, "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler=grid", "tracking=off",
             "model.hidden=choice(8,16,32)", "trainer.aux_weight=0.25"]
     slow = ["dataset.rows_per_day=3000"]  # a first rung long enough to stop inside
-    proc = subprocess.Popen(halving_cmd(tmp_path, *args, *slow), cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    latest = tmp_path / "sweep" / "1" / "checkpoints" / "latest" / "state.json"
-    deadline = time.monotonic() + 300
-    while not latest.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
-        time.sleep(0.1)
-    os.killpg(proc.pid, how)  # the sweep and its in-process job: Ctrl-C reaches the whole process group
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    code, out = stopped_inside_trial_1(tmp_path, [*args, *slow], how)
+    assert code != 0
     if how == signal.SIGINT:
         assert "to continue the study" in out and "latest/ written" in out
     first = trials(tmp_path / "sweep")["trials"]
@@ -141,16 +147,8 @@ def test_ctrl_c_stops_a_joblib_sweep_and_the_same_command_continues_it(tmp_path)
     have written their latest/, and the same command resumes them."""
     args = [*BUDGET, "hydra.sweeper.n_trials=4", "tracking=off", "dataset.rows_per_day=3000",
             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model.hidden=choice(8,16)", "tbptt.chunk=choice(4,8)"]
-    proc = subprocess.Popen(halving_cmd(tmp_path, *args), cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    latest = tmp_path / "sweep" / "1" / "checkpoints" / "latest" / "state.json"
-    deadline = time.monotonic() + 300
-    while not latest.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT and "to continue the study" in out, out[-3000:]
+    code, out = stopped_inside_trial_1(tmp_path, args, signal.SIGINT)
+    assert code == 128 + signal.SIGINT and "to continue the study" in out, out[-3000:]
     again = halving(tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert any(j.endswith(f"resume={tmp_path / 'sweep' / '1'}") for j in launched(again.stdout + again.stderr))
