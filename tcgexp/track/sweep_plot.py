@@ -1,8 +1,8 @@
 """summary.png: the objective against each key the sweep varied, fitted to what was swept.
 
 One panel per swept key: numbers on their own axis (log for log-sampled keys, and for a grid's numbers
-that span a decade), categories side by side with the mean and 95 % interval of their full-budget
-results; every axis fitted to the data, never from 0. In a halving sweep each configuration is drawn at
+that span a decade), categories side by side with the mean of their full-budget results (and its 95 %
+interval from three results on); every axis fitted to the data, never from 0. In a halving sweep each configuration is drawn at
 its last rung (pruned ones marked there, by rung), the best is starred, and a last panel shows every
 configuration's objective epoch by epoch. The cache's panels (hit rate, MiB decoded, rows/s, data stall)
 and the sentence on reading them come only when the sweep varied the cache. A job that did not finish
@@ -123,10 +123,10 @@ def objective_panel(ax, rows: list[dict], key: Optional[str], meta: dict, metric
         for c, p in pos.items():  # each category's full-budget results: mean and 95 % interval
             vals = [r["value"] for r in shown if (label(r["params"][key]) if key else str(r["job"])) == c
                     and (full is None or r.get("epochs") == full)]
-            if len(vals) >= 2:
+            if len(vals) >= 2:  # two values give an interval (t = 12.7) wider than it says: the mean alone
                 mean, half = mean_interval(vals)
-                ax.errorbar(p + 0.3, mean, yerr=half, fmt="_", color="black", ms=14, capsize=4,
-                            label="category mean ± 95 %" if "cat" not in seen else None)
+                ax.errorbar(p + 0.3, mean, yerr=half if len(vals) >= 3 else None, fmt="_", color="black", ms=14,
+                            capsize=4, label="category mean (± 95 % from 3 results)" if "cat" not in seen else None)
                 seen.add("cat")
         ax.set_xticks(range(len(cats)), cats, fontsize=8, rotation=30 if max(map(len, cats)) > 6 else 0)
         ax.set_xlim(-0.6, len(cats) - 0.4)
