@@ -57,8 +57,8 @@ def postgres():
                                 f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"])
     assert res.returncode == 0, res.stderr + (data / "log").read_text()
     try:
-        res = as_owner("postgres", [str(bindir.parent / "bin" / "createdb") if (bindir / "createdb").exists()
-                                    else "createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "tcgexp", "study"])
+        createdb = str(bindir / "createdb") if (bindir / "createdb").exists() else "createdb"
+        res = as_owner("postgres", [createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "tcgexp", "study"])
         assert res.returncode == 0, res.stderr
         yield f"postgresql+psycopg://tcgexp:unused@127.0.0.1:{port}/study"
     finally:
@@ -111,12 +111,13 @@ def test_the_study_lives_in_its_storage_and_the_same_command_continues_it(reques
     assert again.returncode == 0, again.stderr[-3000:]
     assert "continuing: 2 configurations there already" in again.stderr
     assert again.stdout.count("\t#") + again.stderr.count("\t#") == 1  # only the new configuration ran
-    study = study_of(tmp_path / "sweep", url if server != "journal" else None) if server != "journal" else None
-    if study is None:
+    if server == "journal":
         import optuna
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         study = optuna.load_study(study_name="lr-search", storage=JournalStorage(JournalFileBackend(url)))
+    else:
+        study = study_of(tmp_path / "sweep", url)
     assert study.study_name == "lr-search" and [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert sorted(t["number"] for t in trials(tmp_path / "sweep")["trials"]) == [0, 1, 2]
     # another space on the same study is refused in one line, before any trial
