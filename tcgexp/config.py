@@ -26,12 +26,23 @@ if not (CONF_DIR / "config.yaml").is_file():
 # own on import. A module outside tcgexp does the same when Hydra's search path names it (structured://...).
 SCHEMA_MODULES = ("tcgexp.data.corpus", "tcgexp.cache.rowgroup", "tcgexp.plan.loader", "tcgexp.plan.planner",
                   "tcgexp.track.aim_run", "tcgexp.track.remote", "tcgexp.train.model", "tcgexp.train.optim",
-                  "tcgexp.train.schedule", "tcgexp.train.run", "tcgexp.bench.trace")
+                  "tcgexp.train.schedule", "tcgexp.train.run", "tcgexp.bench.trace", "tcgexp.sweep.config")
 
 
 def register_configs() -> None:
     for name in SCHEMA_MODULES:
         importlib.import_module(name)
+    register_sweeper()
+
+
+def register_sweeper() -> None:
+    """Hydra finds sweepers by walking the ``hydra_plugins`` namespace, which an editable install made by a
+    PEP 660 finder hides from the walk (it maps imports, lists no folders); registering the class, Hydra's
+    own API for that, makes ``hydra/sweeper=halving`` work whichever way tcgexp was installed."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.tcgexp_sweepers.halving import HalvingSweeper
+
+    Plugins.instance().register(HalvingSweeper)
 
 
 # Hydra's ${now:} differs between the ranks of one mlx.launch by however long they took to start:

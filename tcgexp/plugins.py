@@ -1,6 +1,6 @@
 """Hydra plugins a sweep may ask for (launchers, sweepers): one that cannot work here is one line with the fix.
 
-Why: ``hydra/sweeper=optuna`` without its extra was Hydra's "Could not find 'hydra/sweeper/optuna'"
+Why: ``hydra/sweeper=optuna`` (Hydra's plugin, not installed) was Hydra's "Could not find 'hydra/sweeper/optuna'"
 with no word of what to install, ``hydra/launcher=submitit_slurm`` where SLURM is absent a
 29-line traceback from submitit (and a sweep dir left behind), and the Ray launcher without Ray
 an ImportError from inside the plugin. The first is a composition error (``cli.user_error`` adds
@@ -22,7 +22,9 @@ from .config import ConfigError
 INSTALL = {
     "hydra/launcher/ray": 'pip install -e ".[ray]" (hydra-ray-launcher and Ray)',
     "hydra/launcher/ray_aws": 'pip install -e ".[ray]" (hydra-ray-launcher and Ray)',
-    "hydra/sweeper/optuna": 'pip install -e ".[optuna]" (hydra-optuna-sweeper)',
+    # Hydra's own Optuna sweeper pins optuna < 3 (tcgexp needs optuna >= 4): ours runs on current Optuna
+    "hydra/sweeper/optuna": ("use hydra/sweeper=halving, tcgexp's Optuna sweeper on current Optuna (Hydra's "
+                             "hydra-optuna-sweeper pins optuna < 3 and cannot be installed beside tcgexp)"),
     "hydra/launcher/submitit_slurm": "pip install hydra-submitit-launcher (a dependency of tcgexp: reinstall it)",
     "hydra/launcher/submitit_local": "pip install hydra-submitit-launcher (a dependency of tcgexp: reinstall it)",
     "hydra/launcher/joblib": "pip install hydra-joblib-launcher (a dependency of tcgexp: reinstall it)",
@@ -40,6 +42,8 @@ def missing_plugin_hint(message: str) -> Optional[str]:
     how = INSTALL.get(option)
     if how is None:
         return f"hydra/{group}={name} is not an installed {group} plugin (a misspelt name, or a plugin to pip install)"
+    if how.startswith("use "):
+        return f"hydra/{group}={name} is not available: {how}"
     return f"hydra/{group}={name} is a plugin that is not installed: {how}"
 
 

@@ -131,38 +131,39 @@ def claim(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, 
     return created
 
 
-def mine_to_discard(run_dir: Path) -> bool:
-    """Whether `run_dir` was claimed by this process for a run that left nothing in it."""
-    info = read_info(run_dir / RUN_MARKER)
+def mine_to_discard(run_dir: Path, marker: str = RUN_MARKER) -> bool:
+    """Whether `run_dir` was claimed by this process for a run (or sweep) that left nothing in it."""
+    info = read_info(run_dir / marker)
     if not (info.get("pid") == os.getpid() and info.get("host") == socket.gethostname()):
         return False
     try:
         entries = list(run_dir.iterdir())
     except OSError:
         return False
-    left = [p for p in entries if not (p.name in LEFT_BY_A_REFUSAL or p.name.endswith(".log")
+    left = [p for p in entries if not (p.name in (*LEFT_BY_A_REFUSAL, marker) or p.name.endswith(".log")
                                        or (p.name.startswith(".tcgexp-run") and p.name.endswith(".lock")))]
     if left:  # outputs (checkpoints/, result.json), a spill not yet removed, anything else: keep all
         return False
     return not any(held_by_someone(p) for p in entries if p.name.endswith(".lock"))  # another rank lives here
 
 
-def discard(run_dir: Path) -> bool:
+def discard(run_dir: Path, marker: str = RUN_MARKER) -> bool:
     """Undo this process's claim of the folder of a run refused before it left anything: what it and
-    Hydra wrote there, and the folder itself (with the empty ones above it) if the claim created it."""
+    Hydra wrote there, and the folder itself (with the empty ones above it) if the claim created it.
+    A sweep refused before its first job (``marker=SWEEP_MARKER``) is undone the same way."""
     run_dir = Path(run_dir).absolute()
-    if not mine_to_discard(run_dir):
+    if not mine_to_discard(run_dir, marker):
         return False
-    info = read_info(run_dir / RUN_MARKER)
+    info = read_info(run_dir / marker)
     try:
         for entry in run_dir.iterdir():
-            if entry.name == RUN_MARKER:
+            if entry.name == marker:
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-        (run_dir / RUN_MARKER).unlink()
+        (run_dir / marker).unlink()
         if info.get("created"):
             run_dir.rmdir()
     except OSError:

@@ -83,8 +83,8 @@ def _tracker(made, cfg, tmp_path):
         return made(cfg, context=job_context(tmp_path), resume_hash=None)
 
 
-# -- layers: data below plan and cache, those below train ---------------------------------------
-RANK = {"sim": 0, "data": 1, "plan": 2, "cache": 2, "track": 2, "train": 3, "bench": 4}
+# -- layers: data below plan and cache, those below train, train below the sweeper ------------------------
+RANK = {"sim": 0, "data": 1, "plan": 2, "cache": 2, "track": 2, "train": 3, "sweep": 4, "bench": 4}
 PEERS_APART = {("plan", "cache"), ("cache", "plan")}  # the planner and the cache never import each other
 
 

@@ -7,10 +7,10 @@ import sys
 
 from ..cli import one_line_errors
 from ..train.errors import USER_ERRORS
-from . import corpus, distributed, loader, scale, scan, train
+from . import corpus, distributed, loader, scale, scan, sweep, train
 
 BENCHES = {"corpus": corpus, "distributed": distributed, "loader": loader, "scale": scale, "scan": scan,
-           "train": train}
+           "sweep": sweep, "train": train}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -291,3 +291,35 @@ def open_repo(path: str | Path):
     for run_hash in repo.list_all_runs():
         manager.index(run_hash)
     return repo
+
+
+def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (),
+             untag: tuple[str, ...] = ()) -> bool:
+    """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
+    sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
+    tracking; False (said in one line) when the run could not be marked."""
+    import aim
+
+    errors: list[Exception] = []
+
+    def work() -> None:
+        try:
+            run = aim.Run(run_hash=run_hash, repo=str(Path(repo).expanduser().absolute()))
+            try:
+                apply_attributes(run, attrs)
+                for old in untag:
+                    if old in (run.props.tags or []):
+                        run.remove_tag(old)
+                for tag in tags:
+                    if tag not in (run.props.tags or []):
+                        run.add_tag(tag)
+            finally:
+                run.close()
+        except Exception as exc:  # noqa: BLE001 - said below, once
+            errors.append(exc)
+
+    if within(CLOSE_SECONDS, work) and not errors:
+        return True
+    why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
+    print(f"[tracking] could not mark Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
+    return False

@@ -35,8 +35,9 @@ class JobContext:
 
     @property
     def name(self) -> str:
-        """The run's name: its distinct overrides joined by spaces, or "defaults"."""
-        return " ".join(self.distinct) or "defaults"
+        """The run's name: its distinct overrides joined by spaces (a sampled float to 4 significant
+        digits, not 17), or "defaults"."""
+        return " ".join(short(o) for o in self.distinct) or "defaults"
 
     @property
     def swept(self) -> dict[str, Any]:
@@ -45,6 +46,15 @@ class JobContext:
         for key, value in (_split(o) for o in self.distinct):
             out[key] = _typed(f"{key}={value}", value)
         return out
+
+
+def short(override: str) -> str:
+    """``optimizer.lr=0.0012345678901234567`` (a sampler's draw) as ``optimizer.lr=0.001235``; as typed otherwise."""
+    key, value = _split(override)
+    typed = _typed(override, value)
+    if isinstance(typed, float) and len(value) > 10:
+        return f"{override.partition('=')[0]}={typed:.4g}"
+    return override
 
 
 def _split(override: str) -> tuple[str, str]:
@@ -89,6 +99,8 @@ def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
         keys = {str(k).lstrip("+~") for k in (OmegaConf.select(sweep, "hydra.sweeper.params") or {})}
         task = list(OmegaConf.select(sweep, "hydra.overrides.task") or [])
         keys |= {o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()}
+        if (OmegaConf.select(sweep, "hydra.sweeper.seeds") or 1) > 1:  # the halving sweeper's replicates
+            keys.add("seed")
         return frozenset(keys) or None  # a sweep of one job: name it by its overrides
     except Exception:  # noqa: BLE001 - no multirun.yaml (another sweeper?): fall back to all overrides
         return None

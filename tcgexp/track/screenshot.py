@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..cli import one_line_errors
 
@@ -99,10 +100,13 @@ TABLE_DIFF = ("(() => { for (const b of document.querySelectorAll('button')) "
               "return false; })()")
 
 
-async def capture(devtools_port: int, pages: dict[str, tuple[str, list[str]]], out: Path, settle: float) -> None:
-    """Each page: open its URL, let it draw, run its scripts (a second apart), save a PNG."""
+async def capture(devtools_port: int, pages: dict[str, tuple[str, list[str]]], out: Path, settle: float
+                  ) -> dict[str, list]:
+    """Each page: open its URL, let it draw, run its scripts (a second apart), save a PNG; returns each
+    page's script results."""
     import websockets
 
+    results: dict[str, list] = {}
     for name, (url, scripts) in pages.items():
         req = urllib.request.Request(f"http://127.0.0.1:{devtools_port}/json/new?{urllib.parse.quote(url, safe='')}",
                                      method="PUT")
@@ -116,11 +120,34 @@ async def capture(devtools_port: int, pages: dict[str, tuple[str, list[str]]], o
                     await asyncio.sleep(settle)
                     continue
                 result = await _js(ws, ids, script)
+                results.setdefault(name, []).append(result)
                 if os.environ.get("TCGEXP_SCREENSHOT_DEBUG"):
                     print(name, script[:60], "->", result)
                 await asyncio.sleep(1.5)
             shot = await _call(ws, ids, "Page.captureScreenshot", {"format": "png"})
             (out / f"{name}.png").write_bytes(base64.b64decode(shot["result"]["data"]))
+    return results
+
+
+@contextlib.contextmanager
+def served(cmd: list[str], url: str, chromium: str, seconds: float = 90) -> Iterator[int]:
+    """Start a web app (`cmd`, answering at `url`) and a headless Chromium; yields Chromium's DevTools
+    port. Both are stopped (their process groups) on the way out, whatever happened."""
+    app = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    profile, devtools, browser = tempfile.mkdtemp(prefix="tcgexp-chromium-"), free_port(), None
+    try:
+        wait_http(url, seconds)
+        browser = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                    f"--remote-debugging-port={devtools}", "about:blank"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_http(f"http://127.0.0.1:{devtools}/json/version", 60)
+        yield devtools
+    finally:
+        for proc in (browser, app):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def sweep_id(sweep: str) -> str:
@@ -174,26 +201,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise FileNotFoundError(f"--repo {args.repo}: no Aim repo there (no .aim folder)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    port, devtools = free_port(), free_port()
-    aim = subprocess.Popen(["aim", "up", "--repo", str(args.repo), "--host", "127.0.0.1", "--port", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    profile = tempfile.mkdtemp(prefix="tcgexp-chromium-")
-    browser = None
-    try:
-        wait_http(f"http://127.0.0.1:{port}/", 90)
-        browser = subprocess.Popen([args.chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                    f"--remote-debugging-port={devtools}", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_http(f"http://127.0.0.1:{devtools}/json/version", 60)
+    port = free_port()
+    aim = ["aim", "up", "--repo", str(args.repo), "--host", "127.0.0.1", "--port", str(port)]
+    with served(aim, f"http://127.0.0.1:{port}/", args.chromium) as devtools:
         shots = pages(f"http://127.0.0.1:{port}", args.sweep, swept_columns(args.repo, args.sweep))
         asyncio.run(capture(devtools, shots, out, args.settle))
         print("\n".join(str(out / f"{n}.png") for n in shots))
-    finally:
-        for proc in (browser, aim):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""The sweep report: summary.md, summary.csv and summary.png from the job dirs of a sweep.
+"""The sweep report: summary.md, summary.csv and summary.png, fitted to what the sweep varied.
 
 Built from what every job leaves on disk (``job_status.json``, ``result.json``,
-``.hydra/overrides.yaml``), so it can be rebuilt at any time and a failed or
-killed job still gets its row.
+``.hydra/overrides.yaml``; a halving sweep's ``trials.json``), so it can be rebuilt
+at any time and a failed or killed job still gets its row. A grid sweep has a row
+per job, a halving sweep a row per configuration (its trial). The plot
+(``sweep_plot.py``) draws the objective against each swept key; the cache's
+columns and panels appear only when the sweep varied the cache.
 """
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
+TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = ["job", "overrides", "status", "error", "val_loss", "best_val_loss", "val_accuracy",
            "cache_train_hit_pct", "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits",
            "cache_train_mib_decoded", "cache_val_hit_pct", "cache_val_misses", "cache_val_evictions",
@@ -44,7 +49,7 @@ def job_row(job_dir: Path) -> dict:
     # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended
     ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED",
              "diverged": "FAILED"}.get(result.get("status"))
-    row.update(job=int(job_dir.name), overrides=" ".join(overrides),
+    row.update(job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name, overrides=" ".join(overrides),
                status=status.get("status") or ended or ("COMPLETED" if result else "UNKNOWN"),
                error=status.get("error") or result.get("error") or "")
     if result:
@@ -65,11 +70,27 @@ def _fmt(v) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
+        if v and abs(v) < 0.01:
+            return f"{v:.4g}"  # a learning rate: its significant digits, not 17 of them
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.1f}"
     return str(v).replace("|", "\\|")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def mean_interval(values, level: float = 0.95) -> tuple[float, Optional[float]]:
+    """(mean, half width of its `level` confidence interval, Student's t); no interval from one value."""
+    import math
+
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, None
+    from scipy.stats import t as student
+
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, float(student.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # jobs of a parallel sweep may race here
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -79,7 +100,9 @@ def swept(rows: list[dict]) -> list[str]:
     """Each job's overrides without those every job shares: what the sweep varied."""
     tokens = [r["overrides"].split() for r in rows]
     common = set.intersection(*map(set, tokens)) if len(tokens) > 1 else set()
-    return [" ".join(t for t in ts if t not in common) or "(defaults)" for ts in tokens]
+    from .context import short
+
+    return [" ".join(short(t) for t in ts if t not in common) or "(defaults)" for ts in tokens]
 
 
 def interrupted(rows: list[dict]) -> str:
@@ -88,81 +111,139 @@ def interrupted(rows: list[dict]) -> str:
     return f", {n} interrupted (resume=<job dir> continues it)" if n else ""
 
 
-def write_summary(sweep_dir: Path) -> list[dict]:
-    sweep_dir = Path(sweep_dir)
-    rows = [job_row(d) for d in job_dirs(sweep_dir)]
-    for r, label in zip(rows, swept(rows)):
-        r["swept"] = label
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    _write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
-    shown = ["job", "swept", "status", "val_loss", "best_val_loss", "val_accuracy", "cache_train_hit_pct",
-             "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits", "cache_train_mib_decoded",
-             "cache_val_hit_pct", "rows_per_s", "data_stall_pct", "wall_s"]
-    lines = [f"# Sweep {sweep_dir}", "", f"{len(rows)} jobs: "
-             f"{sum(r['status'] == 'COMPLETED' for r in rows)} completed, {sum(r['status'] == 'FAILED' for r in rows)} "
-             f"failed{interrupted(rows)}. Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes "
-             "only; `swept` lists each job's overrides less those all jobs share (summary.csv has them all).",
-             "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in shown) + " |" for r in rows]
-    failed = [r for r in rows if r["error"]]
-    if failed:
-        lines += ["", "## Failed jobs", ""] + [f"- job {r['job']} ({r['swept']}): {r['error']}" for r in failed]
-    _write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
-    _write_atomic(sweep_dir / "summary.png", plot(rows))
+def read_trials(sweep_dir: Path) -> dict:
+    """A halving sweep's trials.json (tcgexp.sweep.results), or {} for any other sweep."""
+    return _read_json(Path(sweep_dir) / TRIALS)
+
+
+def typed(value: str):
+    """An override's value as the sweep meant it (64 -> int, 1e-3 -> float, off -> str)."""
+    from .context import _typed
+
+    return _typed(f"x={value}", value)
+
+
+def grid_params(sweep_dir: Path, rows: list[dict]) -> dict[str, dict]:
+    """Each row's swept values (row["params"]) and, per swept key, how to draw it: numbers on a log axis
+    when they span a decade or more, anything else as categories."""
+    from .context import distinct_overrides, swept_keys
+
+    keys = swept_keys(sweep_dir)
+    for r in rows:
+        r["params"] = {k.lstrip("+~"): typed(v) for k, _, v in (o.partition("=") for o in
+                                                                   distinct_overrides(r["overrides"].split(), keys))}
+    meta: dict[str, dict] = {}
+    for r in rows:
+        for k in r["params"]:
+            meta.setdefault(k, {})
+    for k, m in meta.items():
+        values = [r["params"][k] for r in rows if k in r["params"]]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        m["categorical"] = not numeric
+        m["log"] = numeric and min(values) > 0 and max(values) >= 10 * min(values)
+    return meta
+
+
+def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
+    """One row per configuration: its trial's state and value, the first seed's run for the rest."""
+    rows = []
+    for t in trials["trials"]:
+        run = Path(t["run_dirs"][0])
+        row = job_row(run) if run.is_dir() else {c: "" for c in COLUMNS}
+        state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
+        row.update(job=t["number"], overrides=" ".join(f"{k}={_fmt(v)}" for k, v in t["params"].items()),
+                   status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
+                   error=t["error"] or "", params=t["params"], value=t["value"], interval=t["interval"],
+                   epochs=t["epochs"], epochs_trained=t["epochs_trained"], best=t["number"] == trials["best"],
+                   curve=curve(t["run_dirs"], trials["metric"]))
+        rows.append(row)
     return rows
 
 
-PANELS = (("val_loss", "validation loss (final)", "{:.3f}"),
-          ("cache_train_hit_pct", "train cache hit rate %", "{:.1f}"),
-          ("rows_per_s", "rows/s (train)", "{:,.0f}"),
-          ("data_stall_pct", "data stall % (train)", "{:.1f}"),
-          ("cache_train_mib_decoded", "MiB decoded (train cache)", "{:,.1f}"))
+def curve(run_dirs: list[str], metric: str) -> list[float]:
+    """The objective after each epoch a configuration trained, the mean over its seeds."""
+    prefix, _, key = metric.partition("/")
+    per_seed = []
+    for d in run_dirs:
+        history = _read_json(Path(d) / "result.json").get("history") or []
+        values = [h["val"]["loss" if prefix == "best" else key] for h in history]
+        per_seed.append([min(values[:i + 1]) for i in range(len(values))] if prefix == "best" else values)
+    n = min((len(v) for v in per_seed), default=0)
+    return [sum(v[i] for v in per_seed) / len(per_seed) for i in range(n)]
 
 
-def plot(rows: list[dict]) -> bytes:
-    """One bar chart per panel, a bar per job. Validation loss is identical across cache policies by
-    design; rows/s, data stall and MiB decoded are where they differ. A job that did not complete has
-    no bar: its status, in red, instead (never a bar of 0)."""
-    import matplotlib
+def cache_swept(keys) -> bool:
+    return any(k == "cache" or k.startswith("cache.") for k in keys)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    labels = [f"{r['job']}: {r['swept']}" for r in rows]
-    fig, grid = plt.subplots(2, 3, figsize=(15, 2 * (0.4 * max(len(rows), 4) + 1.2)), sharey=True)
-    axes = list(grid.flat)
-    note = axes.pop()  # the sixth cell: how to read the panels
-    note.axis("off")
-    note.text(0.02, 0.5, "Validation loss is the same for every cache\npolicy by design: the cache never changes\n"
-              "what the trainer computes. Rows/s, data stall\nand MiB decoded are where policies differ.\n\n"
-              "A job that did not complete has no bar:\nits status, in red.", transform=note.transAxes,
-              va="center", fontsize=9)
-    for ax, (key, title, fmt) in zip(axes, PANELS):
-        ok = [r["status"] == "COMPLETED" and isinstance(r[key], (int, float)) for r in rows]
-        values = [float(r[key]) if good else 0.0 for r, good in zip(rows, ok)]
-        top = max([v for v, good in zip(values, ok) if good] or [1.0]) or 1.0
-        for i, (r, v, good) in enumerate(zip(rows, values, ok)):
-            if good:
-                ax.barh(i, v, color="tab:blue")
-                ax.text(v, i, " " + fmt.format(v), va="center", fontsize=8)
-            else:
-                label = r["status"] if r["status"] != "COMPLETED" else "n/a"
-                ax.text(0, i, f" {label}", va="center", fontsize=8, color="tab:red", fontweight="bold")
-        ax.set_xlim(0, top * 1.3)
-        ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", labelsize=8)
-    for ax in (axes[0], axes[3]):  # the first column of each row
-        ax.set_yticks(range(len(rows)), labels, fontsize=8)
-        ax.tick_params(axis="y", labelleft=True)
-        for tick, r in zip(ax.get_yticklabels(), rows):
-            if r["status"] != "COMPLETED":
-                tick.set_color("tab:red")
-    axes[0].set_ylim(len(rows) - 0.5, -0.5)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+def write_summary(sweep_dir: Path) -> list[dict]:
+    sweep_dir = Path(sweep_dir)
+    trials = read_trials(sweep_dir)
+    if trials:
+        rows = halving_rows(sweep_dir, trials)
+        meta = trials["space"]
+    else:
+        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        meta = grid_params(sweep_dir, rows)
+        for r, label in zip(rows, swept(rows)):
+            r["swept"] = label
+        for r in rows:
+            r.update(value=r["val_loss"] if r["status"] == "COMPLETED" else None, interval=None)
+    cached = cache_swept(meta)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS + (HALVING_COLUMNS if trials else []), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
+    lines = halving_md(sweep_dir, rows, trials, meta) if trials else grid_md(sweep_dir, rows, cached)
+    failed = [r for r in rows if r["error"]]
+    if failed:
+        lines += ["", "## Failed jobs", ""] + [f"- {'trial' if trials else 'job'} {r['job']} "
+                                              f"({r['overrides'] if trials else r['swept']}): {r['error']}"
+                                              for r in failed]
+    write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
+    from .sweep_plot import plot
+
+    write_atomic(sweep_dir / "summary.png", plot(rows, meta, trials or None, cached))
+    return rows
+
+
+HALVING_COLUMNS = ["value", "interval", "epochs", "epochs_trained"]
+CACHE_SHOWN = ["cache_train_hit_pct", "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits",
+               "cache_train_mib_decoded", "cache_val_hit_pct"]
+
+
+def grid_md(sweep_dir: Path, rows: list[dict], cached: bool) -> list[str]:
+    shown = ["job", "swept", "status", "val_loss", "best_val_loss", "val_accuracy",
+             *(CACHE_SHOWN if cached else []), "rows_per_s", "data_stall_pct", "wall_s"]
+    note = (" Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes only;"
+            " the cache never changes what the trainer computes, so jobs that differ only in their cache policy"
+            " have the same validation loss." if cached else "")
+    return [f"# Sweep {sweep_dir}", "", f"{len(rows)} jobs: {sum(r['status'] == 'COMPLETED' for r in rows)} completed, "
+            f"{sum(r['status'] == 'FAILED' for r in rows)} failed{interrupted(rows)}. `swept` lists each job's "
+            f"overrides less those all jobs share (summary.csv has them all).{note}",
+            "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)] + \
+        ["| " + " | ".join(_fmt(r[c]) for c in shown) + " |" for r in rows]
+
+
+def halving_md(sweep_dir: Path, rows: list[dict], trials: dict, meta: dict) -> list[str]:
+    keys = list(meta)
+    ci = trials["seeds"] > 1
+    head = ["trial", *keys, "status", "epochs", trials["metric"] + (" (mean ± 95 %)" if ci else ""),
+            "epochs trained"]
+    states = [t["state"] for t in trials["trials"]]
+    lines = [f"# Halving sweep {sweep_dir}", "",
+             f"{len(rows)} configurations x {trials['seeds']} seed(s), rungs {', '.join(map(str, trials['rungs']))} "
+             f"epochs (eta {trials['eta']}): {states.count('complete')} complete, {states.count('pruned')} pruned "
+             f"(at the rung shown), {states.count('failed')} failed, "
+             f"{states.count('running') + states.count('waiting')} in progress. "
+             f"{sum(r['epochs_trained'] for r in rows)} epochs trained, against "
+             f"{len(rows) * trials['rungs'][-1] * trials['seeds']} for every configuration at full budget. "
+             "The value is the one at the trial's last rung.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        value = "" if r["value"] is None else _fmt(r["value"]) + (f" ± {r['interval']:.4f}" if r["interval"] else "")
+        lines.append("| " + " | ".join([str(r["job"]) + (" **best**" if r["best"] else ""),
+                                        *(_fmt(r["params"].get(k)) for k in keys), r["status"], str(r["epochs"]),
+                                        value, str(r["epochs_trained"])]) + " |")
+    return lines

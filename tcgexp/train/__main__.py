@@ -1,15 +1,14 @@
 """``tcgexp-train`` / ``python -m tcgexp.train [group=option ...] [key=value ...]``
 
-The task returns the metric ``optimized_metric`` names, so a sweeper that
-optimises (``hydra/sweeper=optuna``, nevergrad, ax) can drive it.
+The task returns the metric ``optimized_metric`` names (``metric.py``), so a sweeper
+that optimises (``hydra/sweeper=halving``, ours; optuna, nevergrad, ax) can drive it.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -18,35 +17,9 @@ from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --he
 from ..rundir import discarded_if_refused
 from . import train
 from .errors import USER_ERRORS
+from .metric import check_metric, optimized
 from .rank_status import reports_exit
 from .resume import requeued_resume, resume_config
-
-SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
-
-
-def check_metric(name: Optional[str]) -> None:
-    """Refuse an optimized_metric that no run can produce, before any work."""
-    from ..config import ConfigError
-    from .step import METRICS
-
-    if name is None:
-        return
-    prefix, _, key = str(name).partition("/")
-    known = {"val": [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late"],
-             "best": ["val_loss"]}
-    if key not in known.get(prefix, []):
-        choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
-        raise ConfigError(f"optimized_metric={name!r} is impossible: it must be one of {choices} (or null)")
-
-
-def optimized(result: dict[str, Any], name: Optional[str]) -> Optional[float]:
-    """The value of ``optimized_metric`` in ``train()``'s result: val/<metric> is the last validation's
-    (``result["final"]``), best/val_loss the best epoch's. NaN when the run has none (it diverged)."""
-    if name is None:
-        return None
-    prefix, _, key = str(name).partition("/")
-    value = (result.get(SOURCES[prefix]) or {}).get(key)
-    return float(value) if value is not None else math.nan
 
 
 @reports_exit  # under tcgexp-launch: this rank's exit code, for the launcher's own

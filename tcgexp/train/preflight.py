@@ -74,7 +74,20 @@ def preflight(cfg: DictConfig, run_dir: Path) -> None:
     if float(cfg.dataset.val_fraction) <= 0.0:
         raise ConfigError(f"dataset.val_fraction={cfg.dataset.val_fraction} leaves no validation episodes, and "
                           "every epoch ends with validation: set dataset.val_fraction > 0 (e.g. 0.1)")
+    check_stop_at(cfg)
     check_memory(cfg)
+
+
+def check_stop_at(cfg: DictConfig, done_epochs: int = 0) -> None:
+    """``trainer.stop_at_epoch`` must lie ahead of the run: inside ``trainer.epochs`` (the schedule's horizon)
+    and past the epochs a resumed checkpoint has done already (else it would train an epoch too many)."""
+    stop_at, epochs = int(cfg.trainer.stop_at_epoch), int(cfg.trainer.epochs)
+    if stop_at > epochs:
+        raise ConfigError(f"trainer.stop_at_epoch={stop_at} is past trainer.epochs={epochs} (the schedule's "
+                          f"horizon): set it to at most {epochs}, or 0 to run all epochs")
+    if stop_at and stop_at <= done_epochs:
+        raise ConfigError(f"trainer.stop_at_epoch={stop_at} but the checkpoint has done {done_epochs} epoch(s) "
+                          f"already: set it above {done_epochs}, or 0 to run to trainer.epochs={epochs}")
 
 
 def check_val_rows(cfg: DictConfig, val_rows: int) -> None:

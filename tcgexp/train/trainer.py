@@ -49,16 +49,21 @@ class TrainerConfig:
     aux_weight: float = 0.25  # weight of the four auxiliary losses (KO, prize delta, terminal, return) beside the policy
     grad_clip: float = 1.0  # global-norm clip of every update's gradients; 0 = no clipping
     max_steps: int = 0  # >0: stop (resumably, latest/ written) after this many optimizer steps; 0 = run all epochs
-    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps")  # how long a run goes, not what each step computes
+    # >0: stop (resumably, validated, latest/ written) once this many epochs are done, while the schedule's
+    # horizon stays `epochs`: what a successive-halving rung trains to; 0 = run all epochs
+    stop_at_epoch: int = 0
+    # how long a run goes, not what each step computes
+    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps", "stop_at_epoch")
     CHECKS: ClassVar[tuple] = (
         ("epochs", within(1, 10**6), "in [1, 1e6]"),
         ("aux_weight", within(0.0, FLOAT32_MAX), ">= 0 (0 = the policy loss alone)"),
         ("grad_clip", within(0.0, FLOAT32_MAX), ">= 0 (0 = no clipping)"),
-        ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"))
+        ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"),
+        ("stop_at_epoch", within(0, 10**6), "in [0, 1e6] (0 = at trainer.epochs)"))
 
 
 class StopRun(Exception):
-    """trainer.max_steps reached: latest/ is written, the run ends and can be resumed."""
+    """trainer.max_steps or trainer.stop_at_epoch reached: latest/ is written, the run ends and can be resumed."""
 
 
 @dataclass
@@ -77,9 +82,10 @@ class RunContext:
 
 
 class Trainer:
-    def __init__(self, *, epochs: int, aux_weight: float, grad_clip: float, max_steps: int,
+    def __init__(self, *, epochs: int, aux_weight: float, grad_clip: float, max_steps: int, stop_at_epoch: int,
                  checkpoint: Callable[..., Checkpointer], tracking: Callable, run: RunContext) -> None:
         self.epochs, self.aux_weight, self.grad_clip, self.max_steps = epochs, aux_weight, grad_clip, max_steps
+        self.stop_at_epoch = stop_at_epoch
         self.run, self.world = run, run.world
         self.checkpoints = checkpoint(folder=run.run_dir / "checkpoints")
         self.tracking = tracking
@@ -89,7 +95,7 @@ class Trainer:
         """Train `learner` on `data`: the run's result (rank 0 also writes it to result.json).
 
         Raises DivergenceError (after result.json) when the run diverged, DistributedError when a
-        rank was lost; a stopping signal or ``max_steps`` ends it resumably (status in the result).
+        rank was lost; a stopping signal, ``max_steps`` or ``stop_at_epoch`` ends it resumably (status in the result).
         """
         self.data, self.learner = data, learner
         stepper = Stepper(learner.model, learner.optimizer, aux_weight=self.aux_weight, grad_clip=self.grad_clip)
@@ -212,8 +218,14 @@ class Trainer:
                                            f"(epoch {p.human_epoch})")
         counters = {name: rank_counters(world, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         live = self.live_lanes()
-        if not world.lead:
-            return
+        if world.lead:
+            self.write(kind, live, counters)
+        if kind.startswith("epoch") and self.stop_at_epoch and self.stop_at_epoch <= p.epoch < self.epochs:
+            raise StopRun  # trainer.stop_at_epoch, on every rank: validated, latest/ written (a halving rung ends)
+
+    def write(self, kind: str, live: ckpt.SparseLanes, counters: dict) -> None:
+        """Rank 0 writes the checkpoints a save of `kind` makes."""
+        lr, p, world = self.learner, self.learner.progress, self.world
         state = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
                  "blas": self.run.blas, "cache": {k: sum_counters(v) for k, v in counters.items()},
                  "cache_per_rank": counters, "world": {"size": world.size, "shards": self.data.planner.shards},
@@ -234,7 +246,7 @@ class Trainer:
 
 
 def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
-    """(status, error): "completed", "stopped" (trainer.max_steps), "interrupted" (a stopping signal),
+    """(status, error): "completed", "stopped" (trainer.max_steps, stop_at_epoch), "interrupted" (a stopping signal),
     "diverged" (with the guard's line) or "failed" (a rank lost)."""
     try:
         loop.run()

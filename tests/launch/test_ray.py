@@ -71,6 +71,24 @@ def test_a_two_job_sweep_runs_on_a_local_ray(tmp_path, loopback_ray):
     check_sweep(tmp_path / "sweep", tmp_path / "aim", jobs=2)
 
 
+def test_a_halving_sweep_runs_on_a_local_ray(tmp_path, loopback_ray):
+    """hydra/sweeper=halving with the Ray launcher: batches of ray.init.num_cpus jobs, the promotion continues."""
+    import json
+
+    from tests.sweep.conftest import SPACE, TRIAL
+
+    res = multirun(tmp_path, "hydra/sweeper=halving", *TRIAL, *SPACE, "hydra.sweeper.n_trials=3",
+                   "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=3", "tracking=off", "hydra/launcher=ray",
+                   "hydra.launcher.ray.init.address=local", "+hydra.launcher.ray.init.num_cpus=2",
+                   "+hydra.launcher.ray.init.include_dashboard=false", timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Ray Launcher is launching 2 jobs" in res.stdout + res.stderr  # the batch: num_cpus jobs
+    doc = json.loads((tmp_path / "sweep" / "trials.json").read_text())
+    assert sorted(t["state"] for t in doc["trials"]) == ["complete", "pruned", "pruned"]
+    [done] = [t for t in doc["trials"] if t["state"] == "complete"]
+    assert json.loads((tmp_path / "sweep" / str(done["number"]) / "result.json").read_text())["resumed_from"]
+
+
 def test_a_ray_cluster_sweep_tracks_to_one_aim_server(tmp_path, ray_head, aim_server):
     repo, port, _ = aim_server
     # object_store_memory=null: the plugin presets it, and Ray refuses it when joining a running cluster

@@ -117,3 +117,28 @@ def test_a_requeued_job_continues_from_its_own_checkpoint(slurm, tmp_path):
     base = tmp_path / "base"
     train(compose_config(f"dataset.root={tmp_path / 'data'}", *PREEMPT), run_dir=base)
     assert weights(job_dir) == weights(base)
+
+
+def test_a_halving_sweep_runs_each_rung_as_slurm_jobs_and_promotes_exactly(slurm, tmp_path):
+    """hydra/sweeper=halving on the real SLURM: a rung's trials are one job array (the launcher's batch),
+    the promoted trial's next rung is a SLURM job of its own that continues its latest/."""
+    from tests.sweep.conftest import SPACE, TRIAL
+
+    res = multirun(tmp_path, "hydra/sweeper=halving", *TRIAL, *SPACE, "hydra.sweeper.n_trials=3",
+                   "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=3", f"tracking.repo={tmp_path / 'aim'}",
+                   *launcher(slurm), timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "sweep" / "trials.json").read_text())
+    assert sorted(t["state"] for t in doc["trials"]) == ["complete", "pruned", "pruned"]
+    [done] = [t for t in doc["trials"] if t["state"] == "complete"]
+    result = json.loads((tmp_path / "sweep" / str(done["number"]) / "result.json").read_text())
+    assert result["status"] == "completed" and result["resumed_from"] and len(result["history"]) == 3
+    arrays = set()
+    for t in doc["trials"]:
+        job_id = slurm_job_id(tmp_path / "sweep" / str(t["number"]))  # the last SLURM job of the trial
+        assert sacct_state(job_id) == "COMPLETED"
+        if t["state"] == "pruned":
+            arrays.add(job_id.split("_")[0])
+    assert len(arrays) == 1, f"the first rung's trials were one job array: {arrays}"
+    runs = {r["trial"]["number"]: r for r in open_repo(tmp_path / "aim").iter_runs()}
+    assert sorted(runs) == [0, 1, 2] and runs[done["number"]]["trial"]["status"] == "complete"

@@ -227,10 +227,10 @@ def path_without(*tools: str) -> str:
 
 
 @pytest.mark.parametrize("plugin, says", [
-    ("hydra/sweeper=optuna", 'pip install -e ".[optuna]"'),
+    ("hydra/sweeper=optuna", "use hydra/sweeper=halving"),
     ("hydra/launcher=submitit_slurm", "srun are not on PATH"),
     ("hydra/launcher=ray", 'pip install -e ".[ray]"'),
-], ids=["optuna-extra-missing", "srun-absent", "ray-missing"])
+], ids=["optuna-plugin-missing", "srun-absent", "ray-missing"])
 def test_a_missing_launcher_or_sweeper_is_one_line_with_the_install_hint(plugin, says, tmp_path):
     if plugin.endswith("optuna"):
         import importlib.util

@@ -1,0 +1,46 @@
+"""The halving sweeper's settings (``hydra.sweeper.*``): the typed schema behind ``hydra/sweeper=halving``.
+
+Stored in Hydra's ConfigStore as ``schema.hydra.sweeper.halving`` (``tcgexp.schema``: outside every group,
+so neither completion nor ``--help`` offers it as an option); ``conf/hydra/sweeper/halving.yaml`` starts
+from it, so a misspelt key or a wrong type fails at composition; ``CHECKS`` are applied before any trial runs.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Dict, Optional
+
+from ..schema import INT32_MAX, schema, within
+
+TARGET = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+
+
+@schema("hydra.sweeper", "halving")
+class HalvingSweeperConfig:
+    _target_: str = TARGET
+    n_trials: int = 20  # configurations to try (a grid stops at its size)
+    min_epochs: int = 1  # the lowest rung's budget (rungs: max_epochs / eta^k, rounded, not below this)
+    max_epochs: int = 9  # the full budget: every trial's schedule spans it; the best trials train to it
+    eta: int = 3  # keep the best 1/eta of each rung; rungs are eta times apart
+    seeds: int = 1  # replicates of each configuration (seed, seed+1, ...); promotion and ranking on the mean
+    sampler: str = "tpe"  # tpe | random | grid | cmaes (numeric spaces)
+    sampler_seed: Optional[int] = None  # the sampler's own seed (not the runs'); fixed: a repeatable search
+    direction: Optional[str] = None  # minimize | maximize; None: from optimized_metric (accuracy: maximize)
+    storage: Optional[str] = None  # None: sqlite:///<sweep dir>/optuna.db; an SQLAlchemy URL or a journal file
+    study_name: Optional[str] = None  # None: the sweep dir as given (hydra.sweep.dir)
+    batch: Optional[int] = None  # jobs handed to the launcher at once; None: its parallelism (joblib n_jobs, ...)
+    max_interruptions: int = 2  # a job stopped by a signal (preemption) is continued this often, then failed
+    params: Optional[Dict[str, str]] = None  # the search space, in the sweep grammar (the command line adds)
+    CHECKS: ClassVar[tuple] = (
+        ("n_trials", within(1, INT32_MAX), "in [1, 2**31)"),
+        ("min_epochs", within(1, 10**6), "in [1, 1e6]"),
+        ("max_epochs", within(1, 10**6), "in [1, 1e6]"),
+        ("eta", within(2, 10**6), ">= 2 and at most 1e6 (each rung keeps the best 1/eta)"),
+        ("seeds", within(1, 10**4), "in [1, 1e4]"),
+        ("sampler", lambda v: v in SAMPLERS, f"one of {', '.join(SAMPLERS)}"),
+        ("sampler_seed", lambda v: v is None or within(0, 2**32, open_hi=True)(v), "null or in [0, 2**32)"),
+        ("direction", lambda v: v in (None, "minimize", "maximize"),
+         "minimize or maximize (or null: from optimized_metric)"),
+        ("batch", lambda v: v is None or within(1, 10**6)(v), "in [1, 1e6] (or null: the launcher's parallelism)"),
+        ("max_interruptions", within(0, 10**6), "in [0, 1e6]"),
+    )
+    NULLABLE: ClassVar[tuple] = ("direction", "batch", "sampler_seed")

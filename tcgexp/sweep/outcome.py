@@ -1,0 +1,78 @@
+"""What a trial's job left in its run dir: done at its rung (with the objective), failed, or to continue.
+
+Read from disk, not from the launcher's return: every launcher (in-process, joblib, SLURM, Ray) leaves
+the same run dir, a job the launcher lost (a killed sweep, a SLURM node gone) left it too, and a sweep
+continued after a SIGKILL finds there what the dead one never recorded. ``latest/`` is the truth: it
+is written atomically after an epoch's validation, and its history holds every validation so far.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+DONE, FAILED, CONTINUE = "done", "failed", "continue"
+
+
+@dataclass
+class Outcome:
+    kind: str  # DONE: trained to the rung's budget | FAILED: error says why | CONTINUE: stopped early
+    value: Optional[float] = None  # the objective at the rung's budget (DONE)
+    error: Optional[str] = None
+    signal: Optional[str] = None  # CONTINUE after a stopping signal (SIGTERM, SIGINT): its name
+
+
+def objective(history: list[dict], epochs: int, metric: str) -> float:
+    """`metric` after `epochs` epochs: val/<key> from that epoch's validation, best/val_loss the best so far."""
+    prefix, _, key = metric.partition("/")
+    if prefix == "best":
+        return min(float(h["val"]["loss"]) for h in history[:epochs])
+    return float(history[epochs - 1]["val"][key])
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def latest_state(run_dir: Path) -> Optional[dict]:
+    """The run dir's latest/ state.json (verified), or None when there is no usable checkpoint."""
+    from ..train import checkpoint as ckpt
+
+    try:
+        return ckpt.read_state(ckpt.find(str(run_dir)))
+    except ckpt.CheckpointError:
+        return None
+
+
+def read(run_dir: Path, budget: int, metric: str, job_error: Optional[str] = None) -> Outcome:
+    """The outcome of training `run_dir` to `budget` epochs; `job_error`: the launcher's, if it said one."""
+    run_dir = Path(run_dir)
+    state = latest_state(run_dir)
+    progress = (state or {}).get("progress", {})
+    if state is not None and int(progress.get("epoch", 0)) >= budget:  # epochs completed, validated
+        value = objective(progress["history"], budget, metric)
+        if math.isfinite(value):
+            return Outcome(DONE, value)
+        return Outcome(FAILED, error=f"{metric} is {value} after {budget} epochs")
+    result = _json(run_dir / "result.json")
+    status = _json(run_dir / "job_status.json")
+    if result.get("status") == "diverged":
+        return Outcome(FAILED, error=result.get("error") or "diverged")
+    if job_error:
+        return Outcome(FAILED, error=job_error)
+    if status.get("status") == "FAILED":
+        return Outcome(FAILED, error=status.get("error") or "failed")
+    if result.get("status") == "interrupted":
+        return Outcome(CONTINUE, signal=result.get("signal"))
+    return Outcome(CONTINUE)  # killed, lost, or never started: continue from latest/ if there is one
+
+
+def aim_hash(run_dir: Path) -> Optional[str]:
+    """The run's Aim run (its checkpoint carries it across rungs), or None (untracked)."""
+    state = latest_state(Path(run_dir)) or {}
+    return state.get("aim_hash") or _json(Path(run_dir) / "result.json").get("aim_hash")

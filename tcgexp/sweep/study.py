@@ -1,0 +1,150 @@
+"""The Optuna study behind a halving sweep: its storage, its settings, one Optuna trial per configuration.
+
+By default the study lives in the sweep dir (``sqlite:///<sweep dir>/optuna.db``), so re-running the same
+command with the same ``hydra.sweep.dir`` continues it; ``hydra.sweeper.storage`` may name a database
+server (``postgresql+psycopg://...``, ``mysql+pymysql://...``) or a journal file (a path without ``://``).
+A storage that cannot be reached is refused in one line before any trial runs, within a connect timeout.
+
+Each configuration is one Optuna trial (asked with the space's distributions, told COMPLETE at the full
+budget, PRUNED when halving drops it, FAIL when a job of it failed); its value at each rung is reported as
+an intermediate value at step = the rung's epochs (optuna-dashboard draws them as learning curves), and
+what the sweeper needs to continue it (rung, per-seed values, run dirs) is in its user attribute
+``tcgexp``. The study's user attribute ``tcgexp_halving`` holds the settings that must not change when a
+study is continued (space, rungs, seeds, objective).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config import ConfigError
+from . import asha
+
+CONNECT_TIMEOUT_S = 10  # a database server that does not answer fails the sweep in seconds, not minutes
+DRIVERS = {"mysql": "PyMySQL (mysql+pymysql://)", "mariadb": "PyMySQL (mariadb+pymysql://)",
+           "postgresql": "psycopg (postgresql+psycopg://)"}
+SETTINGS = "tcgexp_halving"
+ATTR = "tcgexp"
+
+
+def shown(url: str) -> str:
+    """A storage URL fit to print: without its password."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL: a journal file's path
+        return url
+
+
+def open_storage(storage: Optional[str], sweep_dir: Path):
+    """(Optuna storage, its printable name); ConfigError naming hydra.sweeper.storage when it cannot be had."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    url = storage or f"sqlite:///{(Path(sweep_dir) / 'optuna.db').absolute()}"
+    if storage is None:
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)  # the default study lives there
+    key = "hydra.sweeper.storage" + (f"={shown(url)}" if storage else f" (default {url})")
+    try:
+        if "://" not in url:  # a journal file: one append-only file, locked per write
+            Path(url).expanduser().absolute().parent.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return JournalStorage(JournalFileBackend(str(Path(url).expanduser().absolute()))), key
+        engine: dict[str, Any] = {"pool_pre_ping": True}
+        if not url.startswith("sqlite"):
+            engine["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine), key
+    except ModuleNotFoundError as exc:
+        dialect = url.split(":", 1)[0].split("+", 1)[0]
+        raise ConfigError(f"{key}: its database driver is not installed ({exc}); pip install 'tcgexp[sweep]' "
+                          f"brings {DRIVERS.get(dialect, 'PyMySQL and psycopg')}") from None
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's OperationalError, a bad URL, a read-only folder
+        from ..track.aim_run import one_line
+
+        raise ConfigError(f"{key}: cannot open the study database ({type(exc).__name__}: {one_line(exc)}); "
+                          "check that the server is up and the URL, user and password are right, or leave "
+                          "hydra.sweeper.storage unset for the sweep dir's own SQLite file") from None
+
+
+def open_study(storage, key: str, name: str, direction: str, sampler, settings: dict):
+    """The study `name`, created or continued; a continued one must have the same `settings`."""
+    import optuna
+
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
+                                    load_if_exists=True)
+    except Exception as exc:  # noqa: BLE001 - the server went away between connecting and creating
+        from ..track.aim_run import one_line
+
+        raise ConfigError(f"{key}: cannot create or load study {name!r} ({type(exc).__name__}: "
+                          f"{one_line(exc)})") from None
+    saved = study.user_attrs.get(SETTINGS)
+    if saved is None:
+        study.set_user_attr(SETTINGS, settings)
+    elif saved != settings:
+        differ = [f"{k}: the study has {saved.get(k)!r}, this command {settings.get(k)!r}"
+                  for k in sorted(set(saved) | set(settings)) if saved.get(k) != settings.get(k)]
+        raise ConfigError(f"study {name!r} in {key} was run with other settings ({'; '.join(differ)}): "
+                          "continue it with its own, or start a new one (a new hydra.sweep.dir, or "
+                          "hydra.sweeper.study_name)")
+    return study
+
+
+def make_sampler(name: str, seed: Optional[int], grid: Optional[dict] = None):
+    import optuna
+
+    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+                "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+                "grid": lambda: optuna.samplers.GridSampler(grid or {}, seed=seed),
+                "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return samplers[name]()
+
+
+@dataclass
+class Record:
+    """A configuration in the sweep: its halving state and what the sweeper keeps to continue it."""
+
+    trial: asha.Trial
+    trial_id: int  # Optuna's storage id (the number is per study)
+    params: dict[str, Any]
+    run_dirs: list[str]  # one per seed
+    seed_values: dict[int, list[float]] = field(default_factory=dict)  # rung index -> each seed's value
+    interruptions: int = 0
+    error: Optional[str] = None
+
+    def attrs(self) -> dict:
+        t = self.trial
+        return {"rung": t.rung, "state": t.state, "promoted": t.promoted, "run_dirs": self.run_dirs,
+                "values": {str(k): v for k, v in self.seed_values.items()}, "interruptions": self.interruptions,
+                "error": self.error}
+
+    @classmethod
+    def of(cls, frozen) -> Optional["Record"]:
+        """The record kept in an Optuna trial (None: a trial this sweeper did not make)."""
+        a = frozen.user_attrs.get(ATTR)
+        if not a:
+            return None
+        values = {int(k): [float(x) for x in v] for k, v in a["values"].items()}
+        trial = asha.Trial(frozen.number, int(a["rung"]), a["state"],
+                           {k: asha.mean_interval(v)[0] for k, v in values.items()}, bool(a["promoted"]))
+        return cls(trial, frozen._trial_id, dict(frozen.params), list(a["run_dirs"]), values,
+                   int(a.get("interruptions", 0)), a.get("error"))
+
+    def save(self, study) -> None:
+        """Into the Optuna trial (before it is told finished: a finished trial is read-only)."""
+        import optuna
+
+        optuna.trial.Trial(study, self.trial_id).set_user_attr(ATTR, self.attrs())
+
+
+def report(study, record: Record, budget: int, value: float) -> None:
+    """The trial's value at a rung, as Optuna's intermediate value at step = the rung's epochs."""
+    import optuna
+
+    optuna.trial.Trial(study, record.trial_id).report(value, step=budget)

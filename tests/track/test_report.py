@@ -1,0 +1,53 @@
+"""The sweep report fits what the sweep varied (fast: job dirs written by hand, no training)."""
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+
+from tcgexp.track.summary import grid_params, job_row, job_dirs, write_summary
+
+
+def fake_sweep(tmp_path, task: list[str], jobs: list[tuple[list[str], float]], params=None):
+    """A grid sweep's dir as Hydra and the jobs leave it: multirun.yaml, and per job its overrides,
+    job_status.json and a completed result.json with `loss`."""
+    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"params": params}, "overrides": {"task": task}}}),
+                   tmp_path / "multirun.yaml")
+    for i, (overrides, loss) in enumerate(jobs):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / "job_status.json").write_text(json.dumps({"status": "COMPLETED", "error": None, "job_num": i,
+                                                       "overrides": overrides}))
+        cache = {"hit_rate_pct": 90.0, "misses": 3, "evictions": 1, "ssd_hits": 0, "bytes_loaded": 2**20}
+        (d / "result.json").write_text(json.dumps({
+            "status": "completed", "final": {"loss": loss, "accuracy": 0.5}, "best": {"val_loss": loss},
+            "rows_per_second": 1000.0, "data_stall_share": 0.01, "wall_seconds": 3.0,
+            "cache": {"train": cache, "val": cache}}))
+    return tmp_path
+
+
+def test_a_sweep_that_never_touched_the_cache_has_no_cache_columns_panels_or_sentence(tmp_path):
+    lrs = [0.0012345678901234567, 0.004, 0.012, 0.05]
+    sweep = fake_sweep(tmp_path, ["optimizer.lr=" + ",".join(map(str, lrs)), "dataset=5d"],
+                       [([f"optimizer.lr={lr}", "dataset=5d"], 1.25 + k / 100) for k, lr in enumerate(lrs)])
+    rows = write_summary(sweep)
+    md = (sweep / "summary.md").read_text()
+    assert "cache" not in md.lower() and "same validation loss" not in md
+    assert "0.001235" in md and "0.0012345678901234567" not in md.split("|---|")[-1].split("optimizer.lr=")[0]
+    meta = grid_params(sweep, rows)
+    assert meta == {"optimizer.lr": {"categorical": False, "log": True}}  # numbers over more than a decade
+    assert [r["params"]["optimizer.lr"] for r in rows] == lrs
+    assert (sweep / "summary.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_cache_sweep_keeps_its_cache_columns_and_the_sentence(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=off,lru", "tbptt.chunk=16,32"],
+                       [([f"cache={c}", f"tbptt.chunk={k}"], 1.3 if k == 16 else 1.4)
+                        for c in ("off", "lru") for k in (16, 32)])
+    rows = write_summary(sweep)
+    md = (sweep / "summary.md").read_text()
+    assert "cache_train_hit_pct" in md and "same validation loss" in md
+    meta = grid_params(sweep, rows)
+    assert meta["cache"] == {"categorical": True, "log": False}
+    assert meta["tbptt.chunk"] == {"categorical": False, "log": False}  # 16..32: less than a decade
+    assert [job_row(d)["job"] for d in job_dirs(sweep)] == [0, 1, 2, 3]

@@ -1,0 +1,42 @@
+"""``trainer.stop_at_epoch``: a run stopped at an epoch boundary (validated, latest/ written) with the
+schedule's horizon at ``trainer.epochs``, then continued in its own run dir, ends bit-identical to a
+run straight to the end: what a successive-halving rung and its promotion rely on."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tcgexp.config import ConfigError
+from tcgexp.train import train
+from tests.reliability.test_kill import weights
+
+
+def test_stopped_at_epoch_1_then_2_then_continued_is_bit_identical_to_straight(train_cfg, tmp_path):
+    straight = train(train_cfg("trainer.epochs=3"), run_dir=tmp_path / "straight")
+    trial = tmp_path / "trial"  # one run dir throughout, as a promoted trial has
+    first = train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=1"), run_dir=trial)
+    assert first["status"] == "stopped" and len(first["history"]) == 1
+    state = json.loads((trial / "checkpoints" / "latest" / "state.json").read_text())
+    assert (state["progress"]["epoch"], state["progress"]["position"]) == (1, 0)  # after validation
+    assert state["schedule"]["total_steps"] == straight["planned"]["optimizer_steps"]  # the 3-epoch horizon
+    second = train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={trial}"), run_dir=trial)
+    assert second["status"] == "stopped" and len(second["history"]) == 2
+    last = train(train_cfg("trainer.epochs=3", f"resume={trial}"), run_dir=trial)
+    assert last["status"] == "completed"
+    assert weights(trial) == weights(tmp_path / "straight")
+    assert last["final"] == straight["final"]  # every validation metric, to the bit
+    timing = ("rows_per_second", "data_stall_share")
+    assert [{**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in last["history"]] == \
+        [{**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in straight["history"]]
+    assert last["processed"]["optimizer_steps"] == straight["processed"]["optimizer_steps"]
+
+
+def test_a_stop_outside_the_run_is_refused_before_any_work(train_cfg, tmp_path):
+    with pytest.raises(ConfigError, match=r"trainer.stop_at_epoch=4 is past trainer.epochs=3"):
+        train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=4"), run_dir=tmp_path / "a")
+    assert not (tmp_path / "data").exists()
+    train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2"), run_dir=tmp_path / "b")
+    with pytest.raises(ConfigError, match=r"trainer.stop_at_epoch=2 but the checkpoint has done 2 epoch"):
+        train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={tmp_path / 'b'}"),
+              run_dir=tmp_path / "b")
