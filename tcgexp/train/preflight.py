@@ -78,10 +78,16 @@ def preflight(cfg: DictConfig, run_dir: Path) -> None:
     check_memory(cfg)
 
 
-def check_stop_at(cfg: DictConfig, done_epochs: int = 0) -> None:
+def check_stop_at(cfg: DictConfig, done_epochs: int = 0, done_steps: int = 0) -> None:
     """``trainer.stop_at_epoch`` must lie ahead of the run: inside ``trainer.epochs`` (the schedule's horizon)
-    and past the epochs a resumed checkpoint has done already (else it would train an epoch too many)."""
-    stop_at, epochs = int(cfg.trainer.stop_at_epoch), int(cfg.trainer.epochs)
+    and past the epochs a resumed checkpoint has done already (else it would train an epoch too many);
+    ``trainer.max_steps`` past the optimizer steps it has done (a resume of a run that stopped there,
+    with the same max_steps from its overrides, used to train one step more and stop again)."""
+    stop_at, epochs, max_steps = int(cfg.trainer.stop_at_epoch), int(cfg.trainer.epochs), int(cfg.trainer.max_steps)
+    if max_steps and max_steps <= done_steps:
+        raise ConfigError(f"trainer.max_steps={max_steps} but the checkpoint has done {done_steps} optimizer step(s) "
+                          f"already: set it above {done_steps}, or trainer.max_steps=0 to run to "
+                          f"trainer.epochs={epochs}")
     if stop_at > epochs:
         raise ConfigError(f"trainer.stop_at_epoch={stop_at} is past trainer.epochs={epochs} (the schedule's "
                           f"horizon): set it to at most {epochs}, or 0 to run all epochs")

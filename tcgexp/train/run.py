@@ -131,7 +131,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
         ctx.console.print(reclaimed, markup=False, soft_wrap=True)
     data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), cache and loader, counts
     learner = make_learner(cfg, data, ctx)  # model, optimizer owning its schedule, progress: fresh or resumed
-    check_stop_at(cfg, learner.progress.epoch)  # trainer.stop_at_epoch lies ahead of a resumed checkpoint
+    check_stop_at(cfg, learner.progress.epoch, learner.progress.opt_steps)  # stops lie ahead of a resumed checkpoint
     ctx.world.check_same_weights(learner.model, "start-up")
     trainer: Trainer = build(cfg.trainer)(checkpoint=build(cfg.checkpoint), tracking=build(cfg.tracking), run=ctx)
     result = trainer.fit(data, learner)

@@ -40,3 +40,15 @@ def test_a_stop_outside_the_run_is_refused_before_any_work(train_cfg, tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.stop_at_epoch=2 but the checkpoint has done 2 epoch"):
         train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={tmp_path / 'b'}"),
               run_dir=tmp_path / "b")
+
+
+def test_a_resume_already_at_its_max_steps_is_refused_not_run_one_step_more(train_cfg, tmp_path):
+    """A run stopped by trainer.max_steps=N, resumed with the same N (its overrides carry it): refused in one
+    line saying how to go on, not one more step and a stop."""
+    run = tmp_path / "r"
+    first = train(train_cfg("trainer.max_steps=3"), run_dir=run)
+    assert first["status"] == "stopped" and first["processed"]["optimizer_steps"] == 3
+    with pytest.raises(ConfigError, match=r"trainer.max_steps=3 but the checkpoint has done 3 optimizer step"):
+        train(train_cfg("trainer.max_steps=3", f"resume={run}"), run_dir=run)
+    more = train(train_cfg("trainer.max_steps=5", f"resume={run}"), run_dir=run)
+    assert more["status"] == "stopped" and more["processed"]["optimizer_steps"] == 5
