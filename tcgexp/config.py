@@ -52,6 +52,31 @@ OmegaConf.register_new_resolver("launch_now", lambda pattern: launch_time().strf
                                 replace=True)
 OmegaConf.register_new_resolver("rank_suffix", rank_suffix, replace=True)
 
+# hydra.sweeper settings that may change between runs of one study (more trials, another batch size)
+STUDY_FREE = ("hydra.sweeper.n_trials", "hydra.sweeper.batch", "hydra.sweeper.max_interruptions")
+
+
+def sweep_name(date: str, time: str, *, _root_: DictConfig) -> str:
+    """``hydra.sweep.dir``'s name under multirun/: ``<date>/<time>`` (Hydra's default), except for a halving
+    sweep, whose study lives in its sweep dir: ``halving/<digest of the command>``, so re-running the same
+    command (after Ctrl-C, a SIGKILL, or to add trials with more ``hydra.sweeper.n_trials``) continues its
+    study rather than starting a new one in a new folder. The digest covers the command's overrides (the
+    search space included) and its ``hydra.sweeper.*`` settings but the ones in STUDY_FREE."""
+    import hashlib
+
+    from .sweep.config import TARGET
+
+    if OmegaConf.select(_root_, "hydra.sweeper._target_", default=None) != TARGET:
+        return f"{date}/{time}"
+    task = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.task", default=[]) or []]
+    settings = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.hydra", default=[]) or []
+                if str(o).startswith("hydra.sweeper.") and not str(o).startswith(STUDY_FREE)]
+    digest = hashlib.sha256("\n".join(sorted(task) + sorted(settings)).encode()).hexdigest()[:12]
+    return f"halving/{digest}"
+
+
+OmegaConf.register_new_resolver("sweep_name", sweep_name, replace=True)  # (no cache: it reads the root)
+
 
 def build(node, *args, **kwargs):
     """``hydra.utils.instantiate``, re-raising our own errors unwrapped.

@@ -88,6 +88,8 @@ class Run:
                 job.append(f"seed={self.seed0 + s}")
             if outcome.latest_state(Path(run_dir)) is not None:
                 job.append(f"resume={run_dir}")  # its own checkpoint: promoted, or interrupted mid-rung
+            # the sweep dir as this sweep resolved it (a job's own config would digest its own overrides)
+            job.append(f"hydra.sweep.dir={self.search.sweep_dir.absolute()}")
             job.append(f"hydra.sweep.subdir={Path(run_dir).relative_to(self.search.sweep_dir.absolute())}")
             out.append(job)
         return out

@@ -7,8 +7,8 @@ trial's job adds ``resume=<its run dir>`` and continues its own ``latest/``, so 
 by rungs is the same computation as training straight to it. A batch holds as many jobs as the launcher
 runs at once (``hydra.sweeper.batch``); between batches the ASHA rules pick what runs next (``batches.py``).
 
-A stopped sweep (Ctrl-C, SIGTERM, SIGKILL) continues when the same command runs again with the same
-sweep dir: the study says which trials were in flight, their run dirs say how far each got (a finished
+A stopped sweep (Ctrl-C, SIGTERM, SIGKILL) continues when the same command runs again (its default sweep
+dir is ``multirun/halving/<digest of the command>``, ``tcgexp.config.sweep_name``): the study says which trials were in flight, their run dirs say how far each got (a finished
 job is never re-run; an interrupted one resumes from its ``latest/``).
 """
 from __future__ import annotations
@@ -174,8 +174,8 @@ class HalvingSearch:
         return returns
 
     def say_stopped(self) -> None:
-        say(f"stopped; every trial keeps its latest/: run the same command with hydra.sweep.dir={self.sweep_dir} "
-            "to continue the study")
+        say(f"stopped; every trial keeps its latest/: run the same command to continue the study (in "
+            f"{self.sweep_dir}; a command that sets hydra.sweep.dir continues the study of that folder)")
 
     def batch_size(self) -> int:
         """Jobs per launch: hydra.sweeper.batch, else what the launcher runs at once."""

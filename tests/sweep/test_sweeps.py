@@ -93,6 +93,32 @@ def test_a_diverging_trial_fails_and_the_study_goes_on(tmp_path):
     assert [t.state.name for t in study_of(tmp_path / "sweep").trials if t.params["optimizer.lr"] == 1e6] == ["FAIL"]
 
 
+def test_the_same_command_without_a_sweep_dir_continues_its_study(tmp_path):
+    """No hydra.sweep.dir: a halving sweep's folder is multirun/halving/<digest of the command>, so running the
+    command again (with more trials, here) continues the same study; another search space is another study."""
+    import sys
+
+    base = [sys.executable, "-m", "tcgexp.train", "--multirun", "hydra/sweeper=halving", *BUDGET, "tracking=off",
+            "hydra.sweeper.sampler=grid", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=500",
+            "dataset.episodes_per_shard=2", "dataset.row_group_rows=128", "tbptt.batch_size=64"]
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        res = subprocess.run([*base, *args], cwd=tmp_path, env=job_env(), capture_output=True, text=True,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res
+
+    sweep("hydra.sweeper.n_trials=2", "model.hidden=choice(8,16,32)")
+    [folder] = (tmp_path / "multirun" / "halving").iterdir()
+    assert [t["number"] for t in trials(folder)["trials"]] == [0, 1]
+    again = sweep("hydra.sweeper.n_trials=3", "model.hidden=choice(8,16,32)")
+    assert "continuing: 2 configurations there already" in again.stderr
+    assert list((tmp_path / "multirun" / "halving").iterdir()) == [folder]
+    assert sorted(t["params"]["model.hidden"] for t in trials(folder)["trials"]) == [8, 16, 32]  # one new
+    sweep("hydra.sweeper.n_trials=1", "model.hidden=choice(8,16)")  # another space: another study, another folder
+    assert len(list((tmp_path / "multirun" / "halving").iterdir())) == 2
+
+
 def launched(output: str) -> list[str]:
     """The jobs a sweep launched, as Hydra's launcher logs them ("#N : overrides")."""
     return [line.split(" : ", 1)[1] for line in output.splitlines() if "\t#" in line and " : " in line]
