@@ -173,8 +173,6 @@ def child() -> None:
     import logging
 
     init = json.loads(sys.stdin.readline())
-    if "repo" in init:  # tracking=aim: training keeps the cores; the run catches up in their idle time
-        os.nice(init.get("nice", 0))
 
     import aim
 
@@ -194,6 +192,9 @@ def child() -> None:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return
     print(json.dumps({"hash": run.hash}), flush=True)
+    # tracking=aim: from here on training keeps the cores and the run catches up in their idle time;
+    # opening came first, at normal priority, because the job's first checkpoint waits for the hash
+    os.nice(init.get("nice", 0))
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("close"):
