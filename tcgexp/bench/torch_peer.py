@@ -1,19 +1,24 @@
-"""The same TBPTT model and step in PyTorch (CPU), as the speed peer for the MLX trainer.
+"""The same TBPTT model, scan, losses and update in PyTorch (CPU): eager, and ``torch.compile``d.
 
-Mirrors tcgexp.train.model and step exactly in structure: row encoder, minGRU
-memory with hard gates as the same blocked cumprod/cumsum scan, masked policy head,
-aux heads, the same losses, AdamW with global-norm clipping. Used only by
-``python -m tcgexp.bench train``; needs ``pip install torch==2.13.0``.
+Mirrors tcgexp.train.model and step: row encoder, minGRU memory with hard gates as the
+same blocked cumprod/cumsum scan, masked policy head, aux heads, the same losses, global-norm
+clipping and AdamW *as MLX applies it* (no bias correction: ``torch.optim.AdamW`` corrects,
+and its trajectory parts from MLX's by 30-40 % in ten steps). Parameters keep MLX's names and
+layout, so every implementation starts from the same weights. ``compiled=True``:
+``torch.compile(mode="max-autotune-no-cudagraphs", dynamic=False)`` of the forward + loss
+(its backward compiled by AOTAutograd) and of the update, one graph set per padded shape;
+``compilations`` counts the graphs Dynamo produced. Needs ``pip install torch==2.13.0``.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
-Z_MAX = 0.9
-SCAN_BLOCK = 16  # tcgexp.train.model.block_length(Z_MAX): the same bound, the same formulation
+from ..train.model import SCAN_BLOCK, Z_MAX
+from .peers import AdamWRule
+
+INPUTS = ("x", "row_lane", "row_dec", "first_row", "label_hot", "lane_decisions")
 
 
 def linear_scan(z, cand, h0):
@@ -36,36 +41,27 @@ def linear_scan(z, cand, h0):
     return torch.cat([h0[:, None], hs.reshape(L, nb * B, H)[:, :T]], dim=1)
 
 
-class TorchPolicy(nn.Module):
-    def __init__(self, feature_dim: int, action_dim: int, hidden: int, memory: bool = True) -> None:
-        super().__init__()
-        in_dim = feature_dim + action_dim + 1
-        self.memory = memory
-        self.encoder = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
-        self.gates = nn.Linear(hidden + action_dim, 2 * hidden)
-        self.trunk = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
-        self.policy = nn.Linear(hidden, action_dim)
-        self.aux = nn.Linear(hidden, 4)
-
-    def forward(self, x, row_lane, row_dec, first_row, label_hot, lane_decisions, h0):
-        enc = self.encoder(x)
-        if self.memory:
-            k, c = self.gates(torch.cat([enc[first_row], label_hot], dim=-1)).chunk(2, dim=-1)
-            z, cand = torch.clamp(0.25 * k + 0.5, 0.0, Z_MAX), torch.clamp(c, -1.0, 1.0)
-            hs = linear_scan(z, cand, h0)
-            h_row = hs[row_lane, row_dec]
-            carry = hs[torch.arange(hs.shape[0]), lane_decisions].detach()
-        else:
-            h_row, carry = torch.zeros_like(enc), h0
-        z = self.trunk(torch.cat([enc, h_row], dim=-1))
-        return self.policy(z), self.aux(z), carry
+def linear(p: dict, name: str, x):
+    return F.linear(x, p[f"{name}.weight"], p[f"{name}.bias"])
 
 
-def loss_fn(logits, aux, t, aux_weight):
+def forward(p: dict, x, row_lane, row_dec, first_row, label_hot, lane_decisions, h0):
+    enc = F.relu(linear(p, "encoder.layers.2", F.relu(linear(p, "encoder.layers.0", x))))
+    k, c = linear(p, "gates", torch.cat([enc[first_row], label_hot], dim=-1)).chunk(2, dim=-1)
+    hs = linear_scan(torch.clamp(0.25 * k + 0.5, 0.0, Z_MAX), torch.clamp(c, -1.0, 1.0), h0)
+    h_row = hs[row_lane, row_dec]
+    carry = hs[torch.arange(hs.shape[0]), lane_decisions].detach()
+    z = F.relu(linear(p, "trunk.layers.0", torch.cat([enc, h_row], dim=-1)))
+    return linear(p, "policy", z), linear(p, "aux", z), carry
+
+
+def loss_fn(p: dict, inputs: dict, t: dict, h0, aux_weight: float):
+    """tcgexp.train.model.losses: (total, carry)."""
+    logits, aux, carry = forward(p, h0=h0, **inputs)
     w = t["row_weight"]
     n = w.sum().clamp(min=1.0)
     logits = logits.masked_fill(~t["action_mask"], -1e9)
-    nll = F.cross_entropy(logits, t["label"].long(), reduction="none")
+    nll = F.cross_entropy(logits, t["label"], reduction="none")
     policy = (nll * w).sum() / n
     av = t["aux_valid"] * w
     na = av.sum().clamp(min=1.0)
@@ -73,25 +69,72 @@ def loss_fn(logits, aux, t, aux_weight):
     aux_total = ((bce(aux[:, 0], t["aux_ko"]) * av).sum() + (((aux[:, 1] - t["aux_prize_delta"] / 4) ** 2) * av)
                  .sum() + (bce(aux[:, 2], t["aux_terminal"]) * av).sum()
                  + (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum()) / na
-    return policy + aux_weight * aux_total
+    return policy + aux_weight * aux_total, carry
+
+
+def adamw_(params: list, grads: list, ms: list, vs: list, lr: float, rule: AdamWRule) -> torch.Tensor:
+    """Clip to the global norm and apply MLX's AdamW in place; returns the norm before clipping."""
+    norm = torch.sqrt(sum((g * g).sum() for g in grads))
+    scale = torch.clamp(rule.grad_clip / (norm + 1e-6), max=1.0) if rule.grad_clip > 0 else None
+    b1, b2 = rule.betas
+    for p, g, m, v in zip(params, grads, ms, vs):
+        if scale is not None:
+            g = g * scale
+        m.mul_(b1).add_((1 - b1) * g)
+        v.mul_(b2).add_((1 - b2) * g * g)
+        p.mul_(1 - lr * rule.weight_decay).sub_(lr * m / (torch.sqrt(v) + rule.eps))
+    return norm
 
 
 class TorchStepper:
-    def __init__(self, feature_dim, action_dim, hidden, lr=1e-3, weight_decay=0.01, grad_clip=1.0, seed=0):
-        torch.manual_seed(seed)
-        self.model = TorchPolicy(feature_dim, action_dim, hidden)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
-        self.grad_clip = grad_clip
+    def __init__(self, weights: dict[str, np.ndarray], rule: AdamWRule, *, compiled: bool, threads: int,
+                 aux_weight: float = 0.25) -> None:
+        torch.set_num_threads(threads)
+        self.rule, self.aux_weight, self.count = rule, aux_weight, 0
+        self.p = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+        self.names = list(self.p)
+        self.m = [torch.zeros_like(v) for v in self.p.values()]
+        self.v = [torch.zeros_like(v) for v in self.p.values()]
+        self.loss_fn, self.update = loss_fn, adamw_
+        self._graphs0 = self.graphs()
+        if compiled:
+            from torch import _dynamo
 
-    def step(self, inputs: dict, targets: dict, h0: np.ndarray) -> np.ndarray:
-        ins = {k: torch.from_numpy(v) for k, v in inputs.items()}
+            _dynamo.config.cache_size_limit = 64  # one graph per padded shape set, never a fallback
+            opts = dict(mode="max-autotune-no-cudagraphs", dynamic=False)
+            self.loss_fn, self.update = torch.compile(loss_fn, **opts), torch.compile(adamw_, **opts)
+
+    @staticmethod
+    def graphs() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+
+    @property
+    def compilations(self) -> int:
+        """Graphs Dynamo compiled for this stepper (forward + loss and the update, per shape set)."""
+        return self.graphs() - self._graphs0
+
+    @staticmethod
+    def tensors(inputs: dict, targets: dict):
+        ins = {k: torch.from_numpy(inputs[k]) for k in INPUTS}
+        for k in ("row_lane", "row_dec", "first_row", "lane_decisions"):
+            ins[k] = ins[k].long()
         ts = {k: torch.from_numpy(np.asarray(v)) for k, v in targets.items()}
-        ts["aux_valid"] = ts["aux_valid"].float()
-        logits, aux, carry = self.model(h0=torch.from_numpy(h0), **{k: ins[k].long() if ins[k].dtype == torch.int32
-                                                                    else ins[k] for k in ins})
-        loss = loss_fn(logits, aux, ts, 0.25)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.opt.step()
-        return carry.numpy()
+        ts["label"] = ts["label"].long()
+        return ins, ts
+
+    def step(self, inputs: dict, targets: dict, h0: np.ndarray):
+        ins, ts = self.tensors(inputs, targets)
+        loss, carry = self.loss_fn(self.p, ins, ts, torch.from_numpy(h0), self.aux_weight)
+        params = list(self.p.values())
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            self.update(params, list(grads), self.m, self.v, self.rule.lr_at(self.count), self.rule)
+        self.count += 1
+        return float(loss.detach()), carry.numpy()
+
+    def loss(self, inputs: dict, targets: dict, h0: np.ndarray) -> float:
+        ins, ts = self.tensors(inputs, targets)
+        with torch.no_grad():
+            return float(loss_fn(self.p, ins, ts, torch.from_numpy(h0), self.aux_weight)[0])

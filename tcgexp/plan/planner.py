@@ -133,6 +133,8 @@ class Planner:
         self.shards, self.shard = shards, (0 if shards == 1 else shard)
         self._chunks: Optional[tuple] = None
         self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
+        self._counts: dict[int, int] = {}  # microbatches per epoch, from the packing alone
+        self._packed: Optional[tuple] = None  # (epoch, placed, bounds) of the lowest epoch counted
         self._shard_plans: Optional[tuple] = None  # (epoch, [plan per shard]) of the latest epoch
         if enabled:
             size, lane, d = index.largest_decision()
@@ -243,17 +245,25 @@ class Planner:
         return sum(len(p) for p in self.shard_plans(epoch))
 
     def microbatches_per_epoch(self, epoch: int) -> int:
-        """len(epoch_plan(epoch)); without shards from the packing alone (no plan arrays are built)."""
+        """len(epoch_plan(epoch)); without shards from the packing alone (no plan arrays are built).
+
+        Counted once per epoch: start-up asks for every epoch's microbatches, optimizer steps and real
+        microbatches (the schedule's horizon), and packing a year of lanes takes most of a second."""
         if self._last is not None and self._last.epoch == epoch:
             return len(self._last)
         if self.shards > 1:
             return len(self.epoch_plan(epoch))
-        lanes = self.lane_order("train", epoch)
-        if not self.enabled:
-            return len(self._rows_plan(lanes, epoch)[1]) - 1
-        first, _, _, rows = self.chunk_table()
-        _, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
-        return len(bounds) - 1
+        if epoch not in self._counts:
+            lanes = self.lane_order("train", epoch)
+            if not self.enabled:
+                self._counts[epoch] = len(self._rows_plan(lanes, epoch)[1]) - 1
+            else:
+                first, _, _, rows = self.chunk_table()
+                placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+                self._counts[epoch] = len(bounds) - 1
+                if self._packed is None or epoch < self._packed[0]:  # the first epoch's plan reuses its packing
+                    self._packed = (epoch, np.array(placed, np.int64), np.array(bounds, np.int64))
+        return self._counts[epoch]
 
     def steps_per_epoch(self, epoch: int) -> int:
         """Optimizer steps of epoch `epoch`: ceil(microbatches / accum_steps), the last window partial."""
@@ -299,8 +309,12 @@ class Planner:
             d, bounds = self._rows_plan(lanes, epoch)
             return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
         first, d0, d1, rows = self.chunk_table()
-        placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
-        placed = np.array(placed, np.int64)
+        if split == "train" and self.shards == 1 and self._packed is not None and self._packed[0] == epoch:
+            _, placed, bounds = self._packed  # counted at start-up, from the same lane order
+            self._packed = None
+        else:
+            placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+            placed = np.array(placed, np.int64)
         lane_of_chunk = self._lane_of(d0[placed])
         return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch,
                     True)

@@ -10,16 +10,18 @@ whose jobs share an Aim experiment named after it. ``run["status"]`` is
 "running", then "completed", "stopped" or "failed" (with ``run["error"]`` and
 tag "failed"). A resumed job continues the same Aim run (its hash travels in
 the checkpoint), under the same name and experiment (``open_run``).
-``tracking=aim_remote`` runs the same in a child process
-(``remote.py``).
+Either way the run lives in a child process (``remote.py``): ``tracking=aim``
+gives it the local repo and a lower priority, ``tracking=aim_remote`` a server.
 
 Built by Hydra (``conf/tracking/aim.yaml``):
 ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
 """
 from __future__ import annotations
 
-import logging
+import json
 import os
+import queue
+import subprocess
 import sys
 import threading
 import time
@@ -31,8 +33,9 @@ from . import TrackingConfig
 from .context import JobContext
 
 LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
-CLOSE_SECONDS = 10.0
-INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once  # the longest a job waits for its run to close (a flush to local disk)
+CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
+OPEN_SECONDS = 30.0  # the longest anything waits for the run to open (import, repo lock, remote handshake)
+INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
 
@@ -95,81 +98,126 @@ def within(seconds: float, fn: Callable[[], Any]) -> bool:
 
 
 class AimTracker:
+    """One Aim run, written by a child process of its own (``python -m tcgexp.track.remote``).
+
+    The training process only queues JSON lines: importing Aim, creating the repo under its lock,
+    opening the run and every ``Run.track`` happen in the child, at lower priority (``NICE``), so
+    they take neither the training's cores first nor its interpreter lock (a thread did: the step
+    waited on Aim's Python between microbatches). The job does not wait for the run to open; the
+    lines queue meanwhile. Nothing is dropped: ``close`` waits (at most OPEN_SECONDS +
+    CLOSE_SECONDS) for the child to write every line and close the run. ``hash`` waits for the run
+    to open. A tracking failure, at any point, costs tracking only (one line, ``say_untracked``).
+    """
+
+    NICE = 10
+
     def __init__(self, *, repo: Optional[str], experiment: Optional[str], hparams: dict, context: JobContext,
                  resume_hash: Optional[str] = None) -> None:
-        logging.getLogger("aim").setLevel(logging.WARNING)  # its INFO chatter would drown the run's report
-        logging.getLogger("aim.ext.transport").setLevel(logging.CRITICAL)  # we say it once, ourselves
-        self.where = str(repo or ".")
-        self.run = None
-        self.hash: Optional[str] = None
-        try:  # anything here (no aim, a garbage .aim, a read-only or locked repo) costs tracking only
-            import aim
-
-            self.where = str(prepare_repo(repo))
-            self.run = open_run(aim, run_hash=resume_hash, repo=self.where,
-                                experiment=experiment_name(experiment, context),
-                                attrs=run_attributes(hparams, context))
-            self.hash = self.run.hash
-        except TrackingUnavailable as exc:
-            self._give_up(str(exc))
+        self.where = str(Path(str(repo or ".")).expanduser().absolute())
+        self._hash: Optional[str] = None
+        self._opened, self._failed = threading.Event(), False
+        self._lines: queue.SimpleQueue = queue.SimpleQueue()
+        self.proc: Optional[subprocess.Popen] = None  # None once closed
+        self._proc: Optional[subprocess.Popen] = None
+        init = {"repo": self.where, "experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
+                "attrs": run_attributes(hparams, context), "nice": self.NICE}
+        try:
+            self.proc = self._proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"],
+                                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.proc.stdin.write(json.dumps(init, default=str) + "\n")
+            self.proc.stdin.flush()
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
+            return
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True, name="tcgexp-aim-reply").start()
+        self._writer = threading.Thread(target=self._write, args=(self.proc,), daemon=True, name="tcgexp-aim-lines")
+        self._writer.start()
+
+    @property
+    def hash(self) -> Optional[str]:
+        self._opened.wait(OPEN_SECONDS)
+        return self._hash
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        """The child's replies: {"imported"}, then {"hash"} or why not."""
+        try:
+            for line in proc.stdout:
+                reply = json.loads(line)
+                if "hash" in reply:
+                    self._hash = reply["hash"]
+                    break
+                if "unavailable" in reply or "error" in reply:
+                    why = reply.get("unavailable") or \
+                        f"could not start an Aim run at {self.where} ({reply['error']})"
+                    self._give_up(why)
+                    break
+            else:
+                self._give_up(f"could not start an Aim run at {self.where} (its process ended)")
+        except Exception as exc:  # noqa: BLE001
+            self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
+        finally:
+            self._opened.set()
+        try:
+            for _ in proc.stdout:  # drained to its end: a full pipe would stall the child
+                pass
+        except (OSError, ValueError):
+            pass
+
+    def _write(self, proc: subprocess.Popen) -> None:
+        while True:
+            line = self._lines.get()
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                if not self._failed:
+                    self._give_up(f"lost the Aim run at {self.where} (its process ended)")
+                return
+            if line is _CLOSE:
+                return
 
     def _give_up(self, why: str) -> None:
+        if self._failed:
+            return
+        self._failed, self._hash = True, None
         say_untracked(why)
-        run, self.run = self.run, None
-        if run is not None:
-            within(CLOSE_SECONDS, run.close)
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+    def _send(self, msg: dict) -> None:
+        if not self._failed and self.proc is not None:
+            self._lines.put(json.dumps(msg, default=float) + "\n")
 
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
               context: Optional[dict] = None) -> None:
-        if self.run is None:
-            return
-        try:  # one call per context: one message to a remote server, not one per metric
-            for context, group in by_context(values, context):
-                self.run.track(group, step=step, epoch=epoch, context=context)
-        except Exception as exc:  # noqa: BLE001
-            self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")
-
-    def _mark(self, attrs: dict, tag: Optional[str] = None, untag: Optional[str] = None) -> None:
-        if self.run is None:
-            return
-        try:
-            for key, value in attrs.items():
-                self.run[key] = value
-            if tag:
-                self.run.add_tag(tag)
-            if untag and untag in (self.run.props.tags or []):
-                self.run.remove_tag(untag)
-        except Exception as exc:  # noqa: BLE001
-            self._give_up(f"lost the Aim run at {self.where} ({type(exc).__name__}: {exc})")
+        self._send({"values": {k: float(v) for k, v in values.items()}, "step": step, "epoch": epoch,
+                    "context": context})
 
     def finish(self, status: str) -> None:
-        self._mark({"status": status, "error": None}, untag="failed")  # a resumed run that failed before
+        self._send({"attrs": {"status": status, "error": None}, "untag": "failed"})  # a resumed run failed before
 
     def fail(self, reason: str) -> None:
         """Visible in the UI as such: run["status"] = "failed", the reason in run["error"], tag "failed"."""
-        self._mark({"status": "failed", "error": reason}, tag="failed")
+        self._send({"attrs": {"status": "failed", "error": reason}, "tag": "failed"})
 
     def close(self) -> None:
-        if self.run is None:
+        proc, self.proc = self.proc, None
+        if proc is None:
             return
-        run, self.run = self.run, None
-        errors: list[Exception] = []
+        if not self._failed:
+            self._lines.put(_CLOSE)
+        self._opened.wait(OPEN_SECONDS)  # a failure to open is said here at the latest
+        try:
+            proc.wait(timeout=CLOSE_SECONDS + (0 if self._failed else OPEN_SECONDS))
+        except subprocess.TimeoutExpired:
+            print(f"[tracking] the Aim run at {self.where} did not finish writing in "
+                  f"{OPEN_SECONDS + CLOSE_SECONDS:.0f} s; left unflushed", file=sys.stderr, flush=True)
+            proc.kill()
+            proc.wait()
 
-        def close_run() -> None:
-            try:
-                run.close()
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-                raise
 
-        if not within(CLOSE_SECONDS, close_run):
-            print(f"[tracking] the Aim run at {self.where} did not close in {CLOSE_SECONDS:.0f} s; left unflushed",
-                  file=sys.stderr, flush=True)
-        elif errors:
-            print(f"[tracking] closing the Aim run at {self.where} failed ({one_line(errors[0])})",
-                  file=sys.stderr, flush=True)
+_CLOSE = json.dumps({"close": True}) + "\n"
 
 
 def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
@@ -193,11 +241,13 @@ def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs:
     "defaults" and move it to an experiment named after the new run dir). What runs now (hparams)
     and the status are updated, and the resume's overrides are appended to ``run["resumes"]``.
     """
+    # capture_terminal_logs off: the run lives in a child process (remote.py) whose stdout is the pipe
+    # to its job, protocol lines and no logs
     if run_hash is None:
-        run = aim.Run(repo=repo, experiment=experiment)
+        run = aim.Run(repo=repo, experiment=experiment, capture_terminal_logs=False)
         apply_attributes(run, attrs)
         return run
-    run = aim.Run(run_hash=run_hash, repo=repo)  # no experiment given: it keeps its own
+    run = aim.Run(run_hash=run_hash, repo=repo, capture_terminal_logs=False)  # no experiment: it keeps its own
     try:
         resumes = list(run["resumes"])
     except KeyError:

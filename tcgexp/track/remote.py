@@ -6,10 +6,12 @@ would finish training and then hang at exit. So the Aim run lives in a child
 process (``python -m tcgexp.track.remote``) fed JSON lines through a bounded
 queue; the job checks the server with a TCP connect every few seconds, and
 when it is gone says so once and kills the child. Training never waits on it.
+(The same child, given a local repo, is what ``tracking=aim`` runs: ``aim_run.AimTracker``.)
 """
 from __future__ import annotations
 
 import json
+import os
 import queue
 import select
 import socket
@@ -170,20 +172,29 @@ def child() -> None:
     """The child: one Aim run, fed from stdin."""
     import logging
 
+    init = json.loads(sys.stdin.readline())
+
     import aim
 
-    from .aim_run import by_context, open_run
+    from .aim_run import TrackingUnavailable, by_context, open_run, prepare_repo
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
-    init = json.loads(sys.stdin.readline())
-    print(json.dumps({"imported": True}), flush=True)  # from here on, any wait is the server's
+    print(json.dumps({"imported": True}), flush=True)  # from here on, any wait is the server's (or the repo lock)
     try:
-        run = open_run(aim, run_hash=init.get("resume_hash"), repo=init["uri"], experiment=init["experiment"],
+        # a local repo is created once, under its lock (aim_run.prepare_repo); a remote one is the server's
+        repo = str(prepare_repo(init["repo"])) if "repo" in init else init["uri"]
+        run = open_run(aim, run_hash=init.get("resume_hash"), repo=repo, experiment=init["experiment"],
                        attrs=init["attrs"])
+    except TrackingUnavailable as exc:
+        print(json.dumps({"unavailable": str(exc)}), flush=True)
+        return
     except Exception as exc:  # noqa: BLE001
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
         return
     print(json.dumps({"hash": run.hash}), flush=True)
+    # tracking=aim: from here on training keeps the cores and the run catches up in their idle time;
+    # opening came first, at normal priority, because the job's first checkpoint waits for the hash
+    os.nice(init.get("nice", 0))
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("close"):

@@ -8,6 +8,14 @@ library (``libmkl_rt``, PyPI package ``mkl``) with RTLD_GLOBAL *before*
 
 MKL_CBWR=AUTO,STRICT asks MKL for bit-reproducible results independent of
 buffer alignment, which exact resume (bit-identical weights) relies on.
+
+MKL's threads fit the step's products (``fit_threads``, called by the Stepper with the model's
+width): the products are small (a few hundred rows), MLX already runs two threads of its own
+(the Python thread building the graph, the stream thread executing it), and idle OpenMP
+threads spin for 200 ms after every product. At model.hidden 128 a second MKL thread took a
+core from MLX's own and slowed the step; from 256 on the products are large enough to pay for
+it (the README's step table). A MKL_NUM_THREADS the user set (or ``launch.share_cores`` set
+for ranks) wins.
 """
 from __future__ import annotations
 
@@ -15,12 +23,34 @@ import ctypes
 import glob
 import os
 import sys
+from typing import Optional
 
 _LOADED: str | None = None
 
 
 def mlx_imported() -> bool:
     return "mlx.core" in sys.modules
+
+
+_MKL: ctypes.CDLL | None = None
+_USER_THREADS = False  # MKL_NUM_THREADS was set before tcgexp loaded MKL
+
+
+def mkl_threads(hidden: int, cores: int | None = None) -> int:
+    """MKL threads for a model of width `hidden`: one below 256 (products of ~17 MFLOP at most,
+    ~0.2 ms: fork and join and the spinning threads cost more than they save), else up to 4."""
+    cores = cores or os.cpu_count() or 1
+    return 1 if hidden < 256 else max(1, min(4, cores))
+
+
+def fit_threads(hidden: int) -> Optional[int]:
+    """Set MKL's thread count for a model of width `hidden` (unless the user set MKL_NUM_THREADS);
+    returns the count set, or None (no MKL, or the user's choice stands)."""
+    if _MKL is None or _USER_THREADS:
+        return None
+    n = mkl_threads(hidden)
+    _MKL.MKL_Set_Num_Threads(n)
+    return n
 
 
 def load_fast_blas() -> str:
@@ -41,7 +71,9 @@ def load_fast_blas() -> str:
             _LOADED = "reference BLAS (libmkl_rt not found: pip install mkl)"
         else:
             os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-            ctypes.CDLL(candidates[0], mode=ctypes.RTLD_GLOBAL)
+            global _MKL, _USER_THREADS
+            _USER_THREADS = "MKL_NUM_THREADS" in os.environ
+            _MKL = ctypes.CDLL(candidates[0], mode=ctypes.RTLD_GLOBAL)
             _LOADED = f"mkl: {candidates[0]}"
     return _LOADED
 

@@ -24,9 +24,8 @@ from ..plan.loader import Skip
 from . import diverge
 from .distributed import Sync, World
 from .state import LaneMemory, TrainState
-from .step import METRICS, Stepper, add_grads, to_mx
+from .step import METRICS, SUM_KEYS, Stepper, add_grads, to_mx
 
-SUM_KEYS = ("early_rows", "late_rows", "policy_early", "policy_late", "accuracy_early", "accuracy_late")
 VAL_KEYS = (*METRICS, *(f"sum_{k}" for k in SUM_KEYS), "rows")
 
 # the step scalars reduced with the gradients: real microbatches, rows, each metric's sum over rows,
@@ -43,6 +42,7 @@ class Hooks(Protocol):
     def on_step(self, metrics: dict) -> None: ...  # after every optimizer update
     def on_validation(self, metrics: dict) -> None: ...
     def latest_due(self, opt_steps: int) -> bool: ...  # whether latest/ is written after this update
+    def settle_after(self, opt_steps: int) -> bool: ...  # whether the run stops after this update (max_steps, a signal)
     def save(self, kind: str) -> None: ...  # "latest" | "epoch" | "epoch+best"
     def stop_requested(self) -> Optional[str]: ...  # this rank's pending stopping signal, if any
     # where the run may stop with nothing half-done (a stopping signal, see signals.py): before each
@@ -60,15 +60,27 @@ class Update:
     agreed: Optional[str]
 
 
+@dataclass
+class Queued:
+    """A fused window (one microbatch, gradients and update in one graph) dispatched and not yet read
+    back: its values vector (METRICS, gradient norm, learning rate) and this rank's scalars so far."""
+
+    out: mx.array
+    local: np.ndarray
+    where: str
+
+
 class Window:
     """The microbatches of one optimizer update: their gradients summed, their scalars gathered, applied together.
 
     Gradients are summed in one slot per shard this process runs (one, unless ``tbptt.shards``
     interleaves several ranks' plans here) and added in shard order at the close: the association
     the ranks' all-reduce has (exact for two). A window of one microbatch on a world of one runs
-    gradients and update as one compiled graph (``Stepper.step``): no gradient has to leave the
-    process between them. Every window reports its global means (a window of one microbatch: that
-    microbatch's values) and is checked for divergence before anything reads them.
+    gradients and update as one compiled graph (``Stepper.step``) and is *queued*, not waited for:
+    its lane memory stays in MLX (``LaneMemory``), so the loop dispatches the next microbatch
+    before reading this one's values back (``read``). Every window reports its global means (a
+    window of one microbatch: that microbatch's values) and is checked for divergence before
+    anything reads them.
     """
 
     def __init__(self, stepper: Stepper, world: World, *, size: int, slots: int, hint: str) -> None:
@@ -80,56 +92,71 @@ class Window:
 
     def clear(self) -> None:
         self.accs: list = [None] * self.slots
-        self.count, self.norm = 0, None
+        self.count, self.out = 0, None
         self.local = np.zeros(SIGNALS + self.world.size)  # this window's scalars on this rank
 
     def add(self, prep, memory: LaneMemory) -> Optional[float]:
         """One microbatch's gradients, its lanes' memories read and written back: its loss (None for
-        shard padding, where this rank has no rows but still steps)."""
+        shard padding, where this rank has no rows but still steps, and for a fused window: read later)."""
         self.count += 1
         if isinstance(prep, Skip):
             return None
         inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
         h0 = memory.read(prep, inputs["lane_decisions"].shape[0])
-        if self.fused:
-            loss, parts, carry, self.norm = self.stepper.step(inputs, targets, h0)
-            mx.eval(loss, parts, carry, self.norm, self.stepper.state)
-        else:
-            loss, parts, carry, g = self.stepper.grads(inputs, targets, h0)
-            slot = prep.index % self.slots  # the interleaved plan's shard of this position
-            self.accs[slot] = add_grads(self.accs[slot], g)
-            mx.eval(loss, parts, carry, self.accs[slot])
-        memory.write(prep, carry)
-        values = [float(loss), *(float(parts[k]) for k in METRICS[1:])]
         self.local[REAL] += 1
         self.local[ROWS] += prep.rows
-        self.local[SUMS:SIGNALS] += [v * prep.rows for v in values]
-        return values[0]
+        if self.fused:
+            self.out, carry = self.stepper.step(inputs, targets, h0)
+            memory.write(prep, carry)
+            mx.async_eval(self.out, memory.table, self.stepper.state)
+            return None
+        values, carry, g = self.stepper.grads(inputs, targets, h0)
+        slot = prep.index % self.slots  # the interleaved plan's shard of this position
+        self.accs[slot] = add_grads(self.accs[slot], g)
+        memory.write(prep, carry)
+        mx.eval(values, memory.table, self.accs[slot])
+        got = np.array(values, np.float64)  # every value of the microbatch in one transfer
+        self.local[SUMS:SIGNALS] += got * prep.rows
+        return float(got[0])
 
     def ends_at(self, index: int, length: int) -> bool:
         """Whether the window closes after plan position `index`: full, or the plan's last (partial) one."""
         return self.count == self.size or index == length - 1
 
-    def close(self, signame: Optional[str], where: str) -> Update:
-        """The window's one all-reduce (gradients, scalars and every rank's stop signal together) and its update."""
+    def close(self, signame: Optional[str], where: str) -> Update | Queued:
+        """The window's one all-reduce (gradients, scalars and every rank's stop signal together) and its
+        update; a fused window's update is already queued: it is returned unread (``read``)."""
+        if self.fused:
+            queued = Queued(self.out, self.local, where)
+            self.clear()
+            return queued
         self.local[SIGNALS:] = self.world.signal_row(signame)
         r0 = time.perf_counter()
-        if self.fused:  # the update ran with the gradients; nothing to reduce on a world of one
-            total, norm = self.local, self.norm
-        else:
-            acc = None
-            for a in self.accs:  # per-shard sums in shard order (one slot without shards)
-                acc = a if acc is None else (acc if a is None else add_grads(acc, a))
-            acc, total = self.sync.reduce(acc, self.local, where)
-            self.reduce_seconds += time.perf_counter() - r0
-            norm = self.stepper.apply(acc, mx.array(1.0 / total[REAL], dtype=mx.float32))
-            mx.eval(norm, self.stepper.state)
+        acc = None
+        for a in self.accs:  # per-shard sums in shard order (one slot without shards)
+            acc = a if acc is None else (acc if a is None else add_grads(acc, a))
+        acc, total = self.sync.reduce(acc, self.local, where)
+        self.reduce_seconds += time.perf_counter() - r0
+        norm = self.stepper.apply(acc, mx.array(1.0 / total[REAL], dtype=mx.float32))
+        mx.eval(norm, self.stepper.state)
         values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(METRICS)}
         values["grad_norm"] = float(norm)
         diverge.check(values, where=where, hint=self.hint)  # the same global values on every rank
         update = Update(values, total.copy(), World.first_signal(total[SIGNALS:]))
         self.clear()
         return update
+
+    def read(self, queued: Queued, signame: Optional[str]) -> tuple[Update, float]:
+        """A queued window's values, read back (waiting for its step) and checked: (its update, the learning
+        rate it used). `signame`: this process's stop signal now (a world of one agrees with itself)."""
+        got = np.array(queued.out, np.float64)  # every value of the microbatch in one transfer
+        total = queued.local
+        values = dict(zip(METRICS, got[:len(METRICS)].tolist()))
+        values["grad_norm"] = float(got[len(METRICS)])
+        diverge.check(values, where=queued.where, hint=self.hint)  # before anything reads them
+        total[SUMS:SIGNALS] = got[:len(METRICS)] * total[ROWS]
+        total[SIGNALS:] = self.world.signal_row(signame)
+        return Update(values, total, World.first_signal(total[SIGNALS:])), float(got[len(METRICS) + 1])
 
 
 class Loop:
@@ -139,12 +166,13 @@ class Loop:
         self.world = world
         self.train_loader, self.val_loader = loaders
         self.train_cache, self.val_cache = caches
-        self.memory, self.val_memory = memory, LaneMemory(*memory.h.shape)
+        self.memory, self.val_memory = memory, LaneMemory(memory.lanes, memory.hidden)
         self.hint = hint or "a learning rate or loss weight too large"
         # one process running several shards in turn keeps one gradient sum per shard
         self.window = Window(stepper, world, size=planner.accum_steps, slots=planner.shards // world.size,
                              hint=self.hint)
-        self.step_seconds = 0.0
+        self.step_seconds = self.hook_seconds = self.save_seconds = 0.0
+        self.time_split: list[dict] = []  # per epoch of this process: where its wall time went (seconds)
 
     @property
     def reduce_seconds(self) -> float:
@@ -156,8 +184,12 @@ class Loop:
         while p.epoch < self.epochs:
             # all ranks decide together whether a signal stops them here
             self.hooks.safe_point(self.world.agree(self.hooks.stop_requested(), f"the start of epoch {p.epoch + 1}"))
+            started = time.time()
             train = self.train_epoch()
+            v0 = time.perf_counter()
             val = self.validate()
+            split = self.time_split[-1]
+            split["validation"] = time.perf_counter() - v0
             done = p.epoch + 1  # this epoch, as people count: the first is epoch 1 (and epoch_0001/)
             p.history.append({"epoch": done, "train": train, "val": val})
             improved = p.best_val_loss is None or val["loss"] < p.best_val_loss  # val["loss"] is finite
@@ -166,33 +198,80 @@ class Loop:
             self.hooks.on_validation({**val, "epoch": done})
             p.epoch, p.position = p.epoch + 1, 0
             self.hooks.on_phase("checkpointing", 1)
-            self.hooks.save("epoch+best" if improved else "epoch")
+            c0 = time.perf_counter()
+            try:
+                self.hooks.save("epoch+best" if improved else "epoch")
+            finally:  # (trainer.stop_at_epoch stops the run from here)
+                # the wall clock when the epoch began and ended: a benchmark places start-up and teardown around them
+                split.update(epoch_checkpoint=time.perf_counter() - c0, started_at=started, ended_at=time.time())
             self.hooks.on_advance(1, {})
 
     # -- one epoch of training -----------------------------------------------------------
     def train_epoch(self) -> dict:
         p = self.p
+        t_epoch = time.perf_counter()
         plan = self.begin_epoch()
         sums, rows = dict.fromkeys(METRICS, 0.0), 0
-        stall0, busy0 = self.train_loader.stall_seconds, self.step_seconds
+        stall0, busy0, hooks0, saves0 = (self.train_loader.stall_seconds, self.step_seconds, self.hook_seconds,
+                                         self.save_seconds)
+        queued: Optional[Queued] = None  # a fused window dispatched and not yet read back
         for prep in self.train_loader.iterate(plan, start=p.position):
             t0 = time.perf_counter()
             with self.train_cache.in_opt_step():
                 loss = self.window.add(prep, self.memory)
-            update = None
+            closed = None
             if self.window.ends_at(prep.index, len(plan)):
-                where = f"epoch {p.epoch + 1}, optimizer step {p.opt_steps + 1} (microbatch {prep.index} of {len(plan)})"
-                update = self.window.close(self.hooks.stop_requested(), where)
+                step = p.opt_steps + 1 + (queued is not None)  # the optimizer step this window makes
+                where = f"epoch {p.epoch + 1}, optimizer step {step} (microbatch {prep.index} of {len(plan)})"
+                closed = self.window.close(self.hooks.stop_requested(), where)
             self.step_seconds += time.perf_counter() - t0
             p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
                 p.epoch_microbatches + 1
-            if update is not None:
-                rows += self.applied(update, sums, more=p.position < len(plan))
+            if queued is not None:  # the window before this one: read while this one computes
+                rows += self.settle(queued, sums, plan, in_flight=True)
+                queued = None
+            if isinstance(closed, Queued):
+                queued = closed
+                if self.must_settle(prep, plan):  # a checkpoint or stop follows: nothing may be in flight
+                    rows += self.settle(queued, sums, plan)
+                    queued = None
+            elif closed is not None:
+                rows += self.timed_hooks(lambda: self.applied(closed, sums, more=p.position < len(plan)))
             self.hooks.on_advance(1, {"loss": loss} if loss is not None else {})
         self.assert_counts(plan)
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
+        hooks, wall = self.hook_seconds - hooks0, time.perf_counter() - t_epoch
+        # where the epoch's wall time went: the step (dispatch and read-back), waiting for data, the hooks
+        # (tracking, display; checkpoints apart) and the rest (loader hand-off, the loop's own bookkeeping)
+        self.time_split.append({"epoch": p.epoch + 1, "wall": wall, "step": busy, "data_wait": stall,
+                                "hooks": hooks - (self.save_seconds - saves0), "checkpoints": self.save_seconds - saves0,
+                                "other": max(wall - busy - stall - hooks, 0.0)})
         return {**{k: v / max(rows, 1) for k, v in sums.items()},
                 "rows_per_second": rows / max(stall + busy, 1e-9), "data_stall_share": stall / max(stall + busy, 1e-9)}
+
+    def must_settle(self, prep, plan) -> bool:
+        """Will a checkpoint or a stop follow the update this microbatch closed (the plan's last, latest/ due,
+        ``trainer.max_steps``, a stopping signal)? Then it is read back before the next is dispatched, so
+        whatever is written holds this update's weights and none after them."""
+        step = self.p.opt_steps + 1  # every update before it is accounted for
+        return prep.index == len(plan) - 1 or self.hooks.latest_due(step) or self.hooks.settle_after(step)
+
+    def settle(self, queued: Queued, sums: dict, plan, *, in_flight: bool = False) -> int:
+        """Read a queued update back, check it, and account for it (``applied``); `in_flight`: the next
+        microbatch is already dispatched, so no checkpoint or stop may follow here (``must_settle`` saw to that)."""
+        t0 = time.perf_counter()
+        update, lr = self.window.read(queued, None if in_flight else self.hooks.stop_requested())
+        self.step_seconds += time.perf_counter() - t0
+        more = not in_flight and self.p.position < len(plan)
+        self.hooks.on_advance(0, {"loss": update.values["loss"]})  # the bar moved when it was dispatched
+        return self.timed_hooks(lambda: self.applied(update, sums, more=more, lr=lr, in_flight=in_flight))
+
+    def timed_hooks(self, fn):
+        h0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.hook_seconds += time.perf_counter() - h0
 
     def begin_epoch(self):
         """The epoch's plan, its access trace handed to the train cache; lane memory zeroed at its start."""
@@ -206,20 +285,27 @@ class Loop:
         self.hooks.on_advance(p.position, {})
         return plan
 
-    def applied(self, update: Update, sums: dict, *, more: bool) -> int:
+    def applied(self, update: Update, sums: dict, *, more: bool, lr: Optional[float] = None,
+                in_flight: bool = False) -> int:
         """Count an applied update, report it, write latest/ when due (`more`: the epoch goes on), and
-        stop here if the ranks agreed on a signal. Returns the rows it trained on."""
+        stop here if the ranks agreed on a signal (not `in_flight`: a later update is already queued).
+        `lr`: what the update used (read back with a queued one). Returns the rows it trained on."""
         p, total = self.p, update.total
         p.real, p.epoch_real = p.real + int(total[REAL]), p.epoch_real + int(total[REAL])
         p.rows += int(total[ROWS])
         for i, k in enumerate(METRICS):
             sums[k] += float(total[SUMS + i])
-        lr = float(self.stepper.optimizer.learning_rate)  # what the update just used (the optimizer's schedule)
+        if lr is None:
+            lr = float(self.stepper.optimizer.learning_rate)  # what the update just used (the optimizer's schedule)
         p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
         self.hooks.on_step({**{k: update.values[k] for k in METRICS}, "lr": lr,
                             "grad_norm": update.values["grad_norm"], "rows": p.rows})
+        if in_flight:
+            return int(total[ROWS])
         if more and self.hooks.latest_due(p.opt_steps):
+            s0 = time.perf_counter()
             self.hooks.save("latest")  # at a window boundary: nothing half-accumulated to lose
+            self.save_seconds += time.perf_counter() - s0
         self.hooks.safe_point(update.agreed)
         return int(total[ROWS])
 
@@ -245,11 +331,11 @@ class Loop:
         for prep in self.val_loader.iterate(plan):
             inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
             h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
-            loss, parts, carry, sums = self.stepper.evaluate(inputs, targets, h0)
-            mx.eval(loss, parts, carry, sums)
+            values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
             self.val_memory.write(prep, carry)
-            totals[:len(METRICS)] += [float(loss if k == "loss" else parts[k]) * prep.rows for k in METRICS]
-            totals[len(METRICS):n - 1] += [float(sums[k]) for k in SUM_KEYS]
+            mx.eval(values, sums, self.val_memory.table)
+            totals[:len(METRICS)] += np.array(values, np.float64) * prep.rows
+            totals[len(METRICS):n - 1] += np.array(sums, np.float64)
             totals[n - 1] += prep.rows
             self.hooks.on_advance(1, {})
         if int(totals[n - 1]) != plan.rows:

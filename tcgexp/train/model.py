@@ -27,7 +27,7 @@ h[t+1]. ``memory=False`` is the same network reading zeros instead.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -37,6 +37,8 @@ from omegaconf import MISSING
 from ..schema import schema, within
 
 AUX_NAMES = ("ko", "prize_delta", "terminal", "return")
+METRICS = ("loss", "policy", "accuracy", *(f"aux_{k}" for k in AUX_NAMES))  # the order of ``losses``' vector
+BCE_HEADS = mx.array([True, False, True, False])  # per aux head: a logit (binary cross-entropy) or a regression
 Z_MAX = 0.9  # the update gate's cap: every decision keeps >= 10 % of the memory it had
 
 
@@ -128,12 +130,21 @@ class RecurrentPolicy(nn.Module):
         self.trunk = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
         self.policy = nn.Linear(hidden, action_dim)
         self.aux = nn.Linear(hidden, len(AUX_NAMES))
-        self.scan_fn = linear_scan  # the benchmark swaps in the old scan to compare, nothing else does
+        self.scan_fn = linear_scan  # tests swap in other scans to compare (through autodiff: see written_backward)
 
     def scan(self, enc: mx.array, first_row: mx.array, label_hot: mx.array, h0: mx.array) -> mx.array:
-        """Memory before each decision and after the last: [L, T+1, H]; h[:, 0] = h0."""
-        dec_in = mx.concatenate([enc[first_row], label_hot], axis=-1)  # [L, T, H+A]
-        k, c = mx.split(self.gates(dec_in), 2, axis=-1)
+        """Memory before each decision and after the last: [L, T+1, H]; h[:, 0] = h0.
+
+        ``gates(concat(enc[first_row], label_hot))``, computed as the same sum split by columns
+        of the gate weight: the encoding part on the R rows *before* the gather (a microbatch holds
+        about as many real decisions as rows, but its [L, T] decision grid is padded to about twice
+        that), the chosen-actions part on the grid. One matrix product of R x H instead of L T x H,
+        no concatenated copy; the same function up to float32 rounding of the sum.
+        """
+        w, H = self.gates.weight, self.hidden  # [2H, H + A]
+        per_row = enc @ w[:, :H].T  # [R, 2H]
+        g = mx.take(per_row, first_row, axis=0) + mx.addmm(self.gates.bias, label_hot, w[:, H:].T)
+        k, c = mx.split(g, 2, axis=-1)
         return self.scan_fn(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
 
     def __call__(self, x: mx.array, row_lane: mx.array, row_dec: mx.array, first_row: mx.array,
@@ -142,13 +153,25 @@ class RecurrentPolicy(nn.Module):
         enc = self.encoder(x)
         if self.memory:
             h = self.scan(enc, first_row, label_hot, h0)
-            h_row = h[row_lane, row_dec]
-            carry = h[mx.arange(h.shape[0]), lane_decisions]
+            L, T1, H = h.shape
+            # every row's memory and every lane's carry in one gather (one scatter in the backward pass)
+            at = mx.concatenate([row_lane * T1 + row_dec, mx.arange(L, dtype=row_dec.dtype) * T1 + lane_decisions])
+            picked = mx.take(h.reshape(L * T1, H), at, axis=0)
+            h_row, carry = picked[:x.shape[0]], picked[x.shape[0]:]
         else:
             h_row = mx.zeros_like(enc)
             carry = h0
         z = self.trunk(mx.concatenate([enc, h_row], axis=-1))
         return self.policy(z), self.aux(z), carry
+
+    def loss_and_grads(self, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
+        """(loss, values in METRICS order, carry, gradients like ``trainable_parameters()``): this class's
+        forward pass and ``losses``, with the backward pass written out (``backprop.py``) instead of
+        MLX's autodiff. The Stepper uses it for a model whose own class defines it: a subclass (a
+        user's model with more layers) inherits the forward it may change, never this backward."""
+        from .backprop import loss_and_grads
+
+        return loss_and_grads(self, inputs, targets, h0, aux_weight)
 
     # -- what it needs of memory (preflight) ------------------------------------------------
     @property
@@ -160,11 +183,24 @@ class RecurrentPolicy(nn.Module):
     def activation_bytes(self, rows: int, slots: int) -> int:
         """float32 bytes one microbatch's forward and backward pass keep, counted from the layers: per
         row the input, the encoder's, trunk's and heads' outputs and their gradients; per padded (lane x
-        decision) slot the scan's ~12 [lanes, decisions, hidden] arrays, their gradients, the chosen actions."""
+        decision) slot the scan's [lanes, decisions, hidden] arrays and the chosen actions: ~12 arrays and
+        their gradients under autodiff, ~12 in all at the written-out backward's peak (``backprop.py``:
+        it keeps only what its adjoints read; measured in tests/reliability/test_bounds.py)."""
         h, a = self.hidden, self.action_dim
         per_row = 2 * (10 * h + 3 * a) + self.feature_dim + a + 1
-        per_slot = (2 * 12 * h if self.memory else 0) + 2 * (h + a)
+        scan = 12 if written_backward(self) is not None else 2 * 12
+        per_slot = (scan * h if self.memory else 0) + 2 * (h + a)
         return 4 * (rows * per_row + slots * per_slot)
+
+
+def written_backward(model) -> Optional[Callable]:
+    """The model's written-out backward pass, when its own class defines one (``loss_and_grads``),
+    else None (MLX's autodiff). Not inherited: a subclass may change any layer of the forward pass
+    the backward was written for (tests/test_plugins.py trains such a model, with more layers),
+    and a scan swapped in for comparison (``scan_fn``) has no written backward either."""
+    if "loss_and_grads" not in vars(type(model)) or getattr(model, "scan_fn", linear_scan) is not linear_scan:
+        return None
+    return model.loss_and_grads
 
 
 def masked_logits(logits: mx.array, mask: mx.array) -> mx.array:
@@ -172,26 +208,25 @@ def masked_logits(logits: mx.array, mask: mx.array) -> mx.array:
     return mx.where(mask, logits, mx.array(-1e9, dtype=logits.dtype))
 
 
-def losses(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> tuple[mx.array, dict]:
-    """Mean losses over real rows (``row_weight`` is 0 on padding). Returns (total, parts)."""
+def losses(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> tuple[mx.array, mx.array]:
+    """Mean losses over real rows (``row_weight`` is 0 on padding). Returns (total, values in METRICS order).
+
+    One vector instead of a scalar chain per part: policy loss and accuracy are one weighted sum
+    over rows, the four aux heads one masked sum over [R, 4] (binary cross-entropy on logits for
+    KO and terminal, squared error for the two regressions), so the whole loss is a few fused kernels
+    and the loop reads every metric back in one transfer.
+    """
     w = t["row_weight"]
     n = mx.maximum(w.sum(), 1.0)
     logits = masked_logits(logits, t["action_mask"])
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     label_logp = mx.take_along_axis(logp, t["label"][:, None], axis=-1)[:, 0]
-    policy = -(label_logp * w).sum() / n
-    correct = ((mx.argmax(logits, axis=-1) == t["label"]) * w).sum() / n
+    hit = (mx.argmax(logits, axis=-1) == t["label"]).astype(mx.float32)
+    policy_accuracy = (mx.stack([-label_logp, hit], axis=1) * w[:, None]).sum(axis=0) / n
+    y = mx.stack([t["aux_ko"], t["aux_prize_delta"] / 4.0, t["aux_terminal"], t["aux_return"]], axis=1)
     av = t["aux_valid"] * w
     na = mx.maximum(av.sum(), 1.0)
-    parts = {
-        "policy": policy,
-        "aux_ko": (nn.losses.binary_cross_entropy(aux[:, 0], t["aux_ko"], reduction="none") * av).sum() / na,
-        "aux_prize_delta": (((aux[:, 1] - t["aux_prize_delta"] / 4.0) ** 2) * av).sum() / na,
-        "aux_terminal": (nn.losses.binary_cross_entropy(aux[:, 2], t["aux_terminal"], reduction="none") * av)
-        .sum() / na,
-        "aux_return": (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum() / na,
-    }
-    total = policy + aux_weight * (parts["aux_ko"] + parts["aux_prize_delta"] + parts["aux_terminal"]
-                                   + parts["aux_return"])
-    parts["accuracy"] = correct
-    return total, parts
+    per = mx.where(BCE_HEADS, mx.logaddexp(0.0, aux) - aux * y, mx.square(aux - y))  # [R, 4]
+    aux_means = (per * av[:, None]).sum(axis=0) / na
+    total = policy_accuracy[0] + aux_weight * aux_means.sum()
+    return total, mx.concatenate([total[None], policy_accuracy, aux_means])

@@ -85,7 +85,7 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
 
     status: "completed", "stopped" (trainer.max_steps: resumable), "interrupted" (by `signal`, e.g.
     "SIGTERM": resumable), "diverged" (with `error`) or "failed" (a rank lost). `timings`: step,
-    data stall and all-reduce seconds and the wall time.
+    data stall and all-reduce seconds, the wall time and the loop's time split per epoch.
     """
     p = learner.progress
     rows = p.rows - learner.start_rows  # this segment's (a resumed run started at the checkpoint's count)
@@ -116,6 +116,8 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
         "data_stall_seconds": timings["data_stall_seconds"], "data_stall_share": timings["data_stall_seconds"] / busy,
         # rank 0's: compute = step - allreduce
         "step_seconds": timings["step_seconds"], "allreduce_seconds": timings["allreduce_seconds"],
+        # this process's epochs: where each one's wall time went (step, data wait, hooks, checkpoints, validation)
+        "time_split": timings.get("time_split", []),
         "blas": blas, "aim_hash": aim_hash, "cache_per_rank": per_rank,
     })
 

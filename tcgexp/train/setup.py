@@ -143,12 +143,12 @@ def make_learner(cfg: DictConfig, data: DataParts, run: "RunContext") -> Learner
         raise ckpt.CheckpointError(f"{path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
                                    f"{exc}); resume from another checkpoint") from exc
     optimizer = _optimizer(cfg, model, schedule)
-    saved, lanes = ckpt.load(path, model=model, optimizer=optimizer, lanes_shape=memory.h.shape,
+    saved, lanes = ckpt.load(path, model=model, optimizer=optimizer, lanes_shape=(memory.lanes, memory.hidden),
                              expect=saved_state)  # the checkpoint planned from, not one a live run wrote since
     if saved.get("blas") != run.blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
         run.console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
                           f"{run.blas}; the continuation will not be bit-identical")
-    memory.h[:] = lanes["train"]
+    memory.load(lanes["train"])
     return Learner(model, optimizer, schedule, progress, memory, saved.get("aim_hash"), path)
 
 

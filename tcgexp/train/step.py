@@ -5,19 +5,23 @@ and writes; gradients of a microbatch are computed by one compiled function
 and applied (after ``accum_steps`` microbatches) by another, so gradient
 accumulation needs no recompilation. Lane memory is explicit too: it enters
 as ``h0`` and leaves as ``carry`` (stop_gradient'ed: TBPTT's cut).
+
+The gradient is the model's own written-out backward pass where its class has one
+(``RecurrentPolicy.loss_and_grads``: fewer, larger operations than autodiff emits), and MLX's
+autodiff (``nn.value_and_grad``) for any other model, a user's included.
 """
 from __future__ import annotations
 
 from functools import partial
-
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
-from .model import RecurrentPolicy, losses, masked_logits
+from .blas import fit_threads
+from .model import METRICS, RecurrentPolicy, losses, masked_logits, written_backward  # noqa: F401 (re-exported)
 
-METRICS = ("loss", "policy", "accuracy", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
+SUM_KEYS = ("early_rows", "late_rows", "policy_early", "policy_late", "accuracy_early", "accuracy_late")
 
 
 class PrecisionError(TypeError):
@@ -40,66 +44,91 @@ def to_mx(d: dict) -> dict:
     return {k: mx.array(v) for k, v in d.items()}
 
 
-def clip_or_norm(g, max_norm: float):
-    """(the gradients clipped to global norm `max_norm`, their norm before clipping); 0 = no clipping."""
-    if max_norm > 0:
-        return optim.clip_grad_norm(g, max_norm)
-    return g, mx.sqrt(sum((x * x).sum() for _, x in tree_flatten(g)))
+def global_norm(g) -> mx.array:
+    """The gradients' global norm over one flat copy: one reduction instead of a square and a sum per parameter."""
+    flat = mx.concatenate([x.reshape(-1) for _, x in tree_flatten(g)])
+    return mx.sqrt(mx.square(flat).sum())
 
 
 class Stepper:
     """The compiled steps of one model and optimizer: ``aux_weight`` and ``grad_clip`` are the trainer's
-    (``trainer.aux_weight``, ``trainer.grad_clip``), what each step computes."""
+    (``trainer.aux_weight``, ``trainer.grad_clip``), what each step computes.
+
+    Every step returns its values as one vector (``step``: METRICS, then the gradient norm and the
+    learning rate the update used; ``grads`` and ``evaluate``: METRICS), so a microbatch's numbers
+    come back in one transfer, whenever the loop reads them: it need not wait for one microbatch
+    before dispatching the next."""
 
     def __init__(self, model: RecurrentPolicy, optimizer: optim.Optimizer, *, aux_weight: float,
                  grad_clip: float) -> None:
         self.model, self.optimizer = model, optimizer
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
-        loss_and_grad = nn.value_and_grad(model, self._loss)
+        self.compilations = 0  # traces of the compiled steps (one per padded shape set); the benchmark reports it
+        fit_threads(model.hidden)  # MKL's threads for products of this width (blas.py)
+        written = written_backward(model)
+        self.backward = "written out" if written else "autodiff"
+        if written is not None:
+            def loss_and_grad(model, inputs, targets, h0):
+                loss, values, carry, g = written(inputs, targets, h0, aux_weight)
+                return (loss, (values, carry)), g
+        else:
+            loss_and_grad = nn.value_and_grad(model, self._loss)
+
+        def clip(g):
+            """optim.clip_grad_norm's rule (g min(clip / (|g| + 1e-6), 1)); 0 = no clipping, the norm reported."""
+            norm = global_norm(g)
+            if grad_clip > 0:
+                scale = mx.minimum(grad_clip / (norm + 1e-6), 1.0)
+                g = tree_map(lambda x: x * scale, g)
+            return g, norm
 
         # outputs=[model.state] too: value_and_grad writes its traced parameters into the model
         # while tracing, and only declared outputs are restored to real arrays afterwards
         @partial(mx.compile, inputs=[model.state], outputs=[model.state])
         def grads(inputs, targets, h0):
-            (loss, (parts, carry)), g = loss_and_grad(model, inputs, targets, h0)
-            return loss, parts, carry, g
+            self.compilations += 1  # runs while tracing only
+            (_, (values, carry)), g = loss_and_grad(model, inputs, targets, h0)
+            return values, carry, g
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def apply(g, scale):
-            g, norm = clip_or_norm(tree_map(lambda x: x * scale, g), self.grad_clip)
+            g, norm = clip(tree_map(lambda x: x * scale, g))
             optimizer.update(model, g)
             return norm
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def step(inputs, targets, h0):
             """accum_steps=1: gradients and update in one graph (one dispatch, no grads handed back)."""
-            (loss, (parts, carry)), g = loss_and_grad(model, inputs, targets, h0)
-            g, norm = clip_or_norm(g, self.grad_clip)
+            self.compilations += 1
+            (_, (values, carry)), g = loss_and_grad(model, inputs, targets, h0)
+            g, norm = clip(g)
             optimizer.update(model, g)
-            return loss, parts, carry, norm
+            lr = mx.array(optimizer.learning_rate).astype(mx.float32).reshape(1)  # what this update used
+            return mx.concatenate([values, norm[None], lr]), carry
 
         @partial(mx.compile, inputs=[model.state])
         def evaluate(inputs, targets, h0):
+            """(values in METRICS order, carry, sums in SUM_KEYS order)."""
             logits, aux, carry = model(h0=h0, **inputs)
-            loss, parts = losses(logits, aux, targets, self.aux_weight)
+            _, values = losses(logits, aux, targets, self.aux_weight)
             early = targets["row_early"] * targets["row_weight"]
             late = (1.0 - targets["row_early"]) * targets["row_weight"]
             masked = masked_logits(logits, targets["action_mask"])  # once, for both the loss and the argmax
             logp = masked - mx.logsumexp(masked, axis=-1, keepdims=True)
             nll = -mx.take_along_axis(logp, targets["label"][:, None], axis=-1)[:, 0]
-            hit = mx.argmax(masked, axis=-1) == targets["label"]
-            sums = {"early_rows": early.sum(), "late_rows": late.sum(),
-                    "policy_early": (nll * early).sum(), "policy_late": (nll * late).sum(),
-                    "accuracy_early": (hit * early).sum(), "accuracy_late": (hit * late).sum()}
-            return loss, parts, carry, sums
+            hit = (mx.argmax(masked, axis=-1) == targets["label"]).astype(mx.float32)
+            split = mx.stack([early, late], axis=1)  # [R, 2]
+            sums = mx.concatenate([split.sum(axis=0), (nll[:, None] * split).sum(axis=0),
+                                   (hit[:, None] * split).sum(axis=0)])
+            return values, carry, sums
 
         self.grads, self.apply, self.step, self.evaluate = grads, apply, step, evaluate
 
     def _loss(self, model, inputs, targets, h0):
         logits, aux, carry = model(h0=h0, **inputs)
-        loss, parts = losses(logits, aux, targets, self.aux_weight)
-        return loss, (parts, mx.stop_gradient(carry))
+        loss, values = losses(logits, aux, targets, self.aux_weight)
+        return loss, (values, mx.stop_gradient(carry))
 
     def check_precision(self, inputs: dict, targets: dict, h0: mx.array) -> None:
         """Before training: parameters, optimizer moments, activations and gradients are all FP32."""
@@ -111,6 +140,9 @@ class Stepper:
         check_fp32({"logits": logits, "aux": aux, "carry": carry}, "activation")
         (_, _), g = nn.value_and_grad(self.model, self._loss)(self.model, inputs, targets, h0)
         check_fp32(g, "gradient")
+        written = written_backward(self.model)
+        if written is not None:
+            check_fp32(written(inputs, targets, h0, self.aux_weight)[3], "gradient")
 
 
 def add_grads(acc, g):

@@ -139,7 +139,7 @@ class Trainer:
             run_dir=self.run.run_dir, data=self.data, learner=self.learner, per_rank=per_rank, world=alone,
             timings={"step_seconds": loop.step_seconds, "data_stall_seconds": train_loader.stall_seconds,
                      "allreduce_seconds": loop.reduce_seconds,
-                     "wall_seconds": time.perf_counter() - self.run.started},
+                     "wall_seconds": time.perf_counter() - self.run.started, "time_split": loop.time_split},
             blas=self.run.blas, aim_hash=self.tracker.hash)
         report(result, self.run.run_dir, self.caches, self.run.console, alone)
         if status == "failed":
@@ -164,6 +164,10 @@ class Trainer:
 
     def latest_due(self, opt_steps: int) -> bool:
         return self.checkpoints.latest_due(opt_steps)
+
+    def settle_after(self, opt_steps: int) -> bool:
+        """Will the run stop after optimizer step `opt_steps` (trainer.max_steps, a pending stopping signal)?"""
+        return bool(self.max_steps and opt_steps >= self.max_steps) or self.stop_requested() is not None
 
     def on_step(self, m: dict) -> None:
         p = self.learner.progress
@@ -241,8 +245,8 @@ class Trainer:
         memory, p, planner = self.learner.memory, self.learner.progress, self.data.planner
         live = np.unique(planner.live_lanes(p.epoch, p.position))
         mine = (planner.lane_owner(p.epoch)[live] // (planner.shards // self.world.size) == self.world.rank)
-        rows = self.world.all_sum(mx.array(memory.h[live] * mine[:, None]), "gathering lane memories for a checkpoint")
-        return ckpt.SparseLanes(tuple(memory.h.shape), live.astype(np.int64), np.array(rows, np.float32))
+        rows = self.world.all_sum(mx.array(memory.rows(live) * mine[:, None]), "gathering lane memories for a checkpoint")
+        return ckpt.SparseLanes((memory.lanes, memory.hidden), live.astype(np.int64), np.array(rows, np.float32))
 
 
 def run_loop(loop: Loop) -> tuple[str, Optional[str]]:

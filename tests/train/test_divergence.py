@@ -89,3 +89,24 @@ def test_strict_replaces_every_non_finite_number():
     out = strict({"a": float("nan"), "b": [1.0, float("inf"), {"c": -math.inf}], "d": 2})
     assert out == {"a": None, "b": [1.0, None, {"c": None}], "d": 2}
     json.dumps(out, allow_nan=False)
+
+
+@pytest.mark.parametrize("every", [3, 1000])
+def test_reading_results_a_step_late_blames_the_same_step_and_saves_nothing_non_finite(train_cfg, tmp_path, every):
+    """The fused loop reads each step's values while the next one computes; the guard still names the
+    first non-finite step (the same as reading every step at once: latest_every_steps=1 settles them
+    all) and no checkpoint holds the weights of a step after it."""
+    def blamed(run_dir, latest_every):
+        cfg = train_cfg("optimizer.lr=1e6", f"checkpoint.latest_every_steps={latest_every}")
+        with pytest.raises(DivergenceError) as err:
+            train(cfg, run_dir=run_dir)
+        latest = run_dir / "checkpoints" / "latest"
+        if latest.exists():
+            params = mx.load(str(latest / "model.safetensors"))
+            assert all(bool(mx.all(mx.isfinite(v)).item()) for v in params.values())
+            saved = json.loads((latest / "state.json").read_text())["progress"]["opt_steps"]
+            step = int(str(err.value).split("optimizer step ")[1].split()[0])
+            assert saved < step
+        return str(err.value).split(":")[0]
+
+    assert blamed(tmp_path / "late", every) == blamed(tmp_path / "at_once", 1)

@@ -1,0 +1,267 @@
+"""The bare training step, MLX against its peers, on the very same prepared microbatches.
+
+Part of ``tcgexp-bench train``. Every (implementation, tbptt.chunk, model.hidden) runs in its
+own child process (a BLAS or thread pool is bound per process, and one framework's idle
+threads must not tax another's), on the same padded microbatches of the same plan, from the
+same initial weights, with the same update (``peers.AdamWRule``: MLX's AdamW, clipped), each
+with ``--threads`` threads. Children run in interleaved rounds, each timing its best of
+``PASSES`` passes after a warm-up that compiles every shape bucket; the best round is kept
+(on a shared machine the best is the signal) and the load average is printed with each.
+Every peer child also replays the first ``VERIFY_STEPS`` microbatches through the MLX step
+from the same weights and reports the largest relative gap between the two loss sequences.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from .table import markdown_table, root_override
+
+PASSES, VERIFY_STEPS, WARMUP = 4, 10, 20
+MLX, MLX_BEFORE = "MLX step (tcgexp)", "MLX step before this change (reference_step)"
+MLX_MKL2 = "MLX step, MKL on the other thread count (1 <-> 2)"
+MLX_NATIVE = "MLX step, fused kernels built -march=native -fno-math-errno (measured, not shipped)"
+from .peers import PEER_NAMES as PEERS  # noqa: E402
+KINDS = {MLX: "mlx", MLX_MKL2: "mlx", MLX_NATIVE: "mlx", MLX_BEFORE: "mlx-before", **{p: f"peer:{p}" for p in PEERS}}
+
+
+def prepared_batches(args, chunk: int) -> tuple[list, int]:
+    """The first ``args.steps`` microbatches of epoch 0's plan at `chunk`, prepared (padded) as the trainer does."""
+    from ..config import build, compose, option
+    from ..plan import LaneIndex
+    from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
+    from ..train.batch import prepare
+
+    cfg = compose(f"dataset={args.dataset}", *root_override(args))
+    corpus = build(cfg.dataset)
+    corpus.build()
+    index = LaneIndex.of(corpus)
+    tb = cfg.tbptt
+    plan = build(option("tbptt", "default", f"tbptt.chunk={chunk}", "seed=0"))(index).epoch_plan(0)
+    loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
+                    transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=chunk))
+    out = []
+    for prep in loader.iterate(plan):
+        out.append(prep)
+        if len(out) >= args.steps:
+            break
+    return out, len(index.lanes)
+
+
+def best_pass(batches, one) -> float:
+    """rows/s of the fastest of PASSES passes over `batches`."""
+    best, rows = 0.0, sum(p.rows for p in batches)
+    for _ in range(PASSES):
+        t0 = time.perf_counter()
+        one(batches)
+        best = max(best, rows / (time.perf_counter() - t0))
+    return best
+
+
+CHAIN = 200  # links of the per-operation cost chain
+
+
+def op_cost(framework: str) -> dict:
+    """Microseconds per link of a compiled chain of CHAIN tiny, unfusable operations (a cumulative sum on
+    [16, 16] and a scaling): what one operation costs a framework beyond its arithmetic."""
+    import numpy as np
+
+    x0 = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
+    if framework == "mlx":
+        from ..train import BLAS  # noqa: F401
+        import mlx.core as mx
+
+        def chain(x):
+            for _ in range(CHAIN):
+                x = mx.cumsum(x, axis=-1) * (1.0 / 17.0)
+            return x
+
+        f, x = mx.compile(chain), mx.array(x0)
+        run = lambda: mx.eval(f(x))  # noqa: E731
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        def chain(x):
+            for _ in range(CHAIN):
+                x = jnp.cumsum(x, axis=-1) * (1.0 / 17.0)
+            return x
+
+        f, x = jax.jit(chain), jnp.asarray(x0)
+        run = lambda: f(x).block_until_ready()  # noqa: E731
+    run()
+    best = float("inf")
+    for _ in range(20):
+        t0 = time.perf_counter()
+        for _ in range(5):
+            run()
+        best = min(best, (time.perf_counter() - t0) / 5)
+    return {"us_per_link": 1e6 * best / CHAIN}
+
+
+def child(kind: str, chunk: int, hidden: int, args) -> dict:
+    """One timing in this process: {"rows_per_s", "compilations", "gap"}; `kind` as in KINDS."""
+    if kind.startswith("ops:"):
+        return op_cost(kind[4:])
+    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
+    import mlx.core as mx
+
+    from .. import sim
+    from ..train.model import RecurrentPolicy
+    from . import peers
+
+    batches, lanes = prepared_batches(args, chunk)
+    rule = peers.AdamWRule()
+    mx.random.seed(0)
+    if kind == "mlx-before":
+        from .reference_step import ReferencePolicy, ReferenceStepper
+
+        model = ReferencePolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
+        opt = rule.mlx()
+        opt.init(model.trainable_parameters())
+        stepper = ReferenceStepper(model, opt, aux_weight=0.25, grad_clip=rule.grad_clip)
+    else:
+        model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
+    out = {"compilations": None, "gap": None}
+    if kind.startswith("peer:"):
+        factory = peers.peer_factories(args.threads)[kind[5:]]
+        if isinstance(factory, str):
+            raise SystemExit(factory)
+        peer = factory(peers.mlx_weights(model), rule)  # verified first, then timed on (it keeps training)
+        out["gap"] = peers.relative_gap(peers.peer_losses(peer, batches, lanes, hidden, VERIFY_STEPS),
+                                        peers.mlx_losses(model, batches, lanes, rule, VERIFY_STEPS))
+        mem = peers.HostLanes(lanes, hidden)
+
+        def run(bs):
+            for prep in bs:
+                loss, carry = peer.step(prep.inputs, prep.targets, mem.read(prep))
+                mem.write(prep, carry)
+
+        run(batches[:WARMUP])
+        out["rows_per_s"] = best_pass(batches, run)
+        out["compilations"] = peer.compilations
+        return out
+    if kind == "mlx":  # what Loop.dispatch does: lane memory in MLX, results read a microbatch late
+        from ..train.state import LaneMemory
+        from ..train.step import to_mx
+
+        stepper, memory = peers.mlx_stepper(model, rule), LaneMemory(lanes, hidden)
+
+        def run(bs):
+            pending = None
+            for prep in bs:
+                inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+                out, carry = stepper.step(inputs, targets, memory.read(prep, inputs["lane_decisions"].shape[0]))
+                memory.write(prep, carry)
+                mx.async_eval(out, memory.table, stepper.state)
+                if pending is not None:
+                    np.array(pending)  # the loop's read-back (and divergence check) of the step before
+                pending = out
+            np.array(pending)
+    else:
+        from ..train.step import to_mx
+
+        mem = peers.HostLanes(lanes, hidden)
+
+        def run(bs):
+            for prep in bs:
+                loss, parts, carry, norm = stepper.step(to_mx(prep.inputs), to_mx(prep.targets),
+                                                        mx.array(mem.read(prep)))
+                mx.eval(loss, carry, norm, stepper.state)
+                mem.write(prep, np.array(carry))
+    run(batches[:WARMUP])
+    out["rows_per_s"] = best_pass(batches, run)
+    out["compilations"] = stepper.compilations
+    return out
+
+
+def spawn(kind: str, chunk: int, hidden: int, args, env: dict | None = None) -> dict | str:
+    cmd = [sys.executable, "-m", "tcgexp.bench", "train", "--dataset", args.dataset, "--hidden", str(hidden),
+           *(["--root", args.root] if args.root else []), "--steps", str(args.steps), "--threads", str(args.threads),
+           "--only-steps", kind, "--chunks", str(chunk), "--hiddens", str(hidden)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if res.returncode != 0:
+        last = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
+        return f"failed: {last}"
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def native_jit_env(stack: contextlib.ExitStack) -> dict:
+    """The environment of a child whose MLX compiles its fused CPU kernels with target flags.
+
+    MLX's CPU backend builds each fused kernel with ``g++ -std=c++17 -O3`` and no target flags
+    (mlx/backend/cpu/jit_compiler.cpp; it resolves ``g++`` on PATH) and keeps the libraries in
+    ``$TMPDIR/mlx/<version>/cpu``. For this measurement only, a ``g++`` in a temporary folder
+    first on PATH adds the flags, and a temporary TMPDIR makes MLX compile afresh. tcgexp ships no
+    such mechanism: it measured no gain (README, "The step against its peers").
+    """
+    where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tcgexp-bench-jit-")))
+    real = shutil.which("g++") or "g++"
+    (where / "bin").mkdir()
+    front = where / "bin" / "g++"
+    front.write_text(f'#!/bin/sh\nexec "{real}" -march=native -fno-math-errno "$@"\n')
+    front.chmod(0o755)
+    (where / "tmp").mkdir()
+    return {"PATH": f"{where / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "TMPDIR": str(where / "tmp")}
+
+
+def compare(args) -> dict:
+    """The interleaved rounds and the table (rows/s, ratio to the fastest peer, compilations, verification)."""
+    with contextlib.ExitStack() as stack:
+        return _compare(args, stack)
+
+
+def _compare(args, stack: contextlib.ExitStack) -> dict:
+    from ..train.blas import mkl_threads
+
+    cells = [(c, h) for c in args.chunks for h in args.hiddens]
+    kinds = [MLX, MLX_MKL2, MLX_NATIVE, MLX_BEFORE, *PEERS]
+    best: dict[tuple, dict | str] = {}
+    print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
+          f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n")
+    native = native_jit_env(stack)
+    for rnd in range(args.rounds):
+        for cell in cells:
+            for label in kinds:
+                # MLX: blas.mkl_threads(); before this change MKL ran on every core
+                other = "2" if mkl_threads(cell[1]) == 1 else "1"
+                env = {MLX_MKL2: {"MKL_NUM_THREADS": other}, MLX_NATIVE: native,
+                       MLX_BEFORE: {"MKL_NUM_THREADS": str(os.cpu_count() or 1)}}.get(label)
+                got = spawn(KINDS[label], *cell, args, env=env)
+                old = best.get((*cell, label))
+                if isinstance(got, str):
+                    best[(*cell, label)] = old if isinstance(old, dict) else got
+                elif not isinstance(old, dict) or got["rows_per_s"] > old["rows_per_s"]:
+                    best[(*cell, label)] = got
+        print(f"round {rnd + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    rows = []
+    for cell in cells:
+        peers = [best[(*cell, p)]["rows_per_s"] for p in PEERS if isinstance(best[(*cell, p)], dict)]
+        fastest = max(peers) if peers else None
+        for label in kinds:
+            got = best[(*cell, label)]
+            if isinstance(got, str):
+                rows.append([*cell, label, got, "", "", ""])
+                continue
+            gap = "" if got["gap"] is None else f"{got['gap']:.1e}"
+            ratio = f"{got['rows_per_s'] / fastest:.2f}x" if fastest else ""
+            rows.append([*cell, label, f"{got['rows_per_s']:,.0f}", ratio,
+                         "" if got["compilations"] is None else got["compilations"], gap])
+    print(markdown_table(["tbptt.chunk", "model.hidden", "implementation", "rows/s", "vs fastest peer",
+                          "compilations", f"max rel. loss gap to MLX, {VERIFY_STEPS} steps"], rows))
+    costs = {fw: spawn(f"ops:{fw}", args.chunks[0], args.hiddens[0], args) for fw in ("mlx", "jax")}
+    print(f"\nWhat one operation costs beyond its arithmetic (a compiled chain of {CHAIN} cumulative sums on "
+          "[16, 16]): " + ", ".join(f"{fw.upper()} {c['us_per_link']:.1f} us per link" if isinstance(c, dict)
+                                   else f"{fw.upper()} {c}" for fw, c in costs.items()))
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    return best

@@ -1,0 +1,140 @@
+"""The training loss and its gradient, written out: one forward and one backward pass of large ops.
+
+Why by hand: on MLX's CPU backend the step's time went mostly to the number of operations,
+not to their arithmetic (each costs a dispatch, an allocation and a pass over memory), and
+reverse-mode autodiff of this model emitted about 340 of them (transposes, broadcasts,
+zero-filled slice updates for every slice, the general vjp of ``cumprod``). Written out, the
+backward pass is what a person would write: softmax minus one-hot, the four aux heads in one
+[R, 4] expression, one matrix product per weight gradient (already in the [out, in] layout,
+so the update reads contiguous memory), one scatter per gather, and the memory recurrence's
+adjoint as the same blocked scan run backwards in time. ``tests/train/test_backprop.py``
+holds every gradient to MLX's autodiff of ``RecurrentPolicy.__call__`` + ``losses``, and
+tests/train/test_fast_step.py the whole step to the step before this module.
+
+Notation: R rows, L lanes x T decisions (the padded grid), H hidden, A actions.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx.utils import tree_flatten, tree_map_with_path
+
+from .model import BCE_HEADS, SCAN_BLOCK, Z_MAX, masked_logits
+
+
+def affine_scan(a: mx.array, b: mx.array, h0: mx.array, reverse: bool = False) -> mx.array:
+    """h[t+1] = a[t] h[t] + b[t] (reverse: h[t] = a[t] h[t+1] + b[t], from h[T] = h0), for every t: [L, T, H].
+
+    Needs (1 - Z_MAX) <= a <= 1: the division form of the model's ``linear_scan`` (whose forward this is,
+    with a = 1 - z and b = z c), in blocks of SCAN_BLOCK anchored at their middle, carried block to
+    block; run backwards in time with reverse cumulative products and sums. Padding (a = 1, b = 0)
+    goes after the last decision: it leaves the state as it is in either direction.
+    """
+    L, T, H = a.shape
+    B = min(SCAN_BLOCK, T)
+    nb = -(-T // B)
+    if nb * B != T:
+        pad = [(0, 0), (0, nb * B - T), (0, 0)]
+        a, b = mx.pad(a, pad, constant_values=1.0), mx.pad(b, pad)
+    a4, b4 = a.reshape(L, nb, B, H), b.reshape(L, nb, B, H)
+    keep = mx.cumprod(a4, axis=2, reverse=reverse)
+    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    K = keep / mid
+    acc = mx.cumsum(b4 / K, axis=2, reverse=reverse)
+    h, h_in = h0[:, None], [h0[:, None]]
+    if nb > 1:
+        edge = 0 if reverse else -1  # where the state leaves a block
+        ends = [mx.split(x[:, :, edge], nb, axis=1) for x in (K, mid, acc)]  # each [L, 1, H]
+        order = range(nb - 1, 0, -1) if reverse else range(nb - 1)
+        for i in order:
+            h = ends[0][i] * (ends[1][i] * h + ends[2][i])
+            h_in.append(h)
+        if reverse:
+            h_in.reverse()
+    hs = K * (mid * mx.concatenate(h_in, axis=1)[:, :, None] + acc)
+    hs = hs.reshape(L, nb * B, H)
+    return hs[:, :T] if nb * B != T else hs
+
+
+def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
+    """(loss, values in METRICS order, carry [L, H], gradients shaped like the model's trainable parameters)."""
+    p = dict(tree_flatten(model.trainable_parameters()))
+    x, first_row, label_hot = inputs["x"], inputs["first_row"], inputs["label_hot"]
+    R, H = x.shape[0], model.hidden
+    W0, W2 = p["encoder.layers.0.weight"], p["encoder.layers.2.weight"]
+    Wg, Wt, Wp, Wa = p["gates.weight"], p["trunk.layers.0.weight"], p["policy.weight"], p["aux.weight"]
+
+    # ---- forward (the same operations as RecurrentPolicy.__call__) ----
+    a1 = mx.addmm(p["encoder.layers.0.bias"], x, W0.T)
+    e1 = mx.maximum(a1, 0.0)
+    a2 = mx.addmm(p["encoder.layers.2.bias"], e1, W2.T)
+    enc = mx.maximum(a2, 0.0)
+    if model.memory:
+        L, T = first_row.shape
+        A = label_hot.shape[-1]
+        hot = label_hot.reshape(L * T, A)
+        per_row = enc @ Wg[:, :H].T
+        gd = mx.take(per_row, first_row.reshape(-1), axis=0) + mx.addmm(p["gates.bias"], hot, Wg[:, H:].T)
+        k, c = gd[:, :H].reshape(L, T, H), gd[:, H:].reshape(L, T, H)
+        zp = 0.25 * k + 0.5
+        z, cc = mx.clip(zp, 0.0, Z_MAX), mx.clip(c, -1.0, 1.0)
+        a = 1.0 - z
+        hs = mx.concatenate([h0[:, None], affine_scan(a, z * cc, h0)], axis=1)  # [L, T+1, H]
+        at = mx.concatenate([inputs["row_lane"] * (T + 1) + inputs["row_dec"],
+                             mx.arange(L, dtype=first_row.dtype) * (T + 1) + inputs["lane_decisions"]])
+        picked = mx.take(hs.reshape(L * (T + 1), H), at, axis=0)
+        h_row, carry = picked[:R], picked[R:]
+    else:
+        h_row, carry = mx.zeros_like(enc), h0
+    u = mx.concatenate([enc, h_row], axis=-1)
+    a3 = mx.addmm(p["trunk.layers.0.bias"], u, Wt.T)
+    zt = mx.maximum(a3, 0.0)
+    logits = mx.addmm(p["policy.bias"], zt, Wp.T)
+    aux = mx.addmm(p["aux.bias"], zt, Wa.T)
+
+    # ---- the loss (as model.losses) and its gradient with respect to the heads ----
+    t = targets
+    w, mask, label = t["row_weight"], t["action_mask"], t["label"]
+    wn = w / mx.maximum(w.sum(), 1.0)
+    masked = masked_logits(logits, mask)
+    logp = masked - mx.logsumexp(masked, axis=-1, keepdims=True)
+    hot_label = mx.arange(logits.shape[1], dtype=label.dtype) == label[:, None]
+    label_logp = mx.take_along_axis(logp, label[:, None], axis=-1)[:, 0]
+    hit = (mx.argmax(masked, axis=-1) == label).astype(mx.float32)
+    policy_accuracy = (mx.stack([-label_logp, hit], axis=1) * wn[:, None]).sum(axis=0)
+    y = mx.stack([t["aux_ko"], t["aux_prize_delta"] / 4.0, t["aux_terminal"], t["aux_return"]], axis=1)
+    av = t["aux_valid"] * w
+    avn = av / mx.maximum(av.sum(), 1.0)
+    per = mx.where(BCE_HEADS, mx.logaddexp(0.0, aux) - aux * y, mx.square(aux - y))
+    aux_means = (per * avn[:, None]).sum(axis=0)
+    loss = policy_accuracy[0] + aux_weight * aux_means.sum()
+    values = mx.concatenate([loss[None], policy_accuracy, aux_means])
+    d_logits = mx.where(mask, (mx.exp(logp) - hot_label) * wn[:, None], 0.0)
+    d_aux = mx.where(BCE_HEADS, mx.sigmoid(aux) - y, 2.0 * (aux - y)) * (aux_weight * avn)[:, None]
+
+    # ---- backward ----
+    g = {"policy.weight": d_logits.T @ zt, "policy.bias": d_logits.sum(axis=0),
+         "aux.weight": d_aux.T @ zt, "aux.bias": d_aux.sum(axis=0)}
+    d_a3 = mx.where(a3 > 0, d_logits @ Wp + d_aux @ Wa, 0.0)
+    g["trunk.layers.0.weight"], g["trunk.layers.0.bias"] = d_a3.T @ u, d_a3.sum(axis=0)
+    d_u = d_a3 @ Wt
+    d_enc = d_u[:, :H]
+    if model.memory:
+        d_hs = mx.zeros((L * (T + 1), H), dtype=enc.dtype).at[at[:R]].add(d_u[:, H:]).reshape(L, T + 1, H)
+        # adjoint of the recurrence: mu[t] = dL/dh[t+1] = d_hs[t+1] + a[t+1] mu[t+1], run backwards
+        a_next = mx.concatenate([a[:, 1:], mx.ones_like(a[:, :1])], axis=1)
+        mu = affine_scan(a_next, d_hs[:, 1:], mx.zeros_like(h0), reverse=True)
+        d_k = mx.where((zp > 0.0) & (zp < Z_MAX), 0.25 * mu * (cc - hs[:, :-1]), 0.0)
+        d_c = mx.where((c > -1.0) & (c < 1.0), mu * z, 0.0)
+        d_gd = mx.concatenate([d_k.reshape(L * T, H), d_c.reshape(L * T, H)], axis=1)  # [L T, 2H]
+        d_per_row = mx.zeros((R, 2 * H), dtype=enc.dtype).at[first_row.reshape(-1)].add(d_gd)
+        g["gates.weight"] = mx.concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
+        g["gates.bias"] = d_gd.sum(axis=0)
+        d_enc = d_enc + d_per_row @ Wg[:, :H]
+    else:
+        g["gates.weight"], g["gates.bias"] = mx.zeros_like(Wg), mx.zeros_like(p["gates.bias"])
+    d_a2 = mx.where(a2 > 0, d_enc, 0.0)
+    g["encoder.layers.2.weight"], g["encoder.layers.2.bias"] = d_a2.T @ e1, d_a2.sum(axis=0)
+    d_a1 = mx.where(a1 > 0, d_a2 @ W2, 0.0)
+    g["encoder.layers.0.weight"], g["encoder.layers.0.bias"] = d_a1.T @ x, d_a1.sum(axis=0)
+    grads = tree_map_with_path(lambda name, _: g[name], model.trainable_parameters())
+    return loss, values, mx.stop_gradient(carry), grads

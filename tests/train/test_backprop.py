@@ -1,0 +1,118 @@
+"""The written-out backward pass (``backprop.py``) equals MLX's autodiff of the model and its loss.
+
+On real prepared microbatches at chunks of one block, several blocks and several blocks with
+padding, with and without memory, from a non-zero incoming memory: the loss, every reported value
+and every parameter's gradient agree to float32 rounding (1e-5 relative to the gradient's scale).
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from tcgexp.train.backprop import affine_scan, loss_and_grads
+from tcgexp.train.model import RecurrentPolicy, losses, linear_scan
+from tcgexp.train.step import to_mx
+
+from .test_model import A, F, lane_inputs
+
+TOL = 1e-5
+
+
+def targets_for(rng, R):
+    return {"action_mask": mx.array(rng.random((R, A)) < 0.7) | mx.array(np.eye(A, dtype=bool)[np.zeros(R, int)]),
+            "label": mx.zeros(R, dtype=mx.int32), "row_weight": mx.array((rng.random(R) < 0.9).astype(np.float32)),
+            "row_early": mx.zeros(R), "aux_valid": mx.array((rng.random(R) < 0.6).astype(np.float32)),
+            "aux_ko": mx.array((rng.random(R) < 0.3).astype(np.float32)),
+            "aux_prize_delta": mx.array(rng.integers(-3, 4, R).astype(np.float32)),
+            "aux_terminal": mx.array((rng.random(R) < 0.1).astype(np.float32)),
+            "aux_return": mx.array(rng.uniform(-1, 1, R).astype(np.float32))}
+
+
+@pytest.mark.parametrize("decisions", [5, 16, 40, 64])
+@pytest.mark.parametrize("memory", [True, False])
+def test_gradients_equal_autodiff(decisions, memory):
+    rng = np.random.default_rng(decisions)
+    inp, _ = lane_inputs(rng, decisions, [1, 2, 1, 3])
+    mx.random.seed(decisions)
+    model = RecurrentPolicy(F, A, hidden=16, memory=memory)
+    inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
+    h0 = mx.array(rng.uniform(-1, 1, (1, 16)).astype(np.float32))
+
+    def reference(model, inputs, t, h0):
+        logits, aux, carry = model(h0=h0, **inputs)
+        return losses(logits, aux, t, 0.25)
+
+    (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
+    loss2, values2, carry2, grads2 = loss_and_grads(model, inputs, t, h0, 0.25)
+    assert abs(loss.item() - loss2.item()) <= TOL * abs(loss.item())
+    np.testing.assert_allclose(np.array(values2), np.array(values), rtol=TOL, atol=1e-6)
+    np.testing.assert_allclose(np.array(carry2), np.array(model(h0=h0, **inputs)[2]), atol=1e-6)
+    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2)):
+        assert name == name2
+        g, g2 = np.array(g), np.array(g2)
+        assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
+
+
+@pytest.mark.parametrize("T", [1, 7, 16, 33, 128])
+def test_affine_scan_forward_and_backwards_in_time(T):
+    rng = np.random.default_rng(T)
+    a = rng.uniform(0.1, 1.0, (2, T, 3)).astype(np.float32)
+    b = rng.normal(size=(2, T, 3)).astype(np.float32)
+    h0 = rng.normal(size=(2, 3)).astype(np.float32)
+    fwd, h = [], h0.astype(np.float64)
+    for t in range(T):
+        h = a[:, t] * h + b[:, t]
+        fwd.append(h)
+    back, h = [None] * T, h0.astype(np.float64)
+    for t in reversed(range(T)):
+        h = a[:, t] * h + b[:, t]
+        back[t] = h
+    got = affine_scan(mx.array(a), mx.array(b), mx.array(h0))
+    got_back = affine_scan(mx.array(a), mx.array(b), mx.array(h0), reverse=True)
+    assert np.abs(np.array(got) - np.stack(fwd, 1)).max() <= 2e-4 * (1 + np.abs(np.stack(fwd, 1)).max())
+    assert np.abs(np.array(got_back) - np.stack(back, 1)).max() <= 2e-4 * (1 + np.abs(np.stack(back, 1)).max())
+
+
+@pytest.mark.parametrize("T", [3, 16, 50])
+def test_the_forward_scan_is_the_models_own(T):
+    """affine_scan(1 - z, z c) is linear_scan(z, c) bit for bit: the step and the model read one memory."""
+    rng = np.random.default_rng(T)
+    z = mx.array(rng.uniform(0.0, 0.9, (3, T, 4)).astype(np.float32))
+    c = mx.array(rng.uniform(-1, 1, (3, T, 4)).astype(np.float32))
+    h0 = mx.array(rng.normal(size=(3, 4)).astype(np.float32))
+    np.testing.assert_array_equal(np.array(affine_scan(1.0 - z, z * c, h0)), np.array(linear_scan(z, c, h0)[:, 1:]))
+
+
+def test_only_the_models_own_class_uses_the_written_backward():
+    """A subclass inherits the forward it may change (a user's model with more layers: tests/test_plugins.py),
+    never the backward written for its parent; a scan swapped in for comparison has none either."""
+    import mlx.optimizers as optim
+
+    from tcgexp.train.step import Stepper, written_backward
+
+    class Deeper(RecurrentPolicy):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.trunk = nn.Sequential(nn.Linear(2 * 16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU())
+
+    def stepper(model):
+        opt = optim.AdamW(1e-3)
+        opt.init(model.trainable_parameters())
+        return Stepper(model, opt, aux_weight=0.25, grad_clip=1.0)
+
+    plain, deeper = RecurrentPolicy(F, A, hidden=16, memory=True), Deeper(F, A, hidden=16, memory=True)
+    swapped = RecurrentPolicy(F, A, hidden=16, memory=True)
+    swapped.scan_fn = lambda z, c, h0: linear_scan(z, c, h0)
+    assert written_backward(plain) is not None and stepper(plain).backward == "written out"
+    assert written_backward(deeper) is None and stepper(deeper).backward == "autodiff"
+    assert written_backward(swapped) is None
+    # the fallback trains the deeper model on its own layers: every parameter gets its gradient
+    rng = np.random.default_rng(0)
+    inp, _ = lane_inputs(rng, 20, [1, 2])
+    inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
+    values, carry, g = stepper(deeper).grads(inputs, t, mx.zeros((1, 16)))
+    names = [k for k, _ in tree_flatten(g)]
+    assert "trunk.layers.2.weight" in names and names == [k for k, _ in tree_flatten(deeper.trainable_parameters())]
