@@ -171,6 +171,13 @@ _CLOSE = json.dumps({"close": True}) + "\n"
 def child() -> None:
     """The child: one Aim run, fed from stdin."""
     import logging
+    import signal
+
+    # the job owns this process: it says "close" (or its stdin ends with it) and kills it when it gives
+    # up. A signal meant for the job (Ctrl-C reaches the whole foreground group, scancel every process
+    # of the step) must not end the run before the job's last lines (its status among them) are written
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
     init = json.loads(sys.stdin.readline())
 

@@ -120,3 +120,42 @@ def test_a_resumed_run_keeps_its_aim_identity_and_reports_its_own_throughput(tmp
     assert second["rows_per_second"] == pytest.approx(
         segment["rows"] / (second["step_seconds"] + second["data_stall_seconds"]))
     assert first["segment"]["rows"] == first["processed"]["rows"]
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_the_whole_group_still_records_every_step_and_the_status(tmp_path, how):
+    """Ctrl-C reaches every process of the terminal's foreground group, and scancel every process of a
+    job step: the Aim run's own process among them. The run must still end "interrupted", holding every
+    optimizer step the job made (the job stops at a safe point and says so; only then may its run close)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.train.conftest import TINY_TRAIN
+
+    repo_root = Path(__file__).resolve().parents[2]
+    aim_repo, run_dir = tmp_path / "aimrepo", tmp_path / "run"
+    cmd = [sys.executable, "-m", "tcgexp.train", *TINY_TRAIN, f"dataset.root={tmp_path / 'data'}",
+           "dataset.rows_per_day=6000", "trainer.epochs=50", "tracking=aim", f"tracking.repo={aim_repo}",
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(repo_root)}, start_new_session=True)
+    latest = run_dir / "checkpoints" / "latest" / "state.json"
+    deadline = time.monotonic() + 240
+    while not latest.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    time.sleep(0.5)  # the Aim run open and some steps tracked
+    os.killpg(proc.pid, getattr(signal, how))  # the job and its Aim process alike
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and f"interrupted by {how}" in err, err[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "interrupted"
+    [run] = list(open_repo(aim_repo).iter_runs())
+    assert run["status"] == "interrupted" and run.hash == result["aim_hash"]
+    points = {m.name: m.values.values_list() for m in run.metrics()}
+    steps = result["processed"]["optimizer_steps"]
+    assert steps > 0 and len(points["train/loss"]) == len(points["cache_train/hits"]) == steps
