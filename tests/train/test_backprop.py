@@ -56,6 +56,54 @@ def test_gradients_equal_autodiff(decisions, memory):
         assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
 
 
+
+def compare(model, inputs, t, h0, aux_weight):
+    """The written-out pass against autodiff: loss, values, carry and every gradient (TOL of its scale)."""
+    def reference(model, inputs, t, h0):
+        logits, aux, carry = model(h0=h0, **inputs)
+        return losses(logits, aux, t, aux_weight)
+
+    (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
+    loss2, values2, carry2, grads2 = loss_and_grads(model, inputs, t, h0, aux_weight)
+    assert np.isfinite(loss2.item()) and abs(loss.item() - loss2.item()) <= TOL * max(abs(loss.item()), 1e-6)
+    np.testing.assert_allclose(np.array(values2), np.array(values), rtol=TOL, atol=1e-6)
+    np.testing.assert_allclose(np.array(carry2), np.array(model(h0=h0, **inputs)[2]), atol=1e-5)
+    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2)):
+        g, g2 = np.array(g), np.array(g2)
+        assert name == name2 and np.isfinite(g2).all(), name
+        assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
+
+
+@pytest.mark.parametrize("aux_weight", [0.0, 0.25, 10.0], ids=["aux0", "aux0.25", "aux10"])
+@pytest.mark.parametrize("hidden", [1, 16, 256], ids=lambda h: f"hidden{h}")
+@pytest.mark.parametrize("gates", [1.0, 30.0], ids=["gates-as-built", "gates-saturated"])
+def test_gradients_equal_autodiff_across_the_knobs(aux_weight, hidden, gates):
+    """Across the values a user types (trainer.aux_weight, model.hidden from 1 up) and with gates driven
+    hard into their clipped ranges (z at 0 and Z_MAX, c at -1 and 1), where the written pass must give
+    exactly the zero gradient autodiff gives."""
+    rng = np.random.default_rng(hidden)
+    inp, _ = lane_inputs(rng, 24, [2, 1, 3])
+    mx.random.seed(hidden)
+    model = RecurrentPolicy(F, A, hidden=hidden, memory=True)
+    model.gates.weight = model.gates.weight * gates
+    model.gates.bias = model.gates.bias * gates
+    inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
+    compare(model, inputs, t, mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32)), aux_weight)
+
+
+@pytest.mark.parametrize("empty", ["no-weighted-rows", "no-aux-rows"])
+def test_gradients_equal_autodiff_when_a_microbatch_has_nothing_to_learn(empty):
+    """Padding-only rows (weight 0) and no valid aux target: the losses are 0 and so is every gradient."""
+    rng = np.random.default_rng(7)
+    inp, _ = lane_inputs(rng, 9, [1, 2])
+    mx.random.seed(7)
+    model = RecurrentPolicy(F, A, hidden=16, memory=True)
+    inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
+    key = "row_weight" if empty == "no-weighted-rows" else "aux_valid"
+    t[key] = mx.zeros_like(t[key])
+    compare(model, inputs, t, mx.zeros((1, 16)), 0.25)
+
+
 @pytest.mark.parametrize("T", [1, 7, 16, 33, 128])
 def test_affine_scan_forward_and_backwards_in_time(T):
     rng = np.random.default_rng(T)
