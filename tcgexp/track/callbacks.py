@@ -24,7 +24,11 @@ from .summary import write_summary
 
 class SweepReport(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("tracking") and config.tracking.get("repo") is not None:  # a local Aim repo
+        # a local Aim repo, created before any job (parallel jobs then only open it). Not for a resume: its
+        # jobs track where their checkpoints' runs live, which the config here does not say yet (its
+        # tracking.repo would be the default, ".": an empty .aim/ left in the folder the user ran from);
+        # each job's tracker creates its repo under the same lock when it must
+        if config.get("tracking") and config.tracking.get("repo") is not None and not config.get("resume"):
             from .aim_run import ensure_repo
 
             ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it

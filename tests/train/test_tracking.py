@@ -159,3 +159,32 @@ def test_a_signal_to_the_whole_group_still_records_every_step_and_the_status(tmp
     points = {m.name: m.values.values_list() for m in run.metrics()}
     steps = result["processed"]["optimizer_steps"]
     assert steps > 0 and len(points["train/loss"]) == len(points["cache_train/hits"]) == steps
+
+
+def test_a_resumed_sweep_leaves_no_aim_repo_where_it_was_started(tmp_path):
+    """`--multirun resume=<run dir>`: the job continues its Aim run where that run lives; the folder the
+    command ran from gets no (empty) .aim/ of the default tracking.repo="." (ownership: we made nothing there)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.train.conftest import TINY_TRAIN
+
+    repo_root = Path(__file__).resolve().parents[2]
+    aim_repo, here = tmp_path / "aimrepo", tmp_path / "here"
+    here.mkdir()
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        res = subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=here, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(repo_root)})
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res
+
+    cli(*TINY_TRAIN, f"dataset.root={tmp_path / 'data'}", "tracking=aim", f"tracking.repo={aim_repo}",
+        "trainer.max_steps=3", f"hydra.run.dir={tmp_path / 'a'}")
+    cli("--multirun", f"resume={tmp_path / 'a'}", "trainer.max_steps=0", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert sorted(p.name for p in here.iterdir()) == [], "the command's folder is left as it was"
+    done = json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())
+    [run] = list(open_repo(aim_repo).iter_runs())
+    assert done["status"] == "completed" and run.hash == done["aim_hash"] and run["status"] == "completed"
