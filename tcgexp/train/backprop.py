@@ -18,41 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from .model import BCE_HEADS, SCAN_BLOCK, Z_MAX, masked_logits
-
-
-def affine_scan(a: mx.array, b: mx.array, h0: mx.array, reverse: bool = False) -> mx.array:
-    """h[t+1] = a[t] h[t] + b[t] (reverse: h[t] = a[t] h[t+1] + b[t], from h[T] = h0), for every t: [L, T, H].
-
-    Needs (1 - Z_MAX) <= a <= 1: the division form of the model's ``linear_scan`` (whose forward this is,
-    with a = 1 - z and b = z c), in blocks of SCAN_BLOCK anchored at their middle, carried block to
-    block; run backwards in time with reverse cumulative products and sums. Padding (a = 1, b = 0)
-    goes after the last decision: it leaves the state as it is in either direction.
-    """
-    L, T, H = a.shape
-    B = min(SCAN_BLOCK, T)
-    nb = -(-T // B)
-    if nb * B != T:
-        pad = [(0, 0), (0, nb * B - T), (0, 0)]
-        a, b = mx.pad(a, pad, constant_values=1.0), mx.pad(b, pad)
-    a4, b4 = a.reshape(L, nb, B, H), b.reshape(L, nb, B, H)
-    keep = mx.cumprod(a4, axis=2, reverse=reverse)
-    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
-    K = keep / mid
-    acc = mx.cumsum(b4 / K, axis=2, reverse=reverse)
-    h, h_in = h0[:, None], [h0[:, None]]
-    if nb > 1:
-        edge = 0 if reverse else -1  # where the state leaves a block
-        ends = [mx.split(x[:, :, edge], nb, axis=1) for x in (K, mid, acc)]  # each [L, 1, H]
-        order = range(nb - 1, 0, -1) if reverse else range(nb - 1)
-        for i in order:
-            h = ends[0][i] * (ends[1][i] * h + ends[2][i])
-            h_in.append(h)
-        if reverse:
-            h_in.reverse()
-    hs = K * (mid * mx.concatenate(h_in, axis=1)[:, :, None] + acc)
-    hs = hs.reshape(L, nb * B, H)
-    return hs[:, :T] if nb * B != T else hs
+from .model import BCE_HEADS, Z_MAX, affine_scan, masked_logits
 
 
 def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):

@@ -67,43 +67,54 @@ def hard_sigmoid(x: mx.array) -> mx.array:
     return mx.clip(0.25 * x + 0.5, 0.0, Z_MAX)
 
 
-def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
-    """h[t+1] = (1 - z[t]) h[t] + z[t] cand[t] for every t at once: [L, T+1, H], h[:, 0] = h0.
+def affine_scan(a: mx.array, b: mx.array, h0: mx.array, reverse: bool = False) -> mx.array:
+    """h[t+1] = a[t] h[t] + b[t] (reverse: h[t] = a[t] h[t+1] + b[t], from h[T] = h0), for every t: [L, T, H].
 
-    Needs 0 <= z <= Z_MAX. The T decisions are cut into blocks of SCAN_BLOCK (the last padded
-    with z = 0, which keeps h as it is). Inside every block, at once, in the division form
-    anchored at the block's middle (bounded by ``block_length``):
-        K[t] = keep[t] / keep[mid],   h[t+1] = K[t] (keep[mid] h_in + sum_{s<=t} z[s] c[s] / K[s]);
+    Needs (1 - Z_MAX) <= a <= 1 (the model's gates: a = 1 - z, b = z cand, ``linear_scan``). The T
+    decisions are cut into blocks of SCAN_BLOCK (the last padded with a = 1, b = 0, which leaves the
+    state as it is in either direction). Inside every block, at once, in the division form anchored
+    at the block's middle (bounded by ``block_length``):
+        K[t] = keep[t] / keep[mid],   h[t+1] = K[t] (keep[mid] h_in + sum_{s<=t} b[s] / K[s]);
     then the state entering each block is carried block to block, one small [L, H] step per
     block, which has no division and so no bound on the number of blocks. (Anchoring at the middle
     makes h[t] depend on later gates of its block at float32 rounding level only: mathematically
-    keep[mid] cancels.)
+    keep[mid] cancels.) Block ends are taken as [L, nb, H] and split once: slicing the big arrays per
+    block would cost one full-size scatter per block in autodiff's backward pass. Backwards in time
+    (``backprop.py``: the recurrence's adjoint) with reverse cumulative products and sums.
     """
-    L, T, H = z.shape
+    L, T, H = a.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)
     if nb * B != T:
         pad = [(0, 0), (0, nb * B - T), (0, 0)]
-        z, cand = mx.pad(z, pad), mx.pad(cand, pad)
-    z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
-    keep = mx.cumprod(1.0 - z4, axis=2)  # in [(1 - Z_MAX)^B, 1]
-    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]  # [L, nb, 1, H]
-    K = keep / mid  # within (1 - Z_MAX)^(+-B/2)
-    acc = mx.cumsum(z4 * c4 / K, axis=2)
-    # The state entering each block: h_in[b+1] = K[b, -1] (mid[b] h_in[b] + acc[b, -1]). Block ends
-    # taken as [L, nb, H] and split once (slicing the big arrays per block would cost one full-size
-    # scatter per block in the backward pass).
+        a, b = mx.pad(a, pad, constant_values=1.0), mx.pad(b, pad)
+    a4, b4 = a.reshape(L, nb, B, H), b.reshape(L, nb, B, H)
+    keep = mx.cumprod(a4, axis=2, reverse=reverse)
+    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    K = keep / mid
+    acc = mx.cumsum(b4 / K, axis=2, reverse=reverse)
     h, h_in = h0[:, None], [h0[:, None]]
     if nb > 1:
-        ends = [mx.split(a[:, :-1, -1], nb - 1, axis=1) for a in (K, mid, acc)]  # each [L, 1, H]
-        for k_end, m, a_end in zip(*ends):
-            h = k_end * (m * h + a_end)
+        edge = 0 if reverse else -1  # where the state leaves a block
+        ends = [mx.split(x[:, :, edge], nb, axis=1) for x in (K, mid, acc)]  # each [L, 1, H]
+        order = range(nb - 1, 0, -1) if reverse else range(nb - 1)
+        for i in order:
+            h = ends[0][i] * (ends[1][i] * h + ends[2][i])
             h_in.append(h)
+        if reverse:
+            h_in.reverse()
     hs = K * (mid * mx.concatenate(h_in, axis=1)[:, :, None] + acc)
     hs = hs.reshape(L, nb * B, H)
-    if nb * B != T:
-        hs = hs[:, :T]
-    return mx.concatenate([h0[:, None], hs], axis=1)
+    return hs[:, :T] if nb * B != T else hs
+
+
+def linear_scan(z: mx.array, cand: mx.array, h0: mx.array) -> mx.array:
+    """h[t+1] = (1 - z[t]) h[t] + z[t] cand[t] for every t at once: [L, T+1, H], h[:, 0] = h0.
+
+    Needs 0 <= z <= Z_MAX: ``affine_scan`` with a = 1 - z, b = z cand (the padding it adds,
+    a = 1 and b = 0, is z = 0: it keeps h as it is).
+    """
+    return mx.concatenate([h0[:, None], affine_scan(1.0 - z, z * cand, h0)], axis=1)
 
 
 @schema("model")

@@ -7,12 +7,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_listening
 from tests.sweep.conftest import SPACE, halving, study_of, trials
 
 pytestmark = pytest.mark.slow
@@ -29,19 +28,6 @@ def private_dir(user: str) -> Path:
     if os.geteuid() == 0:
         shutil.chown(path, user, user)
     return path
-
-
-def wait_port(port: int, seconds: float = 60) -> None:
-    import socket
-
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}"
-            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +68,7 @@ def mariadb():
                              "--bind-address=127.0.0.1", f"--socket={data / 'sock'}", f"--pid-file={data / 'pid'}",
                              "--skip-grant-tables"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(port)
+        wait_listening(port, proc, "MariaDB")
         import pymysql
 
         with pymysql.connect(host="127.0.0.1", port=port, user="root") as conn:

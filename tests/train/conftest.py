@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import TINY, compose_config
+from tests.train.launched import LONGER, launch, rank_failures, single
 
 TINY_TRAIN = [*TINY, "dataset.rows_per_day=1200", "dataset.row_group_rows=256", "tbptt.chunk=8",
               "tbptt.batch_size=64", "model.hidden=16", "trainer.epochs=2", "tracking=off",
@@ -18,3 +19,24 @@ def train_cfg(tmp_path):
         return compose_config(f"dataset.root={data or tmp_path / 'data'}", *TINY_TRAIN, *overrides)
 
     return make
+
+
+# the distributed tests' runs (tests/train/test_distributed*.py): each module builds its own
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """The tiny training config as command-line overrides, its corpus built once."""
+    base = tmp_path_factory.mktemp("dist")
+    overrides = [f"dataset.root={base / 'data'}", *TINY_TRAIN]  # (tracking=off)
+    built = single([*overrides, "trainer.epochs=1"], base / "warm")
+    assert built.returncode == 0, built.stderr[-2000:]
+    return base, overrides
+
+
+@pytest.fixture(scope="module")
+def longer(cli):
+    """The kill and signal tests' config (its own corpus) and its uninterrupted 2-rank run."""
+    base, overrides = cli
+    overrides = [*overrides, *LONGER, f"dataset.root={base / 'data_long'}"]
+    whole = launch(overrides, base / "whole")
+    assert whole.returncode == 0 and not rank_failures(whole.stdout + whole.stderr), whole.stderr[-3000:]
+    return base, overrides

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from tcgexp.train.backprop import affine_scan, loss_and_grads
-from tcgexp.train.model import RecurrentPolicy, losses, linear_scan
+from tcgexp.train.backprop import loss_and_grads
+from tcgexp.train.model import RecurrentPolicy, affine_scan, losses, linear_scan
 from tcgexp.train.step import to_mx
 
 from .test_model import A, F, lane_inputs
