@@ -24,6 +24,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from .config import CONF_DIR, ConfigError, register_configs
+from .launch import keep_exit
 
 CONFIG_PATH = str(CONF_DIR)  # absolute, so console scripts and `python -m` find the same folder
 
@@ -117,6 +118,7 @@ def say_now(exc: BaseException) -> None:
     """
     print(f"error: {flatten(exc)}", file=sys.stderr, flush=True)
     exc.tcgexp_said = True
+    keep_exit()  # said: a launched rank now leaves with its own exit status, whatever the launcher sends
 
 
 def said(exc: BaseException) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import threading
 import time
 from typing import Optional
 
@@ -29,6 +31,30 @@ def launcher_pid() -> Optional[int]:
 
 def launched() -> bool:
     return any(v in os.environ for v in LAUNCH_VARS)
+
+
+def keep_exit() -> None:
+    """A launched rank's outcome is decided (its run is over, or its error said): from here on a SIGTERM
+    is noted, and the process still leaves with its own exit code, within ``KEEP_EXIT_S``.
+
+    Why: when one rank of an ``mlx.launch`` run exits non-zero the launcher SIGTERMs the others at
+    once, and on a loaded machine that signal lands in a rank's last milliseconds, after its outcome
+    is written and said but before the process has left and written its exit status for
+    ``tcgexp-launch``: Python's default would end it there, and the launcher would report a rank that
+    exited 1 as one that "left no status (killed?)". A hang in that last tidying still ends: the
+    signal arms SIGALRM, whose default action ends the process. Nothing changes outside a launch, off
+    the main thread, or where someone else holds SIGTERM (a run's own handler).
+    """
+    if (launched() and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)):
+        signal.signal(signal.SIGTERM, _exit_kept)
+
+
+KEEP_EXIT_S = 20  # seconds a launched rank may still take to leave after a SIGTERM once its outcome is decided
+
+
+def _exit_kept(signum: int, frame) -> None:
+    signal.alarm(KEEP_EXIT_S)
 
 
 def launched_rank() -> int:

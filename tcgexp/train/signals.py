@@ -17,7 +17,7 @@ from wherever the main thread is, and the run's cleanup (``finally`` blocks,
 the ExitStack) still runs on the way out. Once a run of several ranks has
 written its outputs (``run_over()``) nothing is left to abandon, and the
 SIGTERM that ``mlx.launch`` sends the other ranks when one leaves is only noted; after the run a
-launched rank still only notes it (``_after_the_run``) while it leaves and writes its exit status.
+launched rank still only notes it (``launch.keep_exit``) while it leaves and writes its exit status.
 
 Why the handler does no I/O: it runs between two bytecodes of the main
 thread, which may be halfway through a print or a checkpoint write.
@@ -28,7 +28,7 @@ import signal
 import threading
 from typing import Optional
 
-from ..launch import launched
+from ..launch import keep_exit
 
 # SIGTERM and SIGINT are always ours for the run; the others only while nobody
 # else (submitit's requeue handler, a user's hook) has claimed them.
@@ -67,22 +67,6 @@ def exit_code(signame: str) -> int:
     return 128 + int(getattr(signal, signame))
 
 
-def _after_the_run(signum: int, frame) -> None:
-    """SIGTERM on a launched rank once its run is over: noted, and the exit goes on, bounded.
-
-    Why: when one rank of an ``mlx.launch`` run exits non-zero the launcher SIGTERMs the others at
-    once, and on a loaded machine that signal can land after a rank's run has ended (its result and
-    its one line written) but before the process has left and written its exit status for
-    ``tcgexp-launch``: Python's default would end it there, and the launcher would report a rank
-    that exited 1 as one that "left no status (killed?)". A hang in that last tidying still ends:
-    SIGALRM's default action ends the process ``AFTER_RUN_GRACE_S`` after the signal.
-    """
-    signal.alarm(AFTER_RUN_GRACE_S)
-
-
-AFTER_RUN_GRACE_S = 20  # seconds a launched rank may still take to leave after a SIGTERM once its run is over
-
-
 class StopSignals:
     """Context manager: stopping signals set ``requested`` (the first) or raise ForcedStop (the next).
 
@@ -119,9 +103,9 @@ class StopSignals:
         if StopSignals.active is self:
             StopSignals.active = None
         for signum, previous in self._previous.items():
-            if signum == signal.SIGTERM and previous in (signal.SIG_DFL, None) and launched():
-                previous = _after_the_run  # see there: the rank's exit status is still to be written
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        if self._previous:
+            keep_exit()  # the run is over: a launched rank's exit status is still to be written
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:

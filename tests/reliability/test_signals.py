@@ -188,34 +188,42 @@ def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
     assert "1 interrupted" in (tmp_path / "sweep" / "summary.md").read_text()
 
 
-AFTER_THE_RUN = textwrap.dedent("""
+# argv: how the rank's outcome is decided: "run" (its run is over: the run's handlers come and go) or
+# "said" (an error said at once, before any run: ranks whose configs differ)
+DECIDED = textwrap.dedent("""
     import os, signal, sys
+    from tcgexp.cli import say_now
     from tcgexp.train.rank_status import reports_exit
     from tcgexp.train.signals import StopSignals
 
     @reports_exit
     def main():
-        with StopSignals():
-            pass  # the run: its outcome decided and written inside, as train() does
-        os.kill(os.getpid(), signal.SIGTERM)  # mlx.launch's SIGTERM, landing in the teardown after the run
+        if sys.argv[1] == "run":
+            with StopSignals():
+                pass  # the run: its outcome decided and written inside, as train() does
+        else:
+            say_now(ValueError("the ranks composed different configs"))
+        os.kill(os.getpid(), signal.SIGTERM)  # mlx.launch's SIGTERM, landing in the rank's last milliseconds
         print("alarm", signal.alarm(0), flush=True)  # the bound on the rest of the exit, armed by the signal
-        raise SystemExit(1)  # this rank's own outcome: a peer died
+        raise SystemExit(1)  # this rank's own outcome: a peer died, or its config differs
 
     main()
 """)
 
 
+@pytest.mark.parametrize("decided", ["run", "said"], ids=["after-the-run", "after-its-error-said"])
 @pytest.mark.parametrize("launched", [True, False], ids=["launched-rank", "plain-run"])
-def test_a_sigterm_after_the_run_does_not_cut_a_launched_ranks_exit_status(tmp_path, launched):
+def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exit_status(tmp_path, launched,
+                                                                                           decided):
     """mlx.launch SIGTERMs every other rank the moment one exits non-zero; on a loaded machine that can land
-    after a rank's run is over but before it has written its exit status (CI saw tcgexp-launch report
+    after a rank's outcome is decided but before it has written its exit status (CI saw tcgexp-launch report
     "rank 0 left no status (killed?)" for a rank that exited 1). A launched rank notes it and leaves with
     its own code, within a bound; a plain run keeps Python's default (the signal ends it)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
     env["TCGEXP_RANK_STATUS"] = str(tmp_path)
     if launched:
         env["MLX_RANK"] = "0"
-    res = subprocess.run([sys.executable, "-c", AFTER_THE_RUN], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", DECIDED, decided], env=env, capture_output=True, text=True,
                          timeout=120)
     if launched:
         assert res.returncode == 1, res.stderr[-3000:]

@@ -188,6 +188,8 @@ def test_ranks_whose_configs_differ_refuse_at_start_naming_the_keys(cli, key, tm
     shown = "run_dir" if key == "hydra.run.dir" else key
     assert all(f"{shown} (rank 0: " in ln and "rank 1: " in ln for ln in lines), lines
     assert "Traceback" not in res.stderr and res.returncode == 1 and took < 120
+    # the rank that refused second is SIGTERMed by mlx.launch as it leaves: still its own status
+    assert "[launch] rank 0 exited with 1, rank 1 exited with 1" in res.stderr, res.stderr[-3000:]
     assert not list(tmp_path.iterdir()), "a refused run leaves no folder"
 
 
