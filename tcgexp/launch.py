@@ -54,7 +54,8 @@ KEEP_EXIT_S = 20  # seconds a launched rank may still take to leave after a SIGT
 
 
 def _exit_kept(signum: int, frame) -> None:
-    signal.alarm(KEEP_EXIT_S)
+    left = signal.alarm(0)  # a later SIGTERM keeps the bound the first one set (never postpones it)
+    signal.alarm(left or KEEP_EXIT_S)
 
 
 def launched_rank() -> int:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -191,7 +192,7 @@ def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
 # argv: how the rank's outcome is decided: "run" (its run is over: the run's handlers come and go) or
 # "said" (an error said at once, before any run: ranks whose configs differ)
 DECIDED = textwrap.dedent("""
-    import os, signal, sys
+    import os, signal, sys, time
     from tcgexp.cli import say_now
     from tcgexp.train.rank_status import reports_exit
     from tcgexp.train.signals import StopSignals
@@ -203,7 +204,12 @@ DECIDED = textwrap.dedent("""
                 pass  # the run: its outcome decided and written inside, as train() does
         else:
             say_now(ValueError("the ranks composed different configs"))
+        print("signalled", time.time(), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)  # mlx.launch's SIGTERM, landing in the rank's last milliseconds
+        if sys.argv[2] == "hang":  # the last tidying hangs, and more SIGTERMs come: the first one's bound holds
+            time.sleep(3)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)
         print("alarm", signal.alarm(0), flush=True)  # the bound on the rest of the exit, armed by the signal
         raise SystemExit(1)  # this rank's own outcome: a peer died, or its config differs
 
@@ -223,7 +229,7 @@ def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exi
     env["TCGEXP_RANK_STATUS"] = str(tmp_path)
     if launched:
         env["MLX_RANK"] = "0"
-    res = subprocess.run([sys.executable, "-c", DECIDED, decided], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", DECIDED, decided, "-"], env=env, capture_output=True, text=True,
                          timeout=120)
     if launched:
         assert res.returncode == 1, res.stderr[-3000:]
@@ -232,3 +238,18 @@ def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exi
         assert 0 < left <= 20, "a hang after the signal is bounded"
     else:
         assert res.returncode == -signal.SIGTERM and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_launched_rank_that_hangs_after_its_outcome_still_ends_within_the_bound(tmp_path):
+    """The noted SIGTERM arms SIGALRM (tcgexp.launch.KEEP_EXIT_S, 20 s): a rank hung in its last tidying
+    still ends, and a second SIGTERM does not postpone it."""
+    from tcgexp.launch import KEEP_EXIT_S
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
+    env.update(TCGEXP_RANK_STATUS=str(tmp_path), MLX_RANK="0")
+    res = subprocess.run([sys.executable, "-c", DECIDED, "run", "hang"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    took = time.time() - float(res.stdout.split()[1])  # from the first SIGTERM (the second came 3 s later)
+    assert res.returncode == -signal.SIGALRM, res.stderr[-3000:]
+    assert KEEP_EXIT_S - 1 <= took < KEEP_EXIT_S + 2.5, took
