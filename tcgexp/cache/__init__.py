@@ -3,7 +3,8 @@
 ``RowGroupCache`` serves ``(file_index, row_group_index)`` keys as dicts of
 read-only numpy arrays, with a pluggable residency policy (``policy.py``: off,
 fifo, lru, hot60, plan; each a ``cache`` config option that names its class)
-and an optional SSD spill tier. Decoding lives below, in ``tcgexp.data.source``.
+and an optional SSD spill tier (what stays in RAM and what moves to the spill:
+``residency.py``). Decoding lives below, in ``tcgexp.data.source``.
 """
 from __future__ import annotations
 

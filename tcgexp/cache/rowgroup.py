@@ -1,7 +1,8 @@
 """RowGroupCache: the thread-safe page cache over Parquet row groups.
 
 Tiers, from cheapest to dearest: RAM (hot + transient, as the policy
-decides), the SSD spill (``spill.py``), and a Parquet decode. The cache never
+decides), the SSD spill (``spill.py``), and a Parquet decode; what stays in RAM
+and what moves to the spill is ``residency.py``, this module is the access path. The cache never
 changes the bytes handed back: whatever tier serves a key, the arrays equal a
 direct ``read_row_group(i, columns=...)`` of the projection.
 
@@ -13,8 +14,9 @@ Concurrency, and why it is shaped this way:
 - Concurrent misses of one key decode once: the first caller registers a
   Future in ``_inflight`` and decodes; later callers wait on it and get the
   same arrays.
-- An evicted entry sits in ``_spilling`` while its file is written, so a miss
-  that races the write is served from memory instead of decoding again.
+- An evicted entry sits in ``spilling`` while its file is written, so a miss
+  that races the write is served from memory instead of decoding again
+  (``residency.py``).
 - Decoding lives in ``source.py`` (one ``ParquetFile`` per thread and file).
 - Arrays are marked read-only before anyone sees them: the same objects are
   handed to every caller, so an in-place edit would silently corrupt the cache.
@@ -22,10 +24,8 @@ Concurrency, and why it is shaped this way:
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -34,8 +34,9 @@ from typing import ClassVar
 from omegaconf import MISSING
 
 from tcgexp.cache import report
-from tcgexp.cache.policy import Policy, PolicyConfig, admit
+from tcgexp.cache.policy import Policy, PolicyConfig
 from tcgexp.cache.probe import Pressure
+from tcgexp.cache.residency import Residency, make_spill
 from tcgexp.cache.spill import SpillStore
 from tcgexp.data.source import Arrays, Key, ParquetSource, as_key, pack, packed_records
 from tcgexp.schema import ALL, INT32_MAX, INT64_MAX, schema, within
@@ -84,39 +85,24 @@ class RowGroupCache:
         self._source = ParquetSource(files, columns, name=f"cache-{name}")
         self.columns = self._source.columns
 
-        self._policy = policy(capacity)
-        self.policy_name = self._policy.name
-        self.capacity = self._policy.capacity
         self.high_watermark_pct = float(high_watermark_pct)
         self._pressure = Pressure(memory_probe, self.high_watermark_pct, name)
-        # "all" (the contract): in_opt_step blocks capacity evictions too, so a
-        # miss at capacity is served uncached. "pressure": only pressure
-        # evictions are blocked, for loaders whose workers read while the
-        # trainer is inside a step (see opt_step_skips).
-        self._guard_capacity = opt_step_guard == "all"
 
         self._lock = threading.Lock()
-        self._ram: dict[Key, Arrays] = {}
         self._inflight: dict[Key, Future] = {}
-        self._spilling: dict[Key, Arrays] = {}
         self._decoding: dict[Key, int] = {}
-        self._depth = 0
-        self._closed = False
         self._seen: set[Key] = set()
         self._n = dict.fromkeys(
             ("accesses", "hits", "misses", "evictions", "pressure_evictions", "bypasses", "opt_step_skips",
              "shared_misses", "rescues", "decodes", "bytes_loaded", "prefetches", "max_key_decode_concurrency"), 0)
         self._decode_seconds = 0.0
 
-        # Nothing is ever evicted from a zero-capacity cache, so it never spills.
-        self._spill: SpillStore | None = None
-        if spill and self.capacity > 0 and spill_budget_bytes > 0:
-            directory = spill_dir if spill_dir is not None else tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-")
-            try:
-                self._spill = SpillStore(directory, spill_budget_bytes)
-            except OSError as exc:  # unwritable or read-only: the spill is an optimisation, not the run
-                warnings.warn(f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be "
-                              "re-decoded from Parquet", RuntimeWarning, stacklevel=2)
+        made = policy(capacity)
+        self._tiers = Residency(made, make_spill(spill, made.capacity, spill_budget_bytes, spill_dir, name),
+                                lock=self._lock, counts=self._n, guard_capacity=opt_step_guard == "all")
+        # the tiers' parts, by their names here (never rebound: the dict is cleared, not replaced)
+        self._policy, self._ram, self._spill = self._tiers.policy, self._tiers.ram, self._tiers.spill
+        self.policy_name, self.capacity = made.name, made.capacity
 
     # -- keys ---------------------------------------------------------------
     @property
@@ -168,13 +154,13 @@ class RowGroupCache:
                 owner = fut is None
                 if owner:
                     fut = self._inflight[key] = Future()
-                    rescued = self._spilling.get(key)
+                    rescued = self._tiers.spilling.get(key)
                 else:
                     self._n["shared_misses"] += 1
             # After the lookup: the entry being read is already in hand (and, for
             # recency policies, no longer the victim).
-            self._pressure_evict(pressure, spills)
-        self._flush(spills)
+            self._tiers.pressure_evict(pressure, spills)
+        self._tiers.flush(spills)
         if data is not None:
             if packed_records(data) is None:
                 # Second touch: the entry is worth packing row-major now (one gather per
@@ -205,26 +191,15 @@ class RowGroupCache:
                 break
             with self._lock:
                 self._require_open()
-                if key in self._ram or key in self._inflight or not self._admissible(key):
+                if key in self._ram or key in self._inflight or not self._tiers.admissible(key):
                     continue
                 fut = self._inflight[key] = Future()
-                rescued = self._spilling.get(key)
+                rescued = self._tiers.spilling.get(key)
             self._fill_and_admit(key, fut, rescued)
             with self._lock:
                 self._n["prefetches"] += 1
             loaded += 1
         return loaded
-
-    def _admissible(self, key: Key) -> bool:
-        """Under the lock: would ``_admit`` cache ``key`` right now?"""
-        if self.capacity <= 0:
-            return False
-        if len(self._policy) < self.capacity:
-            return True
-        if self._depth > 0 and self._guard_capacity:
-            return False
-        victim = self._policy.victim(key)
-        return victim is not None and victim != key
 
     def _fill_and_admit(self, key: Key, fut: Future, rescued: Arrays | None) -> Arrays:
         """Owner of an in-flight key: load it (lock released), admit it, wake waiters."""
@@ -234,7 +209,7 @@ class RowGroupCache:
             with self._lock:
                 if rescued is not None:
                     self._n["rescues"] += 1
-                self._admit(key, data, spills)
+                self._tiers.admit(key, data, spills)
         except BaseException as exc:  # waiters must never hang, whatever happened
             with self._lock:
                 self._inflight.pop(key, None)
@@ -245,7 +220,7 @@ class RowGroupCache:
         with self._lock:
             self._inflight.pop(key, None)
         fut.set_result(data)
-        self._flush(spills)
+        self._tiers.flush(spills)
         return data
 
     def _load(self, key: Key) -> Arrays:
@@ -276,59 +251,8 @@ class RowGroupCache:
             self._decode_seconds += elapsed
         return data
 
-    # -- residency (all under the lock) ---------------------------------------
-    def _admit(self, key: Key, data: Arrays, spills: list) -> None:
-        if self._closed or self.capacity <= 0:
-            self._n["bypasses"] += 1
-            return
-        if self._depth > 0 and self._guard_capacity and len(self._policy) >= self.capacity:
-            # in_opt_step: serve without caching rather than evict.
-            self._n["opt_step_skips"] += 1
-            self._n["bypasses"] += 1
-            return
-        cached, evicted = admit(self._policy, key)
-        for victim in evicted:
-            self._evict(victim, spills)
-        if cached:
-            self._ram[key] = data
-        else:
-            self._n["bypasses"] += 1
-
-    def _pressure_evict(self, pressure: bool, spills: list) -> None:
-        if not pressure or self._depth > 0:
-            return
-        victim = self._policy.victim(None)  # transient only: hot is never evicted by pressure
-        if victim is not None:
-            self._policy.on_remove(victim)
-            self._n["pressure_evictions"] += 1
-            self._evict(victim, spills)
-
-    def _evict(self, key: Key, spills: list) -> None:
-        """Drop ``key`` (already removed from the policy) from RAM; queue its spill."""
-        data = self._ram.pop(key)
-        self._n["evictions"] += 1
-        store = self._spill
-        if store is None or not store.enabled or not self._policy.worth_spilling(key) or key in store:
-            return
-        rank = ranks = None
-        if self._policy.knows_future:  # snapshot: the store must not touch the policy
-            rank = self._policy.next_use(key)
-            ranks = {k: self._policy.next_use(k) for k in store.keys()}
-        self._spilling[key] = data
-        spills.append((key, data, rank, ranks))
-
-    def _flush(self, spills: list) -> None:
-        """Write queued spills, outside the lock."""
-        for key, data, rank, ranks in spills:
-            try:
-                self._spill.put(key, data, rank=rank, ranks=ranks)
-            finally:
-                with self._lock:
-                    if self._spilling.get(key) is data:
-                        del self._spilling[key]
-
     def _require_open(self) -> None:
-        if self._closed:
+        if self._tiers.closed:
             raise RuntimeError(f"cache-{self.name} is closed")
 
     # -- control ------------------------------------------------------------
@@ -342,12 +266,12 @@ class RowGroupCache:
         evictions are suppressed.
         """
         with self._lock:
-            self._depth += 1
+            self._tiers.depth += 1
         try:
             yield self
         finally:
             with self._lock:
-                self._depth = max(0, self._depth - 1)
+                self._tiers.depth = max(0, self._tiers.depth - 1)
 
     def set_trace(self, trace: Sequence[Iterable]) -> None:
         """The plan's future accesses (``trace[t]`` = keys of position t); plan policy only."""
@@ -382,20 +306,16 @@ class RowGroupCache:
     def close(self) -> None:
         """Drop the RAM tiers, close Parquet handles, remove the spill dir. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self._tiers.closed:
                 return
-            self._closed = True
-            for key in self._policy.keys():
-                self._policy.on_remove(key)
-            self._ram.clear()
-            self._spilling.clear()
+            self._tiers.clear()
         self._source.close()
         if self._spill is not None:
             self._spill.close()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._tiers.closed
 
     def __enter__(self) -> RowGroupCache:
         return self
