@@ -36,20 +36,8 @@ class LaneMemory:
             self._table = mx.zeros((self.lanes + 1, self.hidden), dtype=mx.float32)
         return self._table
 
-    @table.setter
-    def table(self, value: mx.array) -> None:
-        self._table = value
-
     def reset(self) -> None:
         self._table = None
-
-    @property
-    def h(self) -> np.ndarray:
-        """A read-only snapshot [lanes, hidden]; ``rows`` reads only the lanes asked for, ``load`` replaces."""
-        out = np.zeros((self.lanes, self.hidden), np.float32) if self._table is None else \
-            np.array(self._table[:self.lanes])
-        out.setflags(write=False)
-        return out
 
     def rows(self, lanes: np.ndarray) -> np.ndarray:
         """The memory of `lanes` (global lane ids): [len(lanes), hidden] float32."""
@@ -58,7 +46,8 @@ class LaneMemory:
         return np.array(mx.take(self._table, mx.array(np.asarray(lanes, np.int32)), axis=0))
 
     def load(self, h: np.ndarray) -> None:
-        self.table = mx.array(np.concatenate([np.asarray(h, np.float32), np.zeros((1, self.hidden), np.float32)]))
+        """Replace every lane's memory with `h` [lanes, hidden] (a resumed checkpoint's)."""
+        self._table = mx.array(np.concatenate([np.asarray(h, np.float32), np.zeros((1, self.hidden), np.float32)]))
 
     def _where(self, prep: Prepared, lanes_pad: int) -> mx.array:
         idx = np.full(lanes_pad, self.lanes, np.int32)  # padding lanes: the spare row
@@ -72,9 +61,7 @@ class LaneMemory:
         return mx.take(self.table, self._where(prep, lanes_pad), axis=0) * mx.array(keep)
 
     def write(self, prep: Prepared, carry: mx.array) -> None:
-        table = self.table
-        table[self._where(prep, carry.shape[0])] = carry  # a scatter into the table (its buffer, donated)
-        self._table = table
+        self.table[self._where(prep, carry.shape[0])] = carry  # a scatter into the table (its buffer, donated)
 
 
 @dataclass
