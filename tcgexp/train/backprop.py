@@ -18,7 +18,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from .model import BCE_HEADS, Z_MAX, affine_scan, masked_logits
+from .model import BCE_HEADS, Z_MAX, affine_scan, loss_terms
 
 
 def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
@@ -57,25 +57,14 @@ def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight:
     logits = mx.addmm(p["policy.bias"], zt, Wp.T)
     aux = mx.addmm(p["aux.bias"], zt, Wa.T)
 
-    # ---- the loss (as model.losses) and its gradient with respect to the heads ----
+    # ---- the loss (model.loss_terms, as under autodiff) and its gradient with respect to the heads ----
     t = targets
-    w, mask, label = t["row_weight"], t["action_mask"], t["label"]
-    wn = w / mx.maximum(w.sum(), 1.0)
-    masked = masked_logits(logits, mask)
-    logp = masked - mx.logsumexp(masked, axis=-1, keepdims=True)
-    hot_label = mx.arange(logits.shape[1], dtype=label.dtype) == label[:, None]
-    label_logp = mx.take_along_axis(logp, label[:, None], axis=-1)[:, 0]
-    hit = (mx.argmax(masked, axis=-1) == label).astype(mx.float32)
-    policy_accuracy = (mx.stack([-label_logp, hit], axis=1) * wn[:, None]).sum(axis=0)
-    y = mx.stack([t["aux_ko"], t["aux_prize_delta"] / 4.0, t["aux_terminal"], t["aux_return"]], axis=1)
-    av = t["aux_valid"] * w
-    avn = av / mx.maximum(av.sum(), 1.0)
-    per = mx.where(BCE_HEADS, mx.logaddexp(0.0, aux) - aux * y, mx.square(aux - y))
-    aux_means = (per * avn[:, None]).sum(axis=0)
-    loss = policy_accuracy[0] + aux_weight * aux_means.sum()
-    values = mx.concatenate([loss[None], policy_accuracy, aux_means])
-    d_logits = mx.where(mask, (mx.exp(logp) - hot_label) * wn[:, None], 0.0)
-    d_aux = mx.where(BCE_HEADS, mx.sigmoid(aux) - y, 2.0 * (aux - y)) * (aux_weight * avn)[:, None]
+    terms = loss_terms(logits, aux, t, aux_weight)
+    loss, values = terms.loss, terms.values
+    wn, avn = t["row_weight"] / terms.n, terms.av / terms.na  # each row's share of the policy and aux means
+    hot_label = mx.arange(logits.shape[1], dtype=t["label"].dtype) == t["label"][:, None]
+    d_logits = mx.where(t["action_mask"], (mx.exp(terms.logp) - hot_label) * wn[:, None], 0.0)
+    d_aux = mx.where(BCE_HEADS, mx.sigmoid(aux) - terms.y, 2.0 * (aux - terms.y)) * (aux_weight * avn)[:, None]
 
     # ---- backward ----
     g = {"policy.weight": d_logits.T @ zt, "policy.bias": d_logits.sum(axis=0),

@@ -27,7 +27,7 @@ h[t+1]. ``memory=False`` is the same network reading zeros instead.
 """
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Optional
+from typing import Callable, ClassVar, NamedTuple, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -219,8 +219,21 @@ def masked_logits(logits: mx.array, mask: mx.array) -> mx.array:
     return mx.where(mask, logits, mx.array(-1e9, dtype=logits.dtype))
 
 
-def losses(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> tuple[mx.array, mx.array]:
-    """Mean losses over real rows (``row_weight`` is 0 on padding). Returns (total, values in METRICS order).
+class LossTerms(NamedTuple):
+    """``losses``' result and the intermediates its gradient reads (``backprop.py``)."""
+
+    loss: mx.array  # the total
+    values: mx.array  # METRICS order
+    logp: mx.array  # [R, A] log-softmax over the legal actions
+    y: mx.array  # [R, 4] the aux targets, as the heads predict them
+    n: mx.array  # the rows' total weight (at least 1)
+    av: mx.array  # [R] each row's aux weight (aux_valid x row_weight)
+    na: mx.array  # their total (at least 1)
+
+
+def loss_terms(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> LossTerms:
+    """Mean losses over real rows (``row_weight`` is 0 on padding), with the intermediates a written-out
+    gradient reads.
 
     One vector instead of a scalar chain per part: policy loss and accuracy are one weighted sum
     over rows, the four aux heads one masked sum over [R, 4] (binary cross-entropy on logits for
@@ -240,4 +253,10 @@ def losses(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> tuple
     per = mx.where(BCE_HEADS, mx.logaddexp(0.0, aux) - aux * y, mx.square(aux - y))  # [R, 4]
     aux_means = (per * av[:, None]).sum(axis=0) / na
     total = policy_accuracy[0] + aux_weight * aux_means.sum()
-    return total, mx.concatenate([total[None], policy_accuracy, aux_means])
+    return LossTerms(total, mx.concatenate([total[None], policy_accuracy, aux_means]), logp, y, n, av, na)
+
+
+def losses(logits: mx.array, aux: mx.array, t: dict, aux_weight: float) -> tuple[mx.array, mx.array]:
+    """(total, values in METRICS order): ``loss_terms``' two results."""
+    terms = loss_terms(logits, aux, t, aux_weight)
+    return terms.loss, terms.values
