@@ -135,7 +135,8 @@ class AimTracker:
 
     @property
     def hash(self) -> Optional[str]:
-        self._opened.wait(OPEN_SECONDS)
+        if not self._opened.wait(OPEN_SECONDS):  # asked at every checkpoint: a silent child costs this once
+            self._give_up(f"could not start an Aim run at {self.where} (no answer in {OPEN_SECONDS:.0f} s)")
         return self._hash
 
     def _read(self, proc: subprocess.Popen) -> None:
@@ -180,6 +181,7 @@ class AimTracker:
         if self._failed:
             return
         self._failed, self._hash = True, None
+        self._opened.set()  # nothing will open now: whoever waits for the hash has its answer (None)
         say_untracked(why)
         proc = self._proc
         if proc is not None and proc.poll() is None:
@@ -191,8 +193,7 @@ class AimTracker:
 
     def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
               context: Optional[dict] = None) -> None:
-        self._send({"values": {k: float(v) for k, v in values.items()}, "step": step, "epoch": epoch,
-                    "context": context})
+        self._send({"values": values, "step": step, "epoch": epoch, "context": context})  # (floats: _send, the child)
 
     def finish(self, status: str) -> None:
         self._send({"attrs": {"status": status, "error": None}, "untag": "failed"})  # a resumed run failed before
@@ -207,7 +208,6 @@ class AimTracker:
             return
         if not self._failed:
             self._lines.put(_CLOSE)
-        self._opened.wait(OPEN_SECONDS)  # a failure to open is said here at the latest
         try:
             proc.wait(timeout=CLOSE_SECONDS + (0 if self._failed else OPEN_SECONDS))
         except subprocess.TimeoutExpired:
@@ -215,6 +215,7 @@ class AimTracker:
                   f"{OPEN_SECONDS + CLOSE_SECONDS:.0f} s; left unflushed", file=sys.stderr, flush=True)
             proc.kill()
             proc.wait()
+        self._opened.wait(OPEN_SECONDS)  # the child is gone, its replies read at once: a failure to open is said by now
 
 
 _CLOSE = json.dumps({"close": True}) + "\n"

@@ -178,3 +178,21 @@ def test_a_tracker_that_could_not_start_records_nothing_and_raises_nothing(tmp_p
     tracker.finish("completed")
     tracker.close()
     assert tracker.hash is None and capfd.readouterr().err.count("[tracking]") == 1
+
+
+def test_a_tracker_whose_process_cannot_start_answers_at_once(tmp_path, capfd, monkeypatch):
+    """The Aim child cannot be started (the process table full: EAGAIN, injected): one line, and its hash,
+    read at every checkpoint, is None at once (it waited OPEN_SECONDS each time), as is close."""
+    import tcgexp.track.aim_run as aim_run
+
+    def no_process(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(aim_run.subprocess, "Popen", no_process)
+    t0 = time.monotonic()
+    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    tracker.track({"train/loss": 1.0}, step=0)
+    assert [tracker.hash for _ in range(3)] == [None] * 3
+    tracker.close()
+    assert time.monotonic() - t0 < 5, "waited for a run that could never open"
+    assert capfd.readouterr().err.count("[tracking]") == 1
