@@ -134,7 +134,6 @@ class Planner:
         self._chunks: Optional[tuple] = None
         self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
         self._counts: dict[int, int] = {}  # microbatches per epoch, from the packing alone
-        self._packed: Optional[tuple] = None  # (epoch, placed, bounds) of the lowest epoch counted
         self._shard_plans: Optional[tuple] = None  # (epoch, [plan per shard]) of the latest epoch
         if enabled:
             size, lane, d = index.largest_decision()
@@ -259,10 +258,8 @@ class Planner:
                 self._counts[epoch] = len(self._rows_plan(lanes, epoch)[1]) - 1
             else:
                 first, _, _, rows = self.chunk_table()
-                placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+                _, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
                 self._counts[epoch] = len(bounds) - 1
-                if self._packed is None or epoch < self._packed[0]:  # the first epoch's plan reuses its packing
-                    self._packed = (epoch, np.array(placed, np.int64), np.array(bounds, np.int64))
         return self._counts[epoch]
 
     def steps_per_epoch(self, epoch: int) -> int:
@@ -309,12 +306,8 @@ class Planner:
             d, bounds = self._rows_plan(lanes, epoch)
             return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
         first, d0, d1, rows = self.chunk_table()
-        if split == "train" and self.shards == 1 and self._packed is not None and self._packed[0] == epoch:
-            _, placed, bounds = self._packed  # counted at start-up, from the same lane order
-            self._packed = None
-        else:
-            placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
-            placed = np.array(placed, np.int64)
+        placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
+        placed = np.array(placed, np.int64)
         lane_of_chunk = self._lane_of(d0[placed])
         return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch,
                     True)
