@@ -27,9 +27,6 @@ class AdamWRule:
     eps: float = 1e-8
     grad_clip: float = 1.0
 
-    def lr_at(self, step: int) -> float:
-        return self.lr
-
     def mlx(self):
         """The MLX optimizer applying this rule (what the trainer builds from conf/optimizer/adamw.yaml)."""
         import mlx.optimizers as optim

@@ -17,8 +17,6 @@ import mlx.optimizers as optim
 
 from ..train.model import RecurrentPolicy, hard_sigmoid, masked_logits
 
-PARTS = ("policy", "accuracy", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
-
 
 class ReferencePolicy(RecurrentPolicy):
     """The same parameters (names, shapes, initialisation) as RecurrentPolicy; the former forward."""

@@ -74,8 +74,6 @@ CHAIN = 200  # links of the per-operation cost chain
 def op_cost(framework: str) -> dict:
     """Microseconds per link of a compiled chain of CHAIN tiny, unfusable operations (a cumulative sum on
     [16, 16] and a scaling): what one operation costs a framework beyond its arithmetic."""
-    import numpy as np
-
     x0 = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
     if framework == "mlx":
         from ..train import BLAS  # noqa: F401

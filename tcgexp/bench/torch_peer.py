@@ -90,9 +90,8 @@ class TorchStepper:
     def __init__(self, weights: dict[str, np.ndarray], rule: AdamWRule, *, compiled: bool, threads: int,
                  aux_weight: float = 0.25) -> None:
         torch.set_num_threads(threads)
-        self.rule, self.aux_weight, self.count = rule, aux_weight, 0
+        self.rule, self.aux_weight = rule, aux_weight
         self.p = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
-        self.names = list(self.p)
         self.m = [torch.zeros_like(v) for v in self.p.values()]
         self.v = [torch.zeros_like(v) for v in self.p.values()]
         self.loss_fn, self.update = loss_fn, adamw_
@@ -130,8 +129,7 @@ class TorchStepper:
         params = list(self.p.values())
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            self.update(params, list(grads), self.m, self.v, self.rule.lr_at(self.count), self.rule)
-        self.count += 1
+            self.update(params, list(grads), self.m, self.v, self.rule.lr, self.rule)  # constant schedule
         return float(loss.detach()), carry.numpy()
 
     def loss(self, inputs: dict, targets: dict, h0: np.ndarray) -> float:
