@@ -14,5 +14,6 @@ setup(
     packages=[*find_packages(include=["tcgexp", "tcgexp.*"]), "tcgexp.conf",
               *find_namespace_packages(include=["hydra_plugins.*"])],
     package_dir={"tcgexp.conf": "conf"},
-    package_data={"tcgexp.conf": ["*.yaml", "**/*.yaml"]},
+    # tcgexp.kernels' C++ sources: compiled at first use against the MLX installed then (tcgexp/kernels/build.py)
+    package_data={"tcgexp.conf": ["*.yaml", "**/*.yaml"], "tcgexp.kernels": ["csrc/*.cpp", "csrc/*.h"]},
 )

@@ -3,8 +3,8 @@
 Why: ``hydra/sweeper=optuna`` (Hydra's plugin, not installed) was Hydra's "Could not find 'hydra/sweeper/optuna'"
 with no word of what to install, ``hydra/launcher=submitit_slurm`` where SLURM is absent a
 29-line traceback from submitit (and a sweep dir left behind), and the Ray launcher without Ray
-an ImportError from inside the plugin. The first is a composition error (``cli.user_error`` adds
-the hint); the others are checked by ``RunDirGuard.on_multirun_start`` (``tcgexp.rundir``), after
+an ImportError from inside the plugin. The first is a composition error (``console.user_error`` adds
+the hint); the others are checked by ``RunDirGuard.on_multirun_start`` (``tcgexp.train.run_guard``), after
 composition and before the sweep dir is created.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ConfigError
+from .errors import ConfigError
 
 # a plugin's config group option -> how to get it
 INSTALL = {

@@ -6,7 +6,7 @@ one default (option YAMLs and constructors never repeat it), and whose class
 attributes say what the knobs may be:
 
 - ``CHECKS``: ``(field, predicate, what it must be)``, applied by
-  ``tcgexp.config.validate`` before any work (so a bad value is refused by name);
+  ``validate`` before any work (so a bad value is refused by name);
 - ``NULLABLE``: fields whose ``None`` the checks accept;
 - ``UNPINNED``: fields a resume may change (how the run is carried out, never
   what it computes; ``ALL``: the whole node); every other field is pinned.
@@ -30,6 +30,10 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional, TypeVar, dataclass_transform
 
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from .errors import ConfigError
+
 T = TypeVar("T")
 
 ALL = ("*",)  # UNPINNED = ALL: a resume may change anything in the node
@@ -40,10 +44,6 @@ INT64_MAX = 2**63 - 1  # byte budgets and counters (numpy's int64)
 
 # every schema declared with @schema, by the name it is stored under (tests walk their fields)
 REGISTRY: dict[str, type] = {}
-
-
-class ConfigError(ValueError):
-    """A composed config whose values cannot work together: named key, what to change."""
 
 
 @dataclass_transform()
@@ -124,3 +124,38 @@ def field_default(schema_cls: type, field: str) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
+
+
+def _leaves(cfg, prefix: str = ""):
+    """(dotted key, value) for every leaf of the composed config, list items too (the hydra node excluded)."""
+    for key in (cfg if isinstance(cfg, DictConfig) else range(len(cfg))):
+        if key == "hydra":
+            continue
+        node, name = cfg[key], f"{prefix}{key}"
+        if isinstance(node, (DictConfig, ListConfig)):
+            yield from _leaves(node, name + ".")
+        else:
+            yield name, node
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse impossible values before any work starts (types were checked at composition).
+
+    The checks live beside the fields, in each schema's ``CHECKS``; this walks the composed
+    config and applies the checks of whatever schema each node was composed from.
+    """
+    for key, value in _leaves(cfg):  # NaN or infinity in any number trains garbage: refuse it by name
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value} is impossible: it must be a finite number")
+    for prefix, node in _nodes(cfg):
+        problem = check(OmegaConf.get_type(node), node, prefix)
+        if problem:
+            raise ConfigError(problem)
+
+
+def _nodes(cfg: DictConfig, prefix: str = ""):
+    """(dotted prefix, node) for every config node, the root first (the hydra node excluded)."""
+    yield prefix, cfg
+    for key in cfg:
+        if key != "hydra" and isinstance(cfg._get_node(key), DictConfig) and not OmegaConf.is_missing(cfg, key):
+            yield from _nodes(cfg[key], f"{prefix}{key}.")

@@ -14,15 +14,26 @@ from tcgexp.train.blas import load_fast_blas
 # before any test module imports mlx.core: every test then runs the BLAS a user's run does
 BLAS = load_fast_blas()
 
-from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
+from tcgexp.app import compose  # noqa: E402
 from tcgexp.bench.loopback_s3 import wait_listening  # noqa: E402
-from tcgexp.config import build, compose  # noqa: E402
+from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
+from tcgexp.config import build  # noqa: E402
+
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
         "dataset.workers=1"]
 
 
 def compose_config(*overrides: str, config_name: str = "config"):
     return compose(*overrides, config_name=config_name)
+
+
+def assert_continued(result: dict, from_steps: int) -> None:
+    """A resumed run's result.json: it continued its checkpoint (`from_steps` optimizer steps done there) and
+    trained only what was left. A run that ignored resume= and started again trains to the very same weights,
+    so bit-identical weights alone cannot tell a resume from a restart."""
+    assert result["resumed_from"], "the run did not resume"
+    assert result["segment"]["optimizer_steps"] == result["processed"]["optimizer_steps"] - from_steps, \
+        (result["segment"], result["processed"]["optimizer_steps"], from_steps)
 
 
 @pytest.fixture
@@ -53,13 +64,24 @@ def _value(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+@pytest.fixture(scope="session")
+def fresh_held() -> int:
+    """What a fresh run's process holds before its first step (resident bytes after importing the trainer): the
+    memory check's `held` for checks made in the test process, whose own memory grows over the suite."""
+    import sys
+
+    code = "import psutil, tcgexp.train, tcgexp.train.run; print(psutil.Process().memory_info().rss)"
+    return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+
+
 def cache_of(files, columns, policy: str = "lru", **kw):
     """A RowGroupCache built as the trainer builds it: the real `cache=<policy>` option, knobs overridden.
 
     Runtime arguments (spill_dir, memory_probe, name) pass through; hot60's policy knobs apply to
     hot60 only (the other options' schemas have none).
     """
-    from tcgexp.config import build, option
+    from tcgexp.app import option
+    from tcgexp.config import build
 
     runtime = {k: kw.pop(k) for k in ("spill_dir", "memory_probe", "name") if k in kw}
     overrides = []
@@ -75,7 +97,8 @@ def cache_of(files, columns, policy: str = "lru", **kw):
 def planner_of(index, **knobs):
     """The TBPTT planner as the trainer builds it: the real `tbptt` option, knobs overridden (its schema
     holds the defaults); `shards` and `shard` (what the trainer supplies) pass through."""
-    from tcgexp.config import build, option
+    from tcgexp.app import option
+    from tcgexp.config import build
 
     runtime = {k: knobs.pop(k) for k in ("shards", "shard") if k in knobs}
     return build(option("tbptt", "default", *[f"tbptt.{k}={_value(v)}" for k, v in knobs.items()]))(index, **runtime)
@@ -83,9 +106,21 @@ def planner_of(index, **knobs):
 
 def policy_of(name: str, capacity: int, **knobs):
     """The residency policy of cache option `name`, as the cache builds it."""
-    from tcgexp.config import build, option
+    from tcgexp.app import option
+    from tcgexp.config import build
 
     return build(option("cache", name, *[f"cache.policy.{k}={v}" for k, v in knobs.items()]).policy)(capacity)
+
+
+@pytest.fixture(autouse=True)
+def signal_dispositions():
+    """Each test starts with the dispositions the suite started with: a test whose code leaves SIGINT ignored (an
+    in-process launcher's driver, say) would otherwise hand that to every later test's child processes."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for s, handler in before.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

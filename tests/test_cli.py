@@ -9,10 +9,12 @@ import sys
 import time
 
 import pyarrow.parquet as pq
-from omegaconf import OmegaConf
 import pytest
+from omegaconf import OmegaConf
 
-from tcgexp.config import build, compose
+from tcgexp.app import compose
+from tcgexp.config import build
+from tests.conftest import assert_continued
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,4 +137,5 @@ def test_resume_alone_continues_and_refuses_what_would_change_the_result(tmp_pat
     assert ran.model.hidden == 16 and ran.tbptt.chunk == 8 and ran.cache.policy._target_.endswith("PlanPolicy")
     want = json.loads((tmp_path / "whole" / "result.json").read_text())
     assert done["status"] == "completed" and done["processed"]["optimizer_steps"] == want["processed"]["optimizer_steps"]
+    assert_continued(done, 4)  # trainer.max_steps=4 stopped the first
     assert done["final"]["loss"] == want["final"]["loss"], "the resumed run ends where the whole run ends"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tcgexp.cli import group_options
-from tcgexp.config import CONF_DIR, ConfigError
+from tcgexp.config import CONF_DIR, group_options
+from tcgexp.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["dataset.rows_per_day=600", "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8",

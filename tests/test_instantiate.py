@@ -1,8 +1,7 @@
-"""One way of building objects: every option of every group instantiates into the class its _target_ names,
-and the layers import only downwards (options from outside conf/: tests/test_plugins.py)."""
+"""One way of building objects: every option of every group instantiates into the class its _target_ names
+(options from outside conf/: tests/test_plugins.py; the layers' imports: tests/test_layers.py)."""
 from __future__ import annotations
 
-import ast
 import functools
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tcgexp import sim
 from tcgexp.config import build
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS
+from tcgexp.track import NullTracker
 from tests.conftest import CONF, compose_config, make_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,8 @@ def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, t
             "optimizer": lambda: made(schedule),
             "tracking": lambda: _tracker(made, cfg, tmp_path),
             "checkpoint": lambda: made(folder=tmp_path / "checkpoints"),
-            "trainer": lambda: made(checkpoint=build(cfg.checkpoint), tracking=build(cfg.tracking), run=_run(cfg, tmp_path)),
+            "trainer": lambda: made(checkpoints=build(cfg.checkpoint)(folder=tmp_path / "checkpoints"),
+                                   tracker=NullTracker(), run=_run(cfg, tmp_path)),
         }[group]
         made = runtime()
     try:
@@ -68,7 +69,7 @@ def _run(cfg, tmp_path):
     from rich.console import Console
 
     from tcgexp.train.distributed import World
-    from tcgexp.train.trainer import RunContext
+    from tcgexp.train.parts import RunContext
 
     return RunContext(cfg, tmp_path / "run", World(), Console(quiet=True), blas="reference")
 
@@ -81,45 +82,3 @@ def _tracker(made, cfg, tmp_path):
                     resume_hash=None)
     except TypeError:
         return made(cfg, context=job_context(tmp_path), resume_hash=None)
-
-
-# -- layers: data below plan and cache, those below train, train below the sweeper ------------------------
-RANK = {"sim": 0, "data": 1, "plan": 2, "cache": 2, "track": 2, "train": 3, "sweep": 4, "bench": 4}
-PEERS_APART = {("plan", "cache"), ("cache", "plan")}  # the planner and the cache never import each other
-
-
-def imports_of(path: Path) -> set[str]:
-    """tcgexp subpackages a module imports (absolute or relative), top-level and inside functions."""
-    tree = ast.parse(path.read_text())
-    pkg = path.relative_to(ROOT).parts[:-1]
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(pkg[:len(pkg) - node.level + 1]) + (node.module.split(".") if node.module else [])
-            else:
-                base = (node.module or "").split(".")
-            if base[:1] == ["tcgexp"] and len(base) > 1:
-                out.add(base[1])
-            elif base[:1] == ["tcgexp"]:
-                out.update(a.name for a in node.names)
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                parts = a.name.split(".")
-                if parts[0] == "tcgexp" and len(parts) > 1:
-                    out.add(parts[1])
-    return out
-
-
-def test_no_package_imports_one_above_it():
-    wrong = []
-    for path in sorted((ROOT / "tcgexp").rglob("*.py")):
-        parts = path.relative_to(ROOT / "tcgexp").parts
-        if len(parts) < 2 or parts[0] not in RANK:
-            continue
-        here = parts[0]
-        for other in imports_of(path) - {here}:
-            if other in RANK and (RANK[other] > RANK[here] or (here, other) in PEERS_APART
-                                  or (RANK[other] == RANK[here])):
-                wrong.append(f"{path.relative_to(ROOT)} imports tcgexp.{other}")
-    assert not wrong, "\n".join(wrong)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tcgexp.config import ConfigError
+from tcgexp.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["dataset.rows_per_day=600", "dataset.row_group_rows=128", "tracking=off"]
@@ -23,7 +23,10 @@ def run(module: str, *args: str, env: dict | None = None) -> subprocess.Complete
 def assert_one_line(res: subprocess.CompletedProcess, *names: str) -> str:
     assert res.returncode != 0, res.stdout[-2000:]
     assert "Traceback" not in res.stderr, res.stderr[-4000:]
-    last = res.stderr.strip().splitlines()[-1]
+    lines = res.stderr.strip().splitlines()
+    while lines and lines[-1].startswith("[sweep] "):  # a stopped sweep's findings come after its error
+        lines.pop()
+    last = lines[-1]
     assert last.startswith("error: "), res.stderr[-3000:]
     for name in names:
         assert name in last, (name, last)
@@ -78,6 +81,7 @@ def test_a_failed_sweep_job_is_one_line_in_its_log_and_the_sweep_exits_non_zero(
               f"hydra.sweep.dir={sweep}")
     last = assert_one_line(res, "tbptt.batch_size", str(sweep / "summary.md"))
     assert last.startswith("error: a sweep job failed")
+    assert res.stderr.strip().splitlines()[-1] == f"[sweep] rebuild this report any time: tcgexp-report {sweep}"
     log = (sweep / "1" / "train.log").read_text()
     assert log.count("error: ") == 1 and "Traceback" not in log
     assert (sweep / "0" / "result.json").exists() and "FAILED" in (sweep / "summary.md").read_text()
@@ -94,7 +98,7 @@ def test_the_traceback_is_there_when_asked_for(tmp_path, how):
 
 
 def test_user_errors_and_bugs_are_told_apart():
-    from tcgexp.cli import flatten, user_error
+    from tcgexp.console import flatten, user_error
 
     assert user_error(ConfigError("optimizer.lr=-1 is impossible")) == "optimizer.lr=-1 is impossible"
     assert user_error(RuntimeError("a bug")) is None and user_error(KeyError("x")) is None
@@ -106,7 +110,7 @@ def test_user_errors_and_bugs_are_told_apart():
 def test_a_line_said_before_the_stack_unwinds_is_not_said_twice(capsys, entry):
     """A rank that learns its peer died says so at once (mlx.launch SIGTERMs it soon after); the
     entry points then exit 1 without a second copy of the line."""
-    from tcgexp.cli import job_errors, one_line_errors, say_now
+    from tcgexp.console import job_errors, one_line_errors, say_now
 
     def fail():
         exc = ConfigError("rank 1 died (its process is gone) at optimizer step 7")
@@ -121,3 +125,18 @@ def test_a_line_said_before_the_stack_unwinds_is_not_said_twice(capsys, entry):
         (through_job_errors if entry == "job_errors" else one_line_errors()(fail))()
     assert info.value.code == 1
     assert capsys.readouterr().err == "error: rank 1 died (its process is gone) at optimizer step 7\n"
+
+
+def test_a_ctrl_c_no_run_held_ends_with_one_line_and_130(capsys):
+    """A KeyboardInterrupt that reaches an entry point (Ctrl-C during composition, or to a sweep whose jobs run in
+    joblib's workers, which stop by themselves) is one line and the shell's 130, not a traceback and death by
+    SIGINT."""
+    from tcgexp.console import INTERRUPTED, one_line_errors
+
+    def stopped():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as info:
+        one_line_errors()(stopped)()
+    assert info.value.code == 130
+    assert capsys.readouterr().err == INTERRUPTED + "\n"

@@ -5,15 +5,13 @@ inside it, the package on Hydra's search path (``hydra.searchpath=[pkg://my_opti
 the package to read its configs, which registers its schemas). Each composes typed
 by its own schema, is refused by name on a bad value (its CHECKS), trains, and resumes bit-exactly
 (its schedule and optimizer state saved and restored with no code of its own, its settings pinned by
-the resume without a list naming them). The README's example is run as written.
+the resume without a list naming them). The docs' Extending page runs its own package the same way
+(tests/test_extending.py).
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -24,13 +22,8 @@ from hydra.errors import ConfigCompositionException
 from mlx.utils import tree_flatten
 from omegaconf import OmegaConf
 
-from tcgexp.config import ConfigError, validate
-from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
-from tests.conftest import compose_config
+from tcgexp.api import CheckpointError, ConfigError, compose, train, validate
 from tests.train.conftest import TINY_TRAIN
-
-ROOT = Path(__file__).resolve().parents[1]
 
 MODULE = '''
 """A user's own options: a cache policy, a schedule, a model, an optimizer and a tracker, each with settings."""
@@ -43,12 +36,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 
-from tcgexp.cache.policy import Policy, PolicyConfig
-from tcgexp.schema import schema, within
-from tcgexp.track import NullTracker, TrackingConfig
-from tcgexp.train.model import ModelConfig, RecurrentPolicy
-from tcgexp.train.optim import OptimizerConfig, scaled
-from tcgexp.train.schedule import Schedule, SchedulerConfig
+from tcgexp.api import (ModelConfig, NullTracker, OptimizerConfig, Policy, PolicyConfig, RecurrentPolicy, Schedule,
+                        SchedulerConfig, TrackingConfig, scaled, schema, within)
 
 
 @schema("cache.policy", "mru")
@@ -202,7 +191,7 @@ SMALL = [o for o in TINY_TRAIN if not o.startswith("tracking=")]
 
 
 def plugin_cfg(home: Path, data: Path, *more: str):
-    return compose_config(searchpath(home), *CHOICES, f"dataset.root={data}", *SMALL,
+    return compose(searchpath(home), *CHOICES, f"dataset.root={data}", *SMALL,
                           f"tracking.path={data.parent / 'metrics.jsonl'}", *more)
 
 
@@ -244,7 +233,8 @@ def weights(result) -> dict[str, bytes]:
 
 def test_they_train_and_resume_bit_exactly(outside, tmp_path):
     data = tmp_path / "data"
-    more = ["scheduler.gamma=0.3", "model.depth=1", "cache.policy.spare=1", "cache.capacity=2"]
+    more = ["scheduler.gamma=0.3", "model.depth=1", "cache.policy.spare=1", "cache.capacity=2",
+            "trainer.track_every=1"]  # the jsonl tracker sees every step
     whole = train(plugin_cfg(outside, data, *more), run_dir=tmp_path / "whole")
     assert whole["status"] == "completed" and whole["cache"]["train"]["evictions"] > 0  # the policy chose victims
     assert len(whole["model"].trunk.layers) == 4  # the model's depth
@@ -266,35 +256,16 @@ def test_they_train_and_resume_bit_exactly(outside, tmp_path):
     assert weights(again) == weights(whole)
 
 
-# -- the README's example, as written --------------------------------------------------------------
-def readme_example() -> tuple[str, str, list[str]]:
-    """The README's plug-in: its package's module, its YAML, and the command line's arguments."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("**One class and one YAML.**"):]
-    code = re.search(r"```python\n# ~/my_schedules/__init__\.py\n(.*?)```", section, re.S).group(1)
-    yaml = re.search(r"```yaml\n# ~/my_schedules/scheduler/step\.yaml\n(.*?)```", section, re.S).group(1)
-    command = re.search(r"```bash\nPYTHONPATH=\$HOME tcgexp-train (.*?)\n```", section, re.S).group(1)
-    return code, yaml, shlex.split(command)
+def test_options_from_outside_and_their_tests_import_tcgexp_only_through_its_api():
+    """One documented import path (tcgexp.api) for a plug-in and its tests: this file and the plug-in it writes."""
+    import ast
 
+    import tcgexp.api as api
 
-@pytest.mark.slow
-def test_the_readme_example_trains_from_the_command_line(tmp_path):
-    code, yaml, args = readme_example()
-    (tmp_path / "my_schedules" / "scheduler").mkdir(parents=True)
-    (tmp_path / "my_schedules" / "__init__.py").write_text(code)
-    (tmp_path / "my_schedules" / "scheduler" / "step.yaml").write_text(yaml)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    small = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1"]
-
-    def cli(*more):
-        return subprocess.run([sys.executable, "-m", "tcgexp.train", *args, *small, *more], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
-
-    bad = cli("scheduler.gamma=2", f"hydra.run.dir={tmp_path / 'bad'}")
-    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("error: scheduler.gamma=2.0")
-    assert "Traceback" not in bad.stderr
-    res = cli(f"hydra.run.dir={tmp_path / 'run'}")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "completed"
-    ran = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
-    assert ran.scheduler._target_ == "my_schedules.StepDecay" and ran.scheduler.gamma == 0.3
+    for text in (Path(__file__).read_text(), MODULE):
+        for node in ast.walk(ast.parse(text)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert all(n == "tcgexp.api" or not n.startswith("tcgexp") for n in names), names
+    missing = [name for name in api.__all__ if not hasattr(api, name)]
+    assert not missing and len(api.__all__) == len(set(api.__all__)), missing

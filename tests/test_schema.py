@@ -19,9 +19,11 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from tcgexp.cli import primary_defaults
-from tcgexp.config import ConfigError, compose, validate
-from tcgexp.schema import field_default
+import tcgexp.bench.trace  # noqa: F401  (registers the replay tool's root schema, base_replay)
+from tcgexp.app import compose
+from tcgexp.config import primary_defaults
+from tcgexp.errors import ConfigError
+from tcgexp.schema import field_default, validate
 from tests.conftest import CONF
 
 GROUPS = list(primary_defaults("config"))

@@ -5,12 +5,12 @@ import argparse
 import os
 import sys
 
-from ..cli import one_line_errors
+from ..console import one_line_errors
 from ..train.errors import USER_ERRORS
-from . import corpus, distributed, loader, scale, scan, sweep, train
+from . import corpus, distributed, loader, memory, scale, scan, sweep, train
 
-BENCHES = {"corpus": corpus, "distributed": distributed, "loader": loader, "scale": scale, "scan": scan,
-           "sweep": sweep, "train": train}
+BENCHES = {"corpus": corpus, "distributed": distributed, "loader": loader, "memory": memory, "scale": scale,
+           "scan": scan, "sweep": sweep, "train": train}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from .. import sim
-from ..config import build, compose
+from ..app import compose
+from ..config import build
 from ..data.replay import episode_id, episode_seed
 from .table import markdown_table
 

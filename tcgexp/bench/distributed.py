@@ -77,7 +77,8 @@ def same_weights(a: str, b: str) -> str:
 
 
 def run(args) -> None:
-    from ..config import build, compose
+    from ..app import compose
+    from ..config import build
 
     overrides = [f"dataset={args.dataset}", *root_override(args), f"trainer.epochs={args.epochs}",
                  f"tbptt.chunk={args.chunk}", f"model.hidden={args.hidden}", "tracking=off"]

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..train.model import SCAN_BLOCK, Z_MAX
-from .peers import AdamWRule, to_host
+from ..train.scan import SCAN_BLOCK, Z_MAX
+from .adamw_rule import AdamWRule
 
 INPUTS = ("x", "row_lane", "row_dec", "first_row", "label_hot", "lane_decisions")
 
@@ -28,7 +28,7 @@ def linear(p: dict, name: str, x):
 
 
 def linear_scan(z, cand, h0):
-    """tcgexp.train.model.linear_scan in JAX: division form anchored mid-block, blocks carried."""
+    """tcgexp.train.scan.linear_scan in JAX: division form anchored mid-block, blocks carried."""
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)
@@ -116,7 +116,7 @@ class JaxStepper:
         lr = jnp.float32(self.rule.lr)  # constant schedule
         self.params, self.m, self.v, loss, parts, carry, norm = self._step(
             self.params, self.m, self.v, lr, {k: inputs[k] for k in INPUTS}, targets, h0)
-        return float(loss), to_host(carry)
+        return float(loss), np.asarray(carry)
 
     def loss(self, inputs: dict, targets: dict, h0: np.ndarray) -> float:
         """The loss at the current weights (no update)."""

@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from ..app import compose, option
 from ..cache import RowGroupCache
-from ..config import build, compose, option
+from ..config import build
 from ..data.schema import to_numpy
 from ..plan import LaneIndex
 from ..plan.loader import TRAIN_COLUMNS, Loader

@@ -1,41 +1,17 @@
 """What the MLX step and its peers (JAX ``jit``, ``torch.compile``, PyTorch eager) share in the benchmark.
 
-The update rule they all apply (``AdamWRule``: MLX's AdamW, no bias correction,
+The update rule they all apply (``adamw_rule.AdamWRule``: MLX's AdamW, no bias correction,
 global-norm clipping), the weights they start from (the MLX model's, by name),
 the host-side lane memory the peers carry between chunks, and ``peer_factories``:
 which peers this installation can run (the optional ``peers`` extra), and why not.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class AdamWRule:
-    """mlx.optimizers.AdamW as tcgexp configures it (conf/optimizer/adamw.yaml), constant schedule:
-
-        g <- g min(clip / (|g| + 1e-6), 1);  p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;
-        v <- b2 v + (1 - b2) g^2;  p <- p - lr m / (sqrt(v) + eps)     (no bias correction)
-    """
-
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-
-    def mlx(self):
-        """The MLX optimizer applying this rule (what the trainer builds from conf/optimizer/adamw.yaml)."""
-        import mlx.optimizers as optim
-
-        return optim.AdamW(self.lr, betas=list(self.betas), eps=self.eps, weight_decay=self.weight_decay)
-
-
-def to_host(a) -> np.ndarray:
-    return np.asarray(a)
+from .adamw_rule import AdamWRule
 
 
 def mlx_weights(model) -> dict[str, np.ndarray]:
@@ -62,13 +38,14 @@ class HostLanes:
         self.h[prep.lane_ids] = carry[:prep.lanes]
 
 
-def mlx_stepper(weights_from, rule: AdamWRule, *, aux_weight: float = 0.25):
-    """The trainer's Stepper over a fresh optimizer applying `rule`, on the model `weights_from`."""
+def mlx_stepper(weights_from, rule: AdamWRule, *, aux_weight: float = 0.25, kernels: str = "pure"):
+    """The trainer's Stepper over a fresh optimizer applying `rule`, on the model `weights_from`, on the
+    step path `kernels` (trainer.kernels)."""
     from ..train.step import Stepper
 
     opt = rule.mlx()
     opt.init(weights_from.trainable_parameters())
-    return Stepper(weights_from, opt, aux_weight=aux_weight, grad_clip=rule.grad_clip)
+    return Stepper(weights_from, opt, aux_weight=aux_weight, grad_clip=rule.grad_clip, kernels=kernels)
 
 
 def mlx_losses(model, batches: list, lanes: int, rule: AdamWRule, steps: int) -> list[float]:

@@ -15,7 +15,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 
-from ..train.model import RecurrentPolicy, hard_sigmoid, masked_logits
+from ..train.losses import masked_logits
+from ..train.model import RecurrentPolicy
+from ..train.scan import hard_sigmoid
 
 
 class ReferencePolicy(RecurrentPolicy):

@@ -79,10 +79,12 @@ def tiled_columns(files, manifests, days: int):
 
 def child(spec: dict) -> dict:
     """One size, in its own process: index, step counts, plans, lane checkpoint, peak RSS."""
-    from ..config import build, option
-    from ..plan import LaneIndex
-    from ..train.checkpoint import _lane_tensors, SparseLanes
     import mlx.core as mx
+
+    from ..app import option
+    from ..config import build
+    from ..plan import LaneIndex
+    from ..train.checkpoint import SparseLanes, _lane_tensors
 
     files = [Path(f) for f in spec["files"]]
     manifests = [json.loads(Path(m).read_text()) for m in spec["manifests"]]
@@ -135,7 +137,8 @@ def in_child(spec: dict) -> dict:
 
 
 def build(option: str, root: Path, days: int, workers: int) -> tuple[float, object]:
-    from ..config import build as instantiate, compose
+    from ..app import compose
+    from ..config import build as instantiate
 
     corpus = instantiate(compose(f"dataset={option}", f"dataset.root={root}", f"dataset.days={days}",
                                  f"dataset.workers={workers}").dataset)
@@ -157,10 +160,12 @@ def startup_child(spec: dict) -> dict:
     import psutil
 
     launched = psutil.Process().create_time()  # the kernel's start time of this process (10 ms ticks)
-    from ..train import run as train_run  # noqa: E402  (timed: the imports are part of start-up)
-    from ..plan.loader import Loader
-    from ..config import build as instantiate, compose
     from rich.console import Console
+
+    from ..app import compose
+    from ..config import build as instantiate
+    from ..plan.loader import Loader
+    from ..train import run as train_run  # noqa: E402  (timed: the imports are part of start-up)
 
     imported = time.time()
     cfg = compose(f"dataset={spec['option']}", f"dataset.root={spec['root']}", f"dataset.days={spec['days']}",

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> None:
     from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     import mlx.core as mx
 
-    from ..train.model import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan
+    from ..train.scan import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan
 
     variants = [("loop over decisions", loop_scan),
                 ("old: division, 32-decision blocks (reference)", division_scan_32),

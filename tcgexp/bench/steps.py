@@ -3,7 +3,7 @@
 Part of ``tcgexp-bench train``. Every (implementation, tbptt.chunk, model.hidden) runs in its
 own child process (a BLAS or thread pool is bound per process, and one framework's idle
 threads must not tax another's), on the same padded microbatches of the same plan, from the
-same initial weights, with the same update (``peers.AdamWRule``: MLX's AdamW, clipped), each
+same initial weights, with the same update (``adamw_rule.AdamWRule``: MLX's AdamW, clipped), each
 with ``--threads`` threads. Children run in interleaved rounds, each timing its best of
 ``PASSES`` passes after a warm-up that compiles every shape bucket; the best round is kept
 (on a shared machine the best is the signal) and the load average is printed with each.
@@ -12,32 +12,30 @@ from the same weights and reports the largest relative gap between the two loss 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
+from .adamw_rule import AdamWRule
+from .peers import PEER_NAMES as PEERS
 from .table import markdown_table, root_override
 
 PASSES, VERIFY_STEPS, WARMUP = 4, 10, 20
-MLX, MLX_BEFORE = "MLX step (tcgexp)", "MLX step before this change (reference_step)"
-MLX_MKL2 = "MLX step, MKL on the other thread count (1 <-> 2)"
-MLX_NATIVE = "MLX step, fused kernels built -march=native -fno-math-errno (measured, not shipped)"
-from .peers import PEER_NAMES as PEERS  # noqa: E402
-KINDS = {MLX: "mlx", MLX_MKL2: "mlx", MLX_NATIVE: "mlx", MLX_BEFORE: "mlx-before", **{p: f"peer:{p}" for p in PEERS}}
+MLX_PURE = "MLX step, pure MLX operations (trainer.kernels=pure)"
+MLX_FUSED = "MLX step on tcgexp's kernels (trainer.kernels=fused)"
+MLX_FUSED_MKL2 = "MLX step on tcgexp's kernels, MKL on the other thread count (1 <-> 2)"
+KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_MKL2: "mlx:fused", **{p: f"peer:{p}" for p in PEERS}}
 
 
 def prepared_batches(args, chunk: int) -> tuple[list, int]:
     """The first ``args.steps`` microbatches of epoch 0's plan at `chunk`, prepared (padded) as the trainer does."""
-    from ..config import build, compose, option
+    from ..app import compose, option
+    from ..config import build
     from ..plan import LaneIndex
     from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
     from ..train.batch import prepare
@@ -76,8 +74,9 @@ def op_cost(framework: str) -> dict:
     [16, 16] and a scaling): what one operation costs a framework beyond its arithmetic."""
     x0 = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
     if framework == "mlx":
-        from ..train import BLAS  # noqa: F401
         import mlx.core as mx
+
+        from ..train import BLAS  # noqa: F401
 
         def chain(x):
             for _ in range(CHAIN):
@@ -111,25 +110,17 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
     """One timing in this process: {"rows_per_s", "compilations", "gap"}; `kind` as in KINDS."""
     if kind.startswith("ops:"):
         return op_cost(kind[4:])
-    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     import mlx.core as mx
 
     from .. import sim
+    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     from ..train.model import RecurrentPolicy
     from . import peers
 
     batches, lanes = prepared_batches(args, chunk)
-    rule = peers.AdamWRule()
+    rule = AdamWRule()
     mx.random.seed(0)
-    if kind == "mlx-before":
-        from .reference_step import ReferencePolicy, ReferenceStepper
-
-        model = ReferencePolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
-        opt = rule.mlx()
-        opt.init(model.trainable_parameters())
-        stepper = ReferenceStepper(model, opt, aux_weight=0.25, grad_clip=rule.grad_clip)
-    else:
-        model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
+    model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
     out = {"compilations": None, "gap": None}
     if kind.startswith("peer:"):
         factory = peers.peer_factories(args.threads)[kind[5:]]
@@ -149,34 +140,26 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
         out["rows_per_s"] = best_pass(batches, run)
         out["compilations"] = peer.compilations
         return out
-    if kind == "mlx":  # what Loop.dispatch does: lane memory in MLX, results read a microbatch late
-        from ..train.state import LaneMemory
-        from ..train.step import to_mx
+    # "mlx:<trainer.kernels>": what Loop.dispatch does: lane memory in MLX, results read a microbatch late
+    from ..train.state import LaneMemory
+    from ..train.step import to_mx
 
-        stepper, memory = peers.mlx_stepper(model, rule), LaneMemory(lanes, hidden)
+    stepper, memory = peers.mlx_stepper(model, rule, kernels=kind[4:]), LaneMemory(lanes, hidden)
+    if kind != "mlx:auto" and stepper.path != kind[4:]:
+        raise SystemExit(stepper.path_line)
 
-        def run(bs):
-            pending = None
-            for prep in bs:
-                inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
-                out, carry = stepper.step(inputs, targets, memory.read(prep, inputs["lane_decisions"].shape[0]))
-                memory.write(prep, carry)
-                mx.async_eval(out, memory.table, stepper.state)
-                if pending is not None:
-                    np.array(pending)  # the loop's read-back (and divergence check) of the step before
-                pending = out
-            np.array(pending)
-    else:
-        from ..train.step import to_mx
+    def run(bs):
+        pending = None
+        for prep in bs:
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            out, carry = stepper.step(inputs, targets, memory.read(prep, inputs["lane_decisions"].shape[0]))
+            memory.write(prep, carry)
+            mx.async_eval(out, memory.table, stepper.state)
+            if pending is not None:
+                np.array(pending)  # the loop's read-back (and divergence check) of the step before
+            pending = out
+        np.array(pending)
 
-        mem = peers.HostLanes(lanes, hidden)
-
-        def run(bs):
-            for prep in bs:
-                loss, parts, carry, norm = stepper.step(to_mx(prep.inputs), to_mx(prep.targets),
-                                                        mx.array(mem.read(prep)))
-                mx.eval(loss, carry, norm, stepper.state)
-                mem.write(prep, np.array(carry))
     run(batches[:WARMUP])
     out["rows_per_s"] = best_pass(batches, run)
     out["compilations"] = stepper.compilations
@@ -194,47 +177,22 @@ def spawn(kind: str, chunk: int, hidden: int, args, env: dict | None = None) -> 
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def native_jit_env(stack: contextlib.ExitStack) -> dict:
-    """The environment of a child whose MLX compiles its fused CPU kernels with target flags.
-
-    MLX's CPU backend builds each fused kernel with ``g++ -std=c++17 -O3`` and no target flags
-    (mlx/backend/cpu/jit_compiler.cpp; it resolves ``g++`` on PATH) and keeps the libraries in
-    ``$TMPDIR/mlx/<version>/cpu``. For this measurement only, a ``g++`` in a temporary folder
-    first on PATH adds the flags, and a temporary TMPDIR makes MLX compile afresh. tcgexp ships no
-    such mechanism: it measured no gain (README, "The step against its peers").
-    """
-    where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tcgexp-bench-jit-")))
-    real = shutil.which("g++") or "g++"
-    (where / "bin").mkdir()
-    front = where / "bin" / "g++"
-    front.write_text(f'#!/bin/sh\nexec "{real}" -march=native -fno-math-errno "$@"\n')
-    front.chmod(0o755)
-    (where / "tmp").mkdir()
-    return {"PATH": f"{where / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "TMPDIR": str(where / "tmp")}
-
-
 def compare(args) -> dict:
-    """The interleaved rounds and the table (rows/s, ratio to the fastest peer, compilations, verification)."""
-    with contextlib.ExitStack() as stack:
-        return _compare(args, stack)
-
-
-def _compare(args, stack: contextlib.ExitStack) -> dict:
+    """The interleaved rounds and the table (rows/s, ratios to the fastest peer and to the pure MLX step,
+    compilations, verification)."""
     from ..train.blas import mkl_threads
 
     cells = [(c, h) for c in args.chunks for h in args.hiddens]
-    kinds = [MLX, MLX_MKL2, MLX_NATIVE, MLX_BEFORE, *PEERS]
+    kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_MKL2, *PEERS]
     best: dict[tuple, dict | str] = {}
     print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
           f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n")
-    native = native_jit_env(stack)
     for rnd in range(args.rounds):
         for cell in cells:
             for label in kinds:
-                # MLX: blas.mkl_threads(); before this change MKL ran on every core
+                # MLX: blas.mkl_threads()
                 other = "2" if mkl_threads(cell[1]) == 1 else "1"
-                env = {MLX_MKL2: {"MKL_NUM_THREADS": other}, MLX_NATIVE: native,
-                       MLX_BEFORE: {"MKL_NUM_THREADS": str(os.cpu_count() or 1)}}.get(label)
+                env = {MLX_FUSED_MKL2: {"MKL_NUM_THREADS": other}}.get(label)
                 got = spawn(KINDS[label], *cell, args, env=env)
                 old = best.get((*cell, label))
                 if isinstance(got, str):
@@ -246,16 +204,19 @@ def _compare(args, stack: contextlib.ExitStack) -> dict:
     for cell in cells:
         peers = [best[(*cell, p)]["rows_per_s"] for p in PEERS if isinstance(best[(*cell, p)], dict)]
         fastest = max(peers) if peers else None
+        pure = best[(*cell, MLX_PURE)]
+        pure = pure["rows_per_s"] if isinstance(pure, dict) else None
         for label in kinds:
             got = best[(*cell, label)]
             if isinstance(got, str):
-                rows.append([*cell, label, got, "", "", ""])
+                rows.append([*cell, label, got, "", "", "", ""])
                 continue
             gap = "" if got["gap"] is None else f"{got['gap']:.1e}"
             ratio = f"{got['rows_per_s'] / fastest:.2f}x" if fastest else ""
-            rows.append([*cell, label, f"{got['rows_per_s']:,.0f}", ratio,
+            vs_pure = f"{got['rows_per_s'] / pure:.2f}x" if pure else ""
+            rows.append([*cell, label, f"{got['rows_per_s']:,.0f}", ratio, vs_pure,
                          "" if got["compilations"] is None else got["compilations"], gap])
-    print(markdown_table(["tbptt.chunk", "model.hidden", "implementation", "rows/s", "vs fastest peer",
+    print(markdown_table(["tbptt.chunk", "model.hidden", "implementation", "rows/s", "vs fastest peer", "vs pure MLX",
                           "compilations", f"max rel. loss gap to MLX, {VERIFY_STEPS} steps"], rows))
     costs = {fw: spawn(f"ops:{fw}", args.chunks[0], args.hiddens[0], args) for fw in ("mlx", "jax")}
     print(f"\nWhat one operation costs beyond its arithmetic (a compiled chain of {CHAIN} cumulative sums on "

@@ -15,14 +15,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..train.model import SCAN_BLOCK, Z_MAX
-from .peers import AdamWRule
+from ..train.scan import SCAN_BLOCK, Z_MAX
+from .adamw_rule import AdamWRule
 
 INPUTS = ("x", "row_lane", "row_dec", "first_row", "label_hot", "lane_decisions")
 
 
 def linear_scan(z, cand, h0):
-    """tcgexp.train.model.linear_scan in PyTorch: division form anchored mid-block, blocks carried."""
+    """tcgexp.train.scan.linear_scan in PyTorch: division form anchored mid-block, blocks carried."""
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)
@@ -56,7 +56,7 @@ def forward(p: dict, x, row_lane, row_dec, first_row, label_hot, lane_decisions,
 
 
 def loss_fn(p: dict, inputs: dict, t: dict, h0, aux_weight: float):
-    """tcgexp.train.model.losses: (total, carry)."""
+    """tcgexp.train.losses.losses: (total, carry)."""
     logits, aux, carry = forward(p, h0=h0, **inputs)
     w = t["row_weight"]
     n = w.sum().clamp(min=1.0)

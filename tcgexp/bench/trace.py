@@ -12,20 +12,19 @@ before a single row group is decoded.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import field
 from typing import ClassVar
 
-import time
-
-import hydra
 from omegaconf import MISSING, DictConfig
 
+from tcgexp.app import hydra_main, option
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.table import markdown_table
 from tcgexp.cache.policy import Policy, admit
-from tcgexp.cli import CONFIG_PATH, job_errors, one_line_errors
-from tcgexp.config import build, option
+from tcgexp.config import build
+from tcgexp.console import job_errors
 from tcgexp.data.corpus import DatasetConfig
 from tcgexp.data.errors import DataError
 from tcgexp.data.source import Key, as_key
@@ -40,10 +39,10 @@ class ReplayConfig:
 
     dataset: DatasetConfig = MISSING
     tbptt: TbpttConfig = MISSING
-    seed: int = 0
+    seed: int = 0  # the lane shuffle's seed (tbptt.seed follows it), as in a training run
     epochs: int = 1  # epochs of the plan to replay back to back
     split: str = "train"  # train | val
-    capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])
+    capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])  # cache sizes: a column each
     policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])  # cache options
     CHECKS: ClassVar[tuple] = (
         ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"), ("epochs", within(1, 10**4), "in [1, 1e4]"),
@@ -97,8 +96,7 @@ def miss_ratio_table(traces: dict[str, list], capacities: Sequence[int],
     return header, rows
 
 
-@one_line_errors(DataError)
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="replay")
+@hydra_main("replay", DataError)
 def main(cfg: DictConfig) -> None:
     with job_errors(DataError):
         replay_report(cfg)

@@ -5,10 +5,11 @@
 
 Part 1 runs the real trainer (``train(cfg)``) once per cache policy with tracking off and
 reports the second (warm) epoch's rows/s and data-stall share. Part 2 times the bare training
-step (``steps.py``): the MLX step, the step before this change, a JAX ``jit`` port, a
-``torch.compile`` port and PyTorch eager, on the same prepared microbatches. Part 3 runs
-``cache=plan`` and ``cache=off`` again, with Aim tracking (a fresh repo in a temp dir) and
-without, alternated ``--run-rounds`` times (fastest kept), and splits each whole run's wall
+step (``steps.py``): the MLX step on both paths (``trainer.kernels=pure`` and ``fused``), a JAX
+``jit`` port, a ``torch.compile`` port and PyTorch eager, on the same prepared microbatches. Part 3 runs
+``cache=plan`` and ``cache=off`` again (``--run-policies``), with Aim tracking (a fresh repo in a temp
+dir) at each ``--track-every`` cadence (``trainer.track_every``) and without, alternated ``--run-rounds``
+times (fastest kept), and splits each whole run's wall
 time: start-up (call to first step, imports excluded: they are paid once per process), the
 step, data wait, tracking and display, checkpoints, validation, the rest of the loop, and
 teardown (result.json, the caches' report, closing the Aim run); and compares the warm epoch's
@@ -39,17 +40,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per implementation")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the step table (best kept)")
     p.add_argument("--run-rounds", type=int, default=2, help="alternated rounds of the tracked/untracked runs")
+    p.add_argument("--track-every", type=int, nargs="+", default=None,
+                   help="trainer.track_every values of the tracked runs (default: the schema's)")
+    p.add_argument("--run-policies", nargs="+", default=["plan", "off"], help="cache policies of the runs part")
     p.add_argument("--parts", nargs="+", choices=["policies", "steps", "runs"], default=["policies", "steps", "runs"])
     p.add_argument("--only-steps", help=argparse.SUPPRESS)  # child process: one step timing, printed as JSON
 
 
-def one_run(args, policy: str, tracking: str, aim_repo: Path | None = None) -> dict:
-    """``train(cfg)`` once, timed from the call: the result dict with "call_seconds" and "called_at"."""
-    from ..config import compose
+def one_run(args, policy: str, tracking: str, aim_repo: Path | None = None, every: int | None = None) -> dict:
+    """``train(cfg)`` once, timed from the call: the result dict with "call_seconds" and "called_at"; `every`:
+    trainer.track_every (the schema's default when None)."""
+    from ..app import compose
     from ..progress import report_console
     from ..train import train
 
     extra = [f"tracking.repo={aim_repo}", "tracking.experiment=bench"] if tracking == "aim" else []
+    extra += [f"trainer.track_every={every}"] if every else []
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-") as run_dir:
         cfg = compose(f"dataset={args.dataset}", *root_override(args), f"cache={policy}",
                       f"trainer.epochs={args.epochs}", f"tracking={tracking}", *extra, f"model.hidden={args.hidden}")
@@ -87,28 +93,37 @@ def split(r: dict) -> dict:
 
 
 def run_rows(args, bare: float | None) -> tuple[list[list], list[list]]:
-    """(time split per run, warm epoch against the bare step), for cache=plan and cache=off, Aim on and off."""
+    """(time split per run, warm epoch against the bare step and the untracked run), for the runs part's cache
+    policies, Aim at each trainer.track_every (--track-every) and tracking off."""
+    from ..schema import field_default
+    from ..train.trainer import TrainerConfig
+
+    cadences = args.track_every or [field_default(TrainerConfig, "track_every")]
+    trackings = [("aim", every) for every in cadences] + [("off", None)]
     best: dict[tuple, dict] = {}
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-aim-") as aim:
         for _ in range(args.run_rounds):  # alternated: neighbours on a shared machine come and go
-            step = steps.spawn("mlx", 16, args.hidden, args)  # the bare step, in this round too
+            step = steps.spawn("mlx:auto", 16, args.hidden, args)  # the bare step a run takes, in this round too
             if isinstance(step, dict):
                 bare = max(bare or 0.0, step["rows_per_s"])
-            for policy in ("plan", "off"):
-                for tracking in ("aim", "off"):
-                    got = split(one_run(args, policy, tracking, Path(aim)))
-                    key = (policy, tracking)
+            for policy in args.run_policies:
+                for tracking, every in trackings:
+                    got = split(one_run(args, policy, tracking, Path(aim), every))
+                    key = (policy, tracking, every)
                     if key not in best or got["total"] < best[key]["total"]:
                         best[key] = got
     cols = ["start-up", "step", "data wait", "tracking + display", "checkpoints", "validation", "loop, other",
             "teardown", "total"]
-    table = [[f"cache={p}", f"tracking={t}", *(f"{best[p, t][c]:.2f}" for c in cols)] for p, t in best]
+    shown = {("aim", e): f"aim, every {e}" for e in cadences} | {("off", None): "off"}
+    table = [[f"cache={p}", shown[t, e], *(f"{best[p, t, e][c]:.2f}" for c in cols)] for p, t, e in best]
     ratio = []
-    for p in ("plan", "off"):
-        on, off = best[p, "aim"], best[p, "off"]
-        ratio.append([f"cache={p}", f"{on['warm rows/s']:,.0f}", f"{off['warm rows/s']:,.0f}",
-                      f"{bare:,.0f}" if bare else "", f"{on['warm rows/s'] / bare:.0%}" if bare else "",
-                      f"{on['total'] - off['total']:+.2f}"])
+    for p in args.run_policies:
+        off = best[p, "off", None]
+        for every in cadences:
+            on = best[p, "aim", every]
+            ratio.append([f"cache={p}", str(every), f"{on['warm rows/s']:,.0f}", f"{off['warm rows/s']:,.0f}",
+                          f"{on['warm rows/s'] / off['warm rows/s']:.0%}", f"{bare:,.0f}" if bare else "",
+                          f"{on['warm rows/s'] / bare:.0%}" if bare else "", f"{on['total'] - off['total']:+.2f}"])
     return [["cache", "tracking", *cols]] + table, ratio
 
 
@@ -124,7 +139,7 @@ def run(args: argparse.Namespace) -> None:
     bare = None
     if "steps" in args.parts:
         best = steps.compare(args)
-        cell = best.get((16, args.hidden, steps.MLX))
+        cell = best.get((16, args.hidden, steps.MLX_FUSED))
         bare = cell["rows_per_s"] if isinstance(cell, dict) else None
     if "runs" in args.parts:
         table, ratio = run_rows(args, bare)
@@ -132,6 +147,6 @@ def run(args: argparse.Namespace) -> None:
               f"{args.epochs} epochs, fastest of {args.run_rounds} alternated rounds)\n")
         print(markdown_table(table[0], table[1:]))
         print("\n### The warm epoch against the bare step (rows per wall-clock second of epoch 2; tbptt.chunk 16)\n")
-        print(markdown_table(["cache", "with Aim", "tracking off", "bare MLX step (part 2)", "with Aim / bare step",
-                              "wall added by Aim (s)"], ratio))
+        print(markdown_table(["cache", "track_every", "with Aim", "tracking off", "with Aim / off",
+                              "bare MLX step (part 2)", "with Aim / bare step", "wall added by Aim (s)"], ratio))
         print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -300,7 +300,8 @@ class RowGroupCache:
     def diagnose(self) -> list[str]:
         """The seed's rules of thumb, as messages (empty when nothing looks wrong)."""
         return report.diagnose(self.name, self.counters(), policy=self.policy_name, capacity=self.capacity,
-                               spill_dir=self.spill_dir)
+                               spill_dir=self.spill_dir,
+                               spill_reason=self._spill.disabled_reason if self._spill is not None else None)
 
     # -- teardown -----------------------------------------------------------
     def close(self) -> None:

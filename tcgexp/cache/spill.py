@@ -52,6 +52,20 @@ _ARRAY_OVERHEAD = 512  # bound on one .npy header + its zip local/central entrie
 _ARCHIVE_OVERHEAD = 1024  # bound on the zip end records
 
 
+def write_error(exc: BaseException) -> str:
+    """What a write error says about the disk, in words: a read-only file system is not a full disk."""
+    import errno
+
+    code = getattr(exc, "errno", None)
+    if code == errno.EROFS:
+        return "its file system is read-only"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def estimate_bytes(arrays: dict[str, np.ndarray]) -> int:
     """An upper bound on the size of ``np.savez(**arrays)`` (uncompressed zip)."""
     total = _ARCHIVE_OVERHEAD
@@ -110,6 +124,7 @@ class SpillStore:
         self.errors = 0
         self.skipped = 0  # not written: larger than the budget or no room worth making
         self.dropped = 0  # deleted to stay within the budget
+        self.disabled_reason: str | None = None  # why a write error turned spilling off, in words (the report)
 
     # -- queries ------------------------------------------------------------
     def __contains__(self, key) -> bool:
@@ -229,6 +244,7 @@ class SpillStore:
 
     def _disable(self, exc: BaseException) -> None:
         if self.enabled and not self.closed:
+            self.disabled_reason = write_error(exc)
             warnings.warn(f"row-group spill to {self.dir} disabled after a write error ({exc}); "
                           "evicted row groups will be re-decoded from Parquet", RuntimeWarning, stacklevel=4)
             log.warning("spill to %s disabled: %s", self.dir, exc)

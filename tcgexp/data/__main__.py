@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-import hydra
 from omegaconf import DictConfig
 from rich.console import Console
 
-from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver
+from ..app import hydra_main
 from ..config import build
+from ..console import job_errors
 from ..progress import report_console, stage_progress
 from .corpus import Corpus, DataAction, refuse_remote
 from .errors import DataError
@@ -44,8 +44,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
         return corpus.build(progress=update, max_new_days=int(cfg.max_new_days), on_day=day_done)
 
 
-@one_line_errors(DataError)
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="data")
+@hydra_main("data", DataError)
 def main(cfg: DictConfig) -> None:
     with job_errors(DataError):
         run(cfg)

@@ -136,7 +136,9 @@ class Catalog:
         self._run(lambda con: con.execute("DELETE FROM datasets WHERE date = ?", (date,)), write=True)
 
     def reconcile(self, manifest: dict, parquet: Path, manifest_path: Path) -> None:
-        """Index a day; refuse when an existing row disagrees with the manifest."""
+        """Index a day; refuse when an existing row disagrees with the manifest. A row of the same content that
+        points at other files (moved, or edited) is pointed at the day's own: ``all`` leaves a row whose files
+        are missing out, and the data command that validated the day must also make it usable again."""
         want = self.row_from(manifest, parquet, manifest_path)
         have = self.get(manifest["date"])
         if have is None:
@@ -146,6 +148,10 @@ class Catalog:
             if have[key] != want[key]:
                 raise DataError(f"row for {manifest['date']} has {key}={have[key]!r}, its manifest says {want[key]!r}",
                                 path=self.path, fix="delete the catalog to re-index it from the manifests")
+        if (have["path"], have["manifest"]) != (want["path"], want["manifest"]):
+            self.put(want)
+            report(f"{self.path}: the row for {manifest['date']} pointed at {have['path']}; it points at "
+                   f"{want['path']} (the day's own files, checked) again")
 
 
 def lock_holders(path: Path) -> list[str]:

@@ -54,18 +54,18 @@ class DatasetConfig:
     """Day-partitioned Parquet corpus, built from seeded simulator replays (``Corpus``)."""
 
     _target_: str = MISSING  # the option names the class (conf/dataset/*.yaml)
-    name: str = MISSING
+    name: str = MISSING  # the corpus's name (each option sets its own): its folder under data/ and its catalog rows
     root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
     start_date: str = "2026-07-27"  # first day; days are consecutive dates
-    days: int = 1
+    days: int = 1  # consecutive days from start_date; each is built once and kept
     rows_per_day: int = 3000  # more rows: more signal, more build and epoch time
     row_group_rows: int = 2048  # target rows per row group (whole episodes): smaller = finer cache granularity
     episodes_per_shard: int = 16  # build unit: one ZIP member, one .done marker
     val_fraction: float = 0.1  # share of episodes held out, never split by row
-    seed: int = 0
-    max_turns: int = 60
+    seed: int = 0  # the simulator's seed: the same seed and settings build the same games, bit for bit
+    max_turns: int = 60  # a game still running after this many turns (both players' count) ends there, with no winner
     would_ko: bool = True  # counterfactual would-KO labels (about 10 % of build time)
-    compression: str = "zstd"
+    compression: str = "zstd"  # the Parquet codec: smaller files or faster decodes (none: neither cost)
     workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
     # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
@@ -73,7 +73,7 @@ class DatasetConfig:
     dates: Optional[list[str]] = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
     # ... or a range of consecutive days (an open end is the catalog's first/last built day)
     date_from: Optional[str] = None
-    date_to: Optional[str] = None
+    date_to: Optional[str] = None  # the range's last day, included (null: the last built day)
     # root=s3://bucket/prefix (or gs://, abfs://): a published corpus, read by range requests through a local tier
     storage: StorageConfig = field(default_factory=StorageConfig)
     UNPINNED: ClassVar[tuple] = ALL  # a resume is pinned to the data by its days' fingerprints, not by these keys
@@ -102,7 +102,7 @@ class DataAppConfig:
     """``python -m tcgexp.data``: build/validate, or clean derived files of, the configured days."""
 
     dataset: DatasetConfig = MISSING
-    action: DataAction = DataAction.build
+    action: DataAction = DataAction.build  # what the command does to the days (DataAction)
     target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
     # the most days one command builds (a typo'd range would otherwise write hundreds); more is refused in one
     # line with the count: raise it to build a longer corpus on purpose (0 = only validate what is built)

@@ -68,3 +68,7 @@ class StoreInterrupted(SystemExit):
 
         super().__init__(128 + int(getattr(signal, signame)))
         self.signame, self.message = signame, message
+
+    def __reduce__(self):
+        # pickled by its own arguments: a joblib worker's exception crosses to the sweep process (tests/test_exceptions.py)
+        return type(self), (self.signame, self.message), self.__dict__

@@ -87,7 +87,7 @@ def wait(future: Future, bound_s: float, on_slow: Optional[Callable[[float], Non
             except TimeoutError:
                 pass
             if arrived:
-                raise Interrupted(arrived[0])
+                raise Interrupted(arrived.pop(0))
             waited = time.monotonic() - t0
             if waited >= bound_s:
                 raise TimedOut()
@@ -97,6 +97,17 @@ def wait(future: Future, bound_s: float, on_slow: Optional[Callable[[float], Non
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if arrived:  # came with the answer (or the call's failure) in the same poll: not lost, the handler before
+            signal.raise_signal(signal.Signals[arrived[0]])  # ours gets it (a run's stop, Ctrl-C's KeyboardInterrupt)
+
+
+def abandon_all(why: str) -> None:
+    """Kill every store's client process: every call in flight, whichever thread waits on it, fails at once
+    (a run leaving after a stopping signal must not wait for a store that stopped answering)."""
+    with StoreProcess._shared_lock:
+        procs = [p for p in StoreProcess._shared.values() if not p.gone]
+    for proc in procs:
+        proc.kill(why)
 
 
 class StoreProcess:

@@ -22,6 +22,7 @@ from ..schema import ALL, schema, within
 from .plan import Microbatch, Plan
 
 # What the trainer reads per row (lane columns come from the plan, not the file).
+WAIT_POLL_S = 0.2  # how often a wait for a batch asks the consumer whether to go on (stop_waiting)
 TRAIN_COLUMNS = ["features", "action_mask", "label", "would_ko", "would_ko_valid",
                  "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return", "aux_valid"]
 
@@ -111,6 +112,9 @@ class Loader:
         self.depth = depth if depth is not None else max(2, 2 * self.workers)
         self.stall_seconds = 0.0  # consumer time spent waiting for a batch, all iterations
         self.batches = 0
+        # set by the consumer: while it waits for a batch, asked every WAIT_POLL_S; an exception it returns ends the
+        # wait (raised), and the workers are then not waited for (a store that stopped answering holds them)
+        self.stop_waiting: Optional[Callable[[], Optional[BaseException]]] = None
 
     def _work(self, mb: Microbatch) -> Any:
         if not mb.rows:
@@ -138,7 +142,7 @@ class Loader:
                     break
             while pending:
                 t0 = time.perf_counter()
-                batch = pending.popleft().result()
+                batch = self._wait(pending.popleft())
                 self.stall_seconds += time.perf_counter() - t0
                 nxt = next(todo, None)
                 if nxt is not None:
@@ -148,4 +152,15 @@ class Loader:
         finally:
             for fut in pending:
                 fut.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown(wait=self.stop_waiting is None or self.stop_waiting() is None, cancel_futures=True)
+
+    def _wait(self, future: Future) -> Any:
+        if self.stop_waiting is None:
+            return future.result()
+        while True:
+            try:
+                return future.result(timeout=WAIT_POLL_S)
+            except TimeoutError:
+                stop = self.stop_waiting()
+                if stop is not None:
+                    raise stop from None

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ..track.summary import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
+from ..track.stats import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
 
 RUNNING, WAITING, PRUNED, COMPLETE, FAILED = "running", "waiting", "pruned", "complete", "failed"
 

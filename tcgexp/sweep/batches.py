@@ -10,28 +10,51 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
-from . import asha, outcome, results, space as spaces, study as studies
+from omegaconf import DictConfig
 
-if TYPE_CHECKING:
-    from .sweeper import HalvingSearch
+from ..overrides import override
+from . import asha, identity, outcome, results
+from . import space as spaces
+from . import study as studies
+from .config import HalvingSweeperConfig
+from .space import WHERE
 
 
 def say(line: str) -> None:
     print(f"[sweep] {line}", file=sys.stderr, flush=True)
 
 
+class Search(Protocol):
+    """What a sweep's batches need of the sweep (``sweeper.HalvingSearch``): its settings, folder and launcher."""
+
+    s: HalvingSweeperConfig
+    config: DictConfig
+    sweep_dir: Path
+    job_idx: int
+
+    def budget_overrides(self, budget: int) -> list[str]: ...
+
+    def batch_size(self) -> int: ...
+
+    def launch(self, jobs: list[list[str]]) -> list[Any]: ...
+
+
 class Run:
     """One sweep's state between batches: the records, the ASHA rules, the study."""
 
-    def __init__(self, search: HalvingSearch, study, space: spaces.Space, budgets: list[int], metric: str,
+    def __init__(self, search: Search, study, space: spaces.Space, budgets: list[int], metric: str,
                  direction: str, seed0: int, n_trials: int, records: list[studies.Record]) -> None:
         self.search, self.s, self.study, self.space = search, search.s, study, space
         self.budgets, self.metric, self.direction, self.seed0 = budgets, metric, direction, seed0
         self.halving = asha.Halving(budgets, self.s.eta, n_trials, maximize=direction == "maximize")
         self.records = {r.trial.number: r for r in records}
+        for r in records:  # the folders where they are now (the layout stays; the folder may be written another way)
+            r.run_dirs = [self.run_dir(r.trial.number, s) for s in range(self.s.seeds)]
+            self.adopt(r, made_only=True)  # a finished trial is reported only if its folders trained it
         self.n_trials = n_trials
+        self.held: list[tuple[int, Optional[str]]] = []  # trials a full disk stopped (settle), said at the batch's end
         self.out = results.Outputs(search.sweep_dir, search.config, space, budgets, metric, direction, self.s.seeds)
 
     @property
@@ -41,6 +64,17 @@ class Run:
     def run_dir(self, number: int, seed: int) -> str:
         sub = f"{number}" if self.s.seeds == 1 else f"{number}/seed{seed}"
         return str((self.search.sweep_dir / sub).absolute())
+
+    def adopt(self, r: studies.Record, made_only: bool = False) -> None:
+        """Each of the trial's folders is this trial's, before its results are read or its latest/ resumed
+        (``identity.adopt``: a folder another study's trial trained is refused, never reported).
+        `made_only`: only the folders that exist (a trial asked but never launched has none yet)."""
+        for s, run_dir in enumerate(r.run_dirs):
+            if made_only and not Path(run_dir).exists():
+                continue
+            seed = self.seed0 + s if self.s.seeds > 1 else None
+            want = identity.identity(self.study.study_name, r.trial.number, r.params, seed)
+            identity.adopt(Path(run_dir), want, self.search.sweep_dir)
 
     # -- choosing what runs next ---------------------------------------------------------------------------
     def next_units(self, capacity: int) -> list[studies.Record]:
@@ -87,10 +121,12 @@ class Run:
             if self.s.seeds > 1:
                 job.append(f"seed={self.seed0 + s}")
             if outcome.latest_state(Path(run_dir)) is not None:
-                job.append(f"resume={run_dir}")  # its own checkpoint: promoted, or interrupted mid-rung
+                job.append(override("resume", str(run_dir)))  # its own checkpoint: promoted, or interrupted mid-rung
+            else:  # started again from nothing (its disk was full, or it stopped before latest/): the folder is its
+                identity.set_aside_result(Path(run_dir))  # own (adopt), and a run does not replace a result
             # the sweep dir as this sweep resolved it (a job's own config would digest its own overrides)
-            job.append(f"hydra.sweep.dir={self.search.sweep_dir.absolute()}")
-            job.append(f"hydra.sweep.subdir={Path(run_dir).relative_to(self.search.sweep_dir.absolute())}")
+            job.append(override("hydra.sweep.dir", str(self.search.sweep_dir.absolute())))
+            job.append(override("hydra.sweep.subdir", str(Path(run_dir).relative_to(self.search.sweep_dir.absolute()))))
             out.append(job)
         return out
 
@@ -105,6 +141,7 @@ class Run:
             outcomes: dict[tuple[int, int], outcome.Outcome] = {}
             for r in units:
                 budget = self.budgets[r.trial.rung]
+                self.adopt(r)
                 for s, job in enumerate(self.jobs(r)):
                     seen = outcome.read(Path(r.run_dirs[s]), budget, self.metric)
                     if seen.kind == outcome.DONE:  # finished before the sweep stopped: never re-run
@@ -120,6 +157,8 @@ class Run:
                 self.finish(self.records[t.number], asha.PRUNED)
             self.study.set_user_attr("tcgexp_jobs", self.search.job_idx)
             self.out.write(self.records, self.halving, self.budgets)
+            if self.held:
+                self.stop_held()
         for r in self.records.values():  # the configurations are used up: whoever waits stays where it is
             if r.trial.state == asha.WAITING:
                 self.finish(r, asha.PRUNED)
@@ -143,6 +182,16 @@ class Run:
                                                     error)
         return out
 
+    def stop_held(self) -> None:
+        """Trials the machine stopped (a full disk): another batch would fail the same way, and a FAIL in the
+        study would be for ever; the sweep stops, and the same command continues them once space is freed."""
+        from ..errors import ConfigError
+
+        numbers = ", ".join(str(n) for n, _ in self.held)
+        raise ConfigError(f"{WHERE}: trial(s) {numbers} could not write their outputs: the disk is full "
+                          f"({self.held[0][1]}); nothing is lost and no trial was failed for it: free space and run "
+                          f"the same command to continue the study in {self.search.sweep_dir}")
+
     def settle(self, r: studies.Record, seen: list[outcome.Outcome]) -> None:
         """A unit's seeds are back: its rung's mean, a failure, or another try from latest/."""
         t, budget = r.trial, self.budgets[r.trial.rung]
@@ -150,6 +199,11 @@ class Run:
         if failed:
             r.error = failed[0].error
             self.finish(r, asha.FAILED)
+            return
+        held = [o for o in seen if o.kind == outcome.HELD]
+        if held:  # still RUNNING in the study: the same command continues it once there is space
+            r.save(self.study)
+            self.held.append((r.trial.number, held[0].error))
             return
         if any(o.kind == outcome.CONTINUE for o in seen):
             r.interruptions += 1

@@ -3,10 +3,14 @@
 Stored in Hydra's ConfigStore as ``schema.hydra.sweeper.halving`` (``tcgexp.schema``: outside every group,
 so neither completion nor ``--help`` offers it as an option); ``conf/hydra/sweeper/halving.yaml`` starts
 from it, so a misspelt key or a wrong type fails at composition; ``CHECKS`` are applied before any trial runs.
+``sweep_name`` names a halving sweep's folder (the ``${sweep_name:}`` resolver in ``conf/config.yaml``).
 """
 from __future__ import annotations
 
+import hashlib
 from typing import ClassVar, Dict, Optional
+
+from omegaconf import DictConfig, OmegaConf
 
 from ..schema import INT32_MAX, schema, within
 
@@ -44,3 +48,22 @@ class HalvingSweeperConfig:
         ("max_interruptions", within(0, 10**6), "in [0, 1e6]"),
     )
     NULLABLE: ClassVar[tuple] = ("direction", "batch", "sampler_seed")
+
+
+# hydra.sweeper settings that may change between runs of one study (more trials, another batch size)
+STUDY_FREE = ("hydra.sweeper.n_trials", "hydra.sweeper.batch", "hydra.sweeper.max_interruptions")
+
+
+def sweep_name(date: str, time: str, *, _root_: DictConfig) -> str:
+    """``hydra.sweep.dir``'s name under multirun/: ``<date>/<time>`` (Hydra's default), except for a halving
+    sweep, whose study lives in its sweep dir: ``halving/<digest of the command>``, so re-running the same
+    command (after Ctrl-C, a SIGKILL, or to add trials with more ``hydra.sweeper.n_trials``) continues its
+    study rather than starting a new one in a new folder. The digest covers the command's overrides (the
+    search space included) and its ``hydra.sweeper.*`` settings but the ones in STUDY_FREE."""
+    if OmegaConf.select(_root_, "hydra.sweeper._target_", default=None) != TARGET:
+        return f"{date}/{time}"
+    task = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.task", default=[]) or []]
+    settings = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.hydra", default=[]) or []
+                if str(o).startswith("hydra.sweeper.") and not str(o).startswith(STUDY_FREE)]
+    digest = hashlib.sha256("\n".join(sorted(task) + sorted(settings)).encode()).hexdigest()[:12]
+    return f"halving/{digest}"

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from ..cli import one_line_errors
+from ..console import one_line_errors
 from ..track.screenshot import capture, free_port, served
 
 TEXT = "document.body.innerText.slice(0, 4000)"

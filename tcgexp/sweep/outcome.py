@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Optional
 
 DONE, FAILED, CONTINUE = "done", "failed", "continue"
+HELD = "held"  # stopped by the machine, not by its configuration (a full disk): continued once that is fixed
+# what a job's error says when its disk was full (OSError's strerror, CheckpointWriteError's fix, SQLite's word)
+DISK_FULL = ("No space left on device", "Disk quota exceeded", "database or disk is full", "free disk space")
 
 
 @dataclass
 class Outcome:
-    kind: str  # DONE: trained to the rung's budget | FAILED: error says why | CONTINUE: stopped early
+    kind: str  # DONE: trained to the rung's budget | FAILED: error says why | CONTINUE: stopped early | HELD
     value: Optional[float] = None  # the objective at the rung's budget (DONE)
     error: Optional[str] = None
     signal: Optional[str] = None  # CONTINUE after a stopping signal (SIGTERM, SIGINT): its name
@@ -63,10 +66,9 @@ def read(run_dir: Path, budget: int, metric: str, job_error: Optional[str] = Non
     status = _json(run_dir / "job_status.json")
     if result.get("status") == "diverged":
         return Outcome(FAILED, error=result.get("error") or "diverged")
-    if job_error:
-        return Outcome(FAILED, error=job_error)
-    if status.get("status") == "FAILED":
-        return Outcome(FAILED, error=status.get("error") or "failed")
+    error = job_error or (status.get("error") or "failed" if status.get("status") == "FAILED" else None)
+    if error is not None:  # a full disk fails any configuration alike: the trial waits for space, not FAIL
+        return Outcome(HELD if any(s in error for s in DISK_FULL) else FAILED, error=error)
     if result.get("status") == "interrupted":
         return Outcome(CONTINUE, signal=result.get("signal"))
     return Outcome(CONTINUE)  # killed, lost, or never started: continue from latest/ if there is one
@@ -74,5 +76,7 @@ def read(run_dir: Path, budget: int, metric: str, job_error: Optional[str] = Non
 
 def aim_hash(run_dir: Path) -> Optional[str]:
     """The run's Aim run (its checkpoint carries it across rungs), or None (untracked)."""
+    from ..track.aim_run import recorded_run
+
     state = latest_state(Path(run_dir)) or {}
-    return state.get("aim_hash") or _json(Path(run_dir) / "result.json").get("aim_hash")
+    return state.get("aim_hash") or recorded_run(run_dir) or _json(Path(run_dir) / "result.json").get("aim_hash")

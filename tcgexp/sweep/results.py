@@ -15,7 +15,7 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
 from .space import Space, overrides_of

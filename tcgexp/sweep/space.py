@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from ..config import ConfigError
+from ..errors import ConfigError
+from ..overrides import override
 
 # keys the sweeper sets on every job itself: a user's value would be overwritten or contradict the budget
 OWNED = {"trainer.epochs": "hydra.sweeper.max_epochs (the schedule's horizon)",
@@ -75,7 +76,9 @@ def value_text(value: Any) -> str:
 
 
 def overrides_of(params: Mapping[str, Any]) -> list[str]:
-    return [f"{key}={value_text(value)}" for key, value in params.items()]
+    """A trial's parameters as overrides that read back the same (a string is quoted when it must be)."""
+    return [override(key, value) if isinstance(value, str) else f"{key}={value_text(value)}"
+            for key, value in params.items()]
 
 
 def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
@@ -120,7 +123,11 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
 
 def _distribution(o, line: str):
     from hydra.core.override_parser.types import Glob, Transformer
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
 
     value, key = o.value(), o.get_key_element()
     if isinstance(value, Glob):

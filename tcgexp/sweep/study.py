@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import ConfigError
-from . import asha
+from ..errors import ConfigError
+from . import asha, dbbounds
 
-CONNECT_TIMEOUT_S = 10  # a database server that does not answer fails the sweep in seconds, not minutes
 DRIVERS = {"mysql": "PyMySQL (mysql+pymysql://)", "mariadb": "PyMySQL (mariadb+pymysql://)",
            "postgresql": "psycopg (postgresql+psycopg://)"}
 SETTINGS = "tcgexp_halving"
@@ -40,48 +39,42 @@ def shown(url: str) -> str:
 
 
 def open_storage(storage: Optional[str], sweep_dir: Path):
-    """(Optuna storage, its printable name); ConfigError naming hydra.sweeper.storage when it cannot be had."""
+    """(Optuna storage, its printable name); ConfigError naming hydra.sweeper.storage when it cannot be had.
+
+    Every call to it is bounded (``dbbounds``): the driver's own connect and read timeouts, and a deadline
+    around each call the sweeper makes."""
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    url = storage or f"sqlite:///{(Path(sweep_dir) / 'optuna.db').absolute()}"
+    url = storage or f"sqlite:///{Path(sweep_dir) / 'optuna.db'}"
     if storage is None:
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)  # the default study lives there
     key = "hydra.sweeper.storage" + (f"={shown(url)}" if storage else f" (default {url})")
-    try:
+
+    def connect():
         if "://" not in url:  # a journal file: one append-only file, locked per write
             Path(url).expanduser().absolute().parent.mkdir(parents=True, exist_ok=True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return JournalStorage(JournalFileBackend(str(Path(url).expanduser().absolute()))), key
-        engine: dict[str, Any] = {"pool_pre_ping": True}
-        if not url.startswith("sqlite"):
-            engine["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine), key
-    except ModuleNotFoundError as exc:
-        dialect = url.split(":", 1)[0].split("+", 1)[0]
+                return JournalStorage(JournalFileBackend(str(Path(url).expanduser().absolute())))
+        engine: dict[str, Any] = {"pool_pre_ping": True, "connect_args": dbbounds.connect_args(url)}
+        return optuna.storages.get_storage(optuna.storages.RDBStorage(url, engine_kwargs=engine))
+
+    try:
+        return dbbounds.bounded_storage(dbbounds.bounded(url, key, connect), url, key), key
+    except ImportError as exc:
+        dialect = dbbounds.dialect(url)
         raise ConfigError(f"{key}: its database driver is not installed ({exc}); pip install 'tcgexp[sweep]' "
                           f"brings {DRIVERS.get(dialect, 'PyMySQL and psycopg')}") from None
-    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's OperationalError, a bad URL, a read-only folder
-        from ..track.aim_run import one_line
-
-        raise ConfigError(f"{key}: cannot open the study database ({type(exc).__name__}: {one_line(exc)}); "
-                          "check that the server is up and the URL, user and password are right, or leave "
-                          "hydra.sweeper.storage unset for the sweep dir's own SQLite file") from None
 
 
 def open_study(storage, key: str, name: str, direction: str, sampler, settings: dict):
     """The study `name`, created or continued; a continued one must have the same `settings`."""
     import optuna
 
-    try:
-        study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
-                                    load_if_exists=True)
-    except Exception as exc:  # noqa: BLE001 - the server went away between connecting and creating
-        from ..track.aim_run import one_line
-
-        raise ConfigError(f"{key}: cannot create or load study {name!r} ({type(exc).__name__}: "
-                          f"{one_line(exc)})") from None
+    study = dbbounds.bounded(getattr(storage, "url", key), key, lambda: optuna.create_study(
+        storage=storage, study_name=name, direction=direction, sampler=sampler, load_if_exists=True),
+        f"cannot create or load study {name!r}")
     saved = study.user_attrs.get(SETTINGS)
     if saved is None:
         study.set_user_attr(SETTINGS, settings)

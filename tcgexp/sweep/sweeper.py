@@ -8,19 +8,21 @@ by rungs is the same computation as training straight to it. A batch holds as ma
 runs at once (``hydra.sweeper.batch``); between batches the ASHA rules pick what runs next (``batches.py``).
 
 A stopped sweep (Ctrl-C, SIGTERM, SIGKILL) continues when the same command runs again (its default sweep
-dir is ``multirun/halving/<digest of the command>``, ``tcgexp.config.sweep_name``): the study says which trials were in flight, their run dirs say how far each got (a finished
+dir is ``multirun/halving/<digest of the command>``, ``tcgexp.sweep.config.sweep_name``): the study says which trials were in flight, their run dirs say how far each got (a finished
 job is never re-run; an interrupted one resumes from its ``latest/``).
 """
 from __future__ import annotations
 
 import signal
 from dataclasses import asdict, fields
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError, check, validate
-from . import asha, space as spaces, study as studies
+from ..errors import ConfigError
+from ..schema import check, validate
+from . import asha, dbbounds, identity
+from . import space as spaces
+from . import study as studies
 from .batches import Run, say
 from .config import HalvingSweeperConfig
 
@@ -38,8 +40,10 @@ class HalvingSearch:
         self.hydra_context, self.config = hydra_context, config
         self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                 task_function=task_function, config=config)
-        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        # however the folder is written (relative, absolute, through a link): one folder, one study
+        self.sweep_dir = identity.real_dir(config.hydra.sweep.dir)
         self.job_idx = 0
+        self.lock = None  # the sweep's hold on its folder (identity.hold), for the sweep's life
 
     # -- before any trial: every setting checked, the study opened ---------------------------------------
     def check_settings(self) -> None:
@@ -87,7 +91,7 @@ class HalvingSearch:
                 validate(cfg)
                 check_memory(cfg)
             except Exception as exc:  # noqa: BLE001 - Hydra's, OmegaConf's or our own line
-                from ..cli import user_error
+                from ..console import user_error
 
                 line = user_error(exc)
                 if line is None:
@@ -100,14 +104,19 @@ class HalvingSearch:
 
     # -- the sweep ---------------------------------------------------------------------------------------
     def sweep(self, arguments: list[str]) -> None:
-        from ..rundir import SWEEP_MARKER, discard
+        from ..train.rundir import SWEEP_MARKER, discard
 
         try:
             self.start(arguments)
         except ConfigError:  # refused before any trial: the sweep dir this command claimed goes again
+            if self.lock is not None:
+                self.lock.release()
             discard(self.sweep_dir, SWEEP_MARKER)
             raise
-        self.run.loop()
+        try:
+            self.run.loop()
+        finally:
+            self.lock.release()
 
     def start(self, arguments: list[str]) -> None:
         """Every setting checked, the trials composed and the study opened (refused in one line, before
@@ -125,7 +134,12 @@ class HalvingSearch:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, once
         storage, key = studies.open_storage(self.s.storage, self.sweep_dir)
-        name = self.s.study_name or str(self.config.hydra.sweep.dir)
+        own_db = self.s.storage is None
+        name, continued = (self.s.study_name, None) if self.s.study_name else \
+            dbbounds.bounded(storage.url, key, lambda: identity.find_study(storage, self.sweep_dir, own_db))
+        self.lock = identity.hold(self.sweep_dir, name)  # a second start of a running study is refused here
+        if continued:
+            say(continued)
         settings = {"space": space.settings(), "fixed": sorted(space.fixed), "rungs": budgets, "eta": self.s.eta,
                     "seeds": self.s.seeds, "seed": seed0, "metric": metric, "direction": direction}
         grid = {k: p.grid() for k, p in space.params.items()} if self.s.sampler == "grid" else None
@@ -157,8 +171,12 @@ class HalvingSearch:
         before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             returns = self.launcher.launch(jobs, initial_job_idx=self.job_idx)
-        except (KeyboardInterrupt, SystemExit):  # a job in this process stopped by a signal, or a second one
+        except (KeyboardInterrupt, SystemExit) as exc:  # a job in this process stopped, or a second signal
             self.say_stopped()
+            if stops and isinstance(exc, KeyboardInterrupt):
+                # ours (a second signal), or a joblib worker's own KeyboardInterrupt handed back as its result:
+                # the sweep stops as after the first signal, 128 + signum, not by dying of SIGINT
+                raise SystemExit(128 + stops[0]) from None
             raise
         except Exception:  # noqa: BLE001 - what a stopped batch looks like from some launchers
             if not stops:
@@ -174,8 +192,8 @@ class HalvingSearch:
         return returns
 
     def say_stopped(self) -> None:
-        say(f"stopped; every trial keeps its latest/: run the same command to continue the study (in "
-            f"{self.sweep_dir}; a command that sets hydra.sweep.dir continues the study of that folder)")
+        say(f"stopped; every trial keeps its latest/: run the same command to continue the study (or any command "
+            f"with hydra.sweep.dir={self.sweep_dir}, however that folder is written)")
 
     def batch_size(self) -> int:
         """Jobs per launch: hydra.sweeper.batch, else what the launcher runs at once."""

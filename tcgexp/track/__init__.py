@@ -13,6 +13,14 @@ from ..schema import ALL, schema
 from .context import JobContext, job_context
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # surrogates: undecodable bytes from the command line
+        return False
+    return True
+
+
 @schema("tracking")
 class TrackingConfig:
     """A tracker factory: ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``."""
@@ -21,6 +29,11 @@ class TrackingConfig:
     _partial_: bool = True  # the job adds hparams, context and resume_hash
     experiment: Optional[str] = None  # default: named after the sweep (or the single run)
     UNPINNED: ClassVar[tuple] = ALL
+    # a name Aim stores as UTF-8 text (bytes a terminal could not decode left a half-made run behind)
+    CHECKS: ClassVar[tuple] = (("experiment", lambda v: v is None or (str(v).isprintable() and bool(str(v).strip())
+                                                                       and _utf8(str(v))),
+                                "null or printable text (UTF-8, no control characters)"),)
+    NULLABLE: ClassVar[tuple] = ("experiment",)
 
 
 class Tracker(Protocol):
@@ -33,7 +46,9 @@ class Tracker(Protocol):
 
     def fail(self, reason: str) -> None: ...  # run["status"] = "failed", run["error"] = reason, tag "failed"
 
-    def close(self) -> None: ...
+    def begin_close(self) -> None: ...  # optional: start flushing while the job tears down; close() then waits
+
+    def close(self, within: Optional[float] = None) -> None: ...  # within: a bound (a stopping run's budget), if taken
 
 
 class NullTracker:
@@ -51,6 +66,9 @@ class NullTracker:
         pass
 
     def fail(self, reason: str) -> None:
+        pass
+
+    def begin_close(self) -> None:
         pass
 
     def close(self) -> None:

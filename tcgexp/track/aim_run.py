@@ -1,6 +1,6 @@
 """Aim tracking for one job: hparams = the resolved config; metrics by name prefix.
 
-``train/*``, ``lr`` and ``cache_train/*`` each optimizer step, in Aim context
+``train/*``, ``lr`` and ``cache_train/*`` at the trainer's cadence (``trainer.track_every``), in Aim context
 ``{"subset": "train"}``; ``val/*`` and ``cache_val/*`` each validation, in
 ``{"subset": "val"}`` (so the UI can group by subset). The run is named after
 what sets the job apart (``cache=plan tbptt.chunk=32``) and ``run["swept"]``
@@ -19,23 +19,26 @@ Built by Hydra (``conf/tracking/aim.yaml``):
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..schema import schema
 from . import TrackingConfig
+from .aim_repo import one_line, quiet_aim, say_untracked, within
 from .context import JobContext
 
-LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
 CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
 OPEN_SECONDS = 30.0  # the longest anything waits for the run to open (import, repo lock, remote handshake)
-INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once
+# in the job's run dir: which Aim run it writes, written by the run's own process as soon as the run is open, so a
+# resume finds it even when the job died before it learnt the hash (no checkpoint waits for the hash)
+RUN_RECORD = ".tcgexp-aim-run.json"
+RECORD_LOCK = ".tcgexp-aim-run.lock"  # held by the run's process for its life: a resume waits for it to finish
 
 SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
 
@@ -62,41 +65,6 @@ def by_context(values: dict[str, float], extra: Optional[dict] = None) -> list[t
     return [({**({"subset": subset} if subset else {}), **(extra or {})}, group) for subset, group in groups.items()]
 
 
-class TrackingUnavailable(Exception):
-    """Why there is no tracking for this job: said in one line, then training goes on without it."""
-
-
-def say_untracked(why: str) -> None:
-    """The one line a job prints when tracking fails; training never stops for tracking."""
-    print(f"[tracking] {one_line(why)}; training continues without tracking", file=sys.stderr, flush=True)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """`text` on one line: an Aim or SQLAlchemy error spans many."""
-    flat = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
-
-
-def within(seconds: float, fn: Callable[[], Any]) -> bool:
-    """Run `fn` in a daemon thread; True if it returned (or raised) within `seconds`.
-
-    A wait on tracking must never become a wait of training: a stuck call is left
-    behind in its thread, which cannot keep the process alive.
-    """
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            fn()
-        except Exception:  # noqa: BLE001 - the caller only needs "finished or not"
-            pass
-        finally:
-            done.set()
-
-    threading.Thread(target=target, daemon=True, name="tcgexp-aim-bounded").start()
-    return done.wait(seconds)
-
-
 class AimTracker:
     """One Aim run, written by a child process of its own (``python -m tcgexp.track.remote``).
 
@@ -117,13 +85,17 @@ class AimTracker:
         self._hash: Optional[str] = None
         self._opened, self._failed = threading.Event(), False
         self._lines: queue.SimpleQueue = queue.SimpleQueue()
+        self._closing = False  # its last line (close) is queued
         self.proc: Optional[subprocess.Popen] = None  # None once closed
         self._proc: Optional[subprocess.Popen] = None
         init = {"repo": self.where, "experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
-                "attrs": run_attributes(hparams, context), "nice": self.NICE}
+                "attrs": run_attributes(hparams, context), "nice": self.NICE, "record": run_record(context)}
         try:
-            self.proc = self._proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"],
-                                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            # a session of its own: Ctrl-C (the terminal's foreground group) never reaches it, not even while it
+            # starts, before it ignores signals (remote.child): the job says when it closes
+            self.proc = self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                bufsize=1, start_new_session=True)
             self.proc.stdin.write(json.dumps(init, default=str) + "\n")
             self.proc.stdin.flush()
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
@@ -159,8 +131,9 @@ class AimTracker:
         finally:
             self._opened.set()
         try:
-            for _ in proc.stdout:  # drained to its end: a full pipe would stall the child
-                pass
+            for line in proc.stdout:  # drained to its end (a full pipe would stall the child), a failure said
+                if '"lost"' in line:
+                    self._give_up(f"lost the Aim run at {self.where} ({json.loads(line)['lost']})")
         except (OSError, ValueError):
             pass
 
@@ -202,23 +175,53 @@ class AimTracker:
         """Visible in the UI as such: run["status"] = "failed", the reason in run["error"], tag "failed"."""
         self._send({"attrs": {"status": "failed", "error": reason}, "tag": "failed"})
 
-    def close(self) -> None:
+    def begin_close(self) -> None:
+        """The run's last lines are queued: its process writes them and closes the run while the job tears
+        down; ``close`` then waits for it (bounded)."""
+        if self.proc is not None and not self._failed and not self._closing:
+            self._closing = True
+            self._lines.put(_CLOSE)
+
+    def close(self, within: Optional[float] = None) -> None:
+        """Wait for the child to write every line and close the run: CLOSE_SECONDS (and OPEN_SECONDS more while
+        it is still opening), or `within` seconds if less (a run stopping for a signal has a budget)."""
+        self.begin_close()
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if not self._failed:
-            self._lines.put(_CLOSE)
+        bound = CLOSE_SECONDS + (0 if self._failed or self._opened.is_set() else OPEN_SECONDS)
+        bound = min(bound, within) if within is not None else bound
         try:
-            proc.wait(timeout=CLOSE_SECONDS + (0 if self._failed else OPEN_SECONDS))
+            proc.wait(timeout=bound)
         except subprocess.TimeoutExpired:
-            print(f"[tracking] the Aim run at {self.where} did not finish writing in "
-                  f"{OPEN_SECONDS + CLOSE_SECONDS:.0f} s; left unflushed", file=sys.stderr, flush=True)
+            print(f"[tracking] the Aim run at {self.where} did not finish writing in {bound:.0f} s; left unflushed",
+                  file=sys.stderr, flush=True)
             proc.kill()
             proc.wait()
         self._opened.wait(OPEN_SECONDS)  # the child is gone, its replies read at once: a failure to open is said by now
 
 
 _CLOSE = json.dumps({"close": True}) + "\n"
+
+
+def run_record(context: JobContext) -> Optional[str]:
+    """Where the job's tracker records its run (None outside a run folder)."""
+    return str(Path(context.run_dir) / RUN_RECORD) if context.run_dir else None
+
+
+def recorded_run(run_dir: Path, wait: float = 0.0) -> Optional[str]:
+    """The hash of the Aim run a job in `run_dir` wrote (its record), or None. `wait`: while that run's process
+    still lives (a job SIGKILLed as its tracker started: the process opens the run and writes what it was
+    sent), wait for it to end, at most `wait` seconds, so a resume continues that run and never races it."""
+    from ..ownership import held_by_someone
+
+    deadline = time.monotonic() + wait
+    while held_by_someone(Path(run_dir) / RECORD_LOCK) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        return json.loads((Path(run_dir) / RUN_RECORD).read_text()).get("hash")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
@@ -245,8 +248,17 @@ def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs:
     # capture_terminal_logs off: the run lives in a child process (remote.py) whose stdout is the pipe
     # to its job, protocol lines and no logs
     if run_hash is None:
-        run = aim.Run(repo=repo, experiment=experiment, capture_terminal_logs=False)
-        apply_attributes(run, attrs)
+        run = aim.Run(repo=repo, capture_terminal_logs=False)
+        try:  # named and set up once it exists: a run that fails here is deleted, never left half-made
+            run.experiment = experiment
+            apply_attributes(run, attrs)
+        except BaseException as exc:
+            run_hash = run.hash
+            run.close()
+            run = None  # no reference left (the traceback's frames are cleared too): its storage closes now
+            traceback.clear_frames(exc.__traceback__)
+            discard_run(aim, repo, run_hash)
+            raise
         return run
     run = aim.Run(run_hash=run_hash, repo=repo, capture_terminal_logs=False)  # no experiment: it keeps its own
     try:
@@ -256,6 +268,17 @@ def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs:
     apply_attributes(run, {k: v for k, v in attrs.items() if k not in IDENTITY})
     run["resumes"] = [*resumes, list(attrs.get("overrides", []))]
     return run
+
+
+def discard_run(aim, repo: str, run_hash: str) -> None:
+    """Delete a run that failed to start, once nothing refers to it (best effort: its failure is what gets said)."""
+    import gc
+
+    gc.collect()  # Aim's storage closes with the run object: deleted before that, its finalizer writes again
+    try:
+        aim.Repo(repo).delete_run(run_hash)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def apply_attributes(run, attrs: dict[str, Any]) -> None:
@@ -271,85 +294,14 @@ def experiment_name(experiment: Optional[str], context: JobContext) -> str:
     return str(experiment or context.experiment or "tcgexp")
 
 
-def ensure_repo(path: Optional[str | Path]) -> Optional[Path]:
-    """The Aim repo at `path`, created if missing; None (said in one line) when it cannot be had.
-
-    Never raises and never waits more than LOCK_SECONDS: the sweep callback calls it
-    before any job, and a tracking problem must not stop a sweep.
-    """
-    try:
-        return prepare_repo(path)
-    except TrackingUnavailable as exc:
-        say_untracked(str(exc))
-    except Exception as exc:  # noqa: BLE001
-        say_untracked(f"could not open the Aim repo at {path} ({type(exc).__name__}: {exc})")
-    return None
-
-
-def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS) -> Path:
-    """Create the Aim repo once, under a file lock taken with a timeout; TrackingUnavailable says why not.
-
-    Parallel jobs of a sweep all start by opening the repo; two that find it
-    missing would both initialise it, and one then reads a half-written repo
-    ("out of date"). The lock serialises the check-and-create; a lock held for
-    longer than an initialisation takes belongs to a stuck process, not to us.
-    """
-    import fcntl
-
-    import aim
-
-    root = Path(str(path or ".")).expanduser().absolute()
-    dot_aim = root / ".aim"
-    if dot_aim.exists() and not dot_aim.is_dir():
-        raise TrackingUnavailable(f"{dot_aim} is not an Aim repo (a file, not a folder)")
-    lock_path = dot_aim / INIT_LOCK  # inside the repo: nothing of ours is left in the user's folder
-    try:
-        dot_aim.mkdir(parents=True, exist_ok=True)  # Aim initialises an existing, empty .aim as well
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise TrackingUnavailable(f"cannot write the Aim repo at {root} ({exc.strerror or exc})") from exc
-    try:
-        deadline = time.monotonic() + lock_seconds
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TrackingUnavailable(f"{lock_path} has been held by another process for "
-                                              f"{lock_seconds:.0f} s") from None
-                time.sleep(0.05)
-        if not (dot_aim / "VERSION").exists():
-            aim.Repo.from_path(str(root), init=True)
-    finally:
-        os.close(fd)  # releases the lock
-    if not os.access(dot_aim, os.W_OK):  # as root, the mode bits say nothing; a read-only mount does
-        raise TrackingUnavailable(f"the Aim repo at {root} is not writable")
-    return root
-
-
-def open_repo(path: str | Path):
-    """The Aim repo at `path` with every run indexed, so ``iter_runs()`` sees runs just written.
-
-    Aim indexes runs in the background of ``aim up``/``aim server``; a script reading a
-    repo right after a sweep has to index them itself.
-    """
-    import aim
-    from aim.sdk.index_manager import RepoIndexManager
-
-    repo = aim.Repo(str(Path(path).expanduser().absolute()))
-    manager = RepoIndexManager.get_index_manager(repo)
-    for run_hash in repo.list_all_runs():
-        manager.index(run_hash)
-    return repo
-
-
 def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (),
              untag: tuple[str, ...] = ()) -> bool:
     """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
     sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
     tracking; False (said in one line) when the run could not be marked."""
     import aim
+
+    quiet_aim()
 
     errors: list[Exception] = []
 

@@ -4,11 +4,16 @@ On job end, whether the job succeeded or failed: remove the job's spill dir
 (only the spill dirs tcgexp marked, ``tcgexp.ownership``)
 and record its status (``job_status.json``), then refresh the sweep report, so
 that a sweep whose failed job makes Hydra stop before ``on_multirun_end`` still
-leaves a report with every row. On multirun end: the final report.
+leaves a report with every row and its findings. On multirun end: the final report,
+and its findings on the console (``report``); a sweep stopped before it (a failed job, Ctrl-C)
+says them as its process exits.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +25,24 @@ from omegaconf import DictConfig
 from ..launch import launched_rank, rank_suffix
 from ..ownership import remove_spill_root, spill_root_of
 from .summary import write_summary
+from .report import say
 
 
 class SweepReport(Callback):
+    ended = False
+    started = 0.0  # when this command's multirun began (on_multirun_start)
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.time()
+        # Hydra's basic sweeper raises a failed job's error before on_multirun_end: the findings so far
+        # are then said as this process exits (after the error's line), from the report the jobs left
+        atexit.register(self.say_if_stopped, Path(config.hydra.sweep.dir))
         # a local Aim repo, created before any job (parallel jobs then only open it). Not for a resume: its
         # jobs track where their checkpoints' runs live, which the config here does not say yet (its
         # tracking.repo would be the default, ".": an empty .aim/ left in the folder the user ran from);
         # each job's tracker creates its repo under the same lock when it must
         if config.get("tracking") and config.tracking.get("repo") is not None and not config.get("resume"):
-            from .aim_run import ensure_repo
+            from .aim_repo import ensure_repo
 
             ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it
 
@@ -47,7 +60,21 @@ class SweepReport(Callback):
         if config.hydra.mode == RunMode.MULTIRUN and not rank:
             write_summary(Path(config.hydra.sweep.dir))
 
+    def reported_since_start(self, sweep_dir: Path) -> bool:
+        try:
+            return (sweep_dir / "findings.json").stat().st_mtime >= self.started
+        except OSError:
+            return False
+
+    def say_if_stopped(self, sweep_dir: Path) -> None:
+        if not self.ended and self.reported_since_start(sweep_dir):  # not a refusal before any job
+            say(sweep_dir)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.ended = True
         sweep_dir = Path(config.hydra.sweep.dir)
+        if sys.exc_info()[1] is not None and not self.reported_since_start(sweep_dir):
+            return  # refused before any job of this command ended: its error is the answer, not an earlier report
         if sweep_dir.exists():
             write_summary(sweep_dir)
+            say(sweep_dir)

@@ -23,6 +23,7 @@ class JobContext:
     overrides: list[str] = field(default_factory=list)
     experiment: Optional[str] = None  # the Aim experiment: named after the sweep, or the single run
     swept_keys: Optional[frozenset[str]] = None  # keys the sweep varies; None = not known
+    run_dir: Optional[str] = None  # the job's own folder (where its tracker records which run it writes)
 
     @property
     def in_sweep(self) -> bool:
@@ -90,7 +91,8 @@ def distinct_overrides(overrides: Iterable[str], swept_keys: Optional[frozenset[
 
 
 def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
-    """The keys a sweep varies: its sweep overrides (``a=1,2``, ``range(..)``) and ``hydra.sweeper.params``."""
+    """The keys a sweep varies: its sweep overrides (``a=1,2``, ``range(..)``) and ``hydra.sweeper.params``;
+    never ``seed``, which only replicates (``seed=0,1,2``, ``hydra.sweeper.seeds``)."""
     try:
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from omegaconf import OmegaConf
@@ -99,9 +101,9 @@ def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
         keys = {str(k).lstrip("+~") for k in (OmegaConf.select(sweep, "hydra.sweeper.params") or {})}
         task = list(OmegaConf.select(sweep, "hydra.overrides.task") or [])
         keys |= {o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()}
-        if (OmegaConf.select(sweep, "hydra.sweeper.seeds") or 1) > 1:  # the halving sweeper's replicates
-            keys.add("seed")
-        return frozenset(keys) or None  # a sweep of one job: name it by its overrides
+        replicated = "seed" in keys or (OmegaConf.select(sweep, "hydra.sweeper.seeds") or 1) > 1
+        keys.discard("seed")  # a replicate, not what sets a job apart: its runs share their configuration's name
+        return frozenset(keys) or (frozenset() if replicated else None)  # a sweep of one job: named by its overrides
     except Exception:  # noqa: BLE001 - no multirun.yaml (another sweeper?): fall back to all overrides
         return None
 
@@ -114,12 +116,15 @@ def job_context(run_dir: Optional[Path] = None) -> JobContext:
 
         hc = HydraConfig.get()
     except (ImportError, ValueError):
-        return JobContext(experiment=Path(run_dir).name if run_dir else None)
+        return JobContext(experiment=Path(run_dir).name if run_dir else None,
+                          run_dir=str(Path(run_dir).absolute()) if run_dir else None)
     overrides = list(hc.overrides.task)
     if hc.mode == RunMode.MULTIRUN:
         sweep_dir = str(Path(hc.sweep.dir).absolute())
         sweep_id = hashlib.sha1(sweep_dir.encode()).hexdigest()[:12]
         name = f"sweep {Path(hc.sweep.dir).parent.name}/{Path(hc.sweep.dir).name}"
-        return JobContext(sweep_id, sweep_dir, int(hc.job.num), overrides, name, swept_keys(Path(sweep_dir)))
+        return JobContext(sweep_id, sweep_dir, int(hc.job.num), overrides, name, swept_keys(Path(sweep_dir)),
+                          str(Path(hc.runtime.output_dir).absolute()))
     run_dir = Path(hc.runtime.output_dir)
-    return JobContext(None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}")
+    return JobContext(None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}",
+                      run_dir=str(run_dir.absolute()))

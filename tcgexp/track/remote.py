@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import ClassVar, Optional
 from urllib.parse import urlparse
 
@@ -41,14 +42,15 @@ class AimRemoteTrackingConfig(TrackingConfig):
 class RemoteAimTracker:
     def __init__(self, *, uri: str, experiment: Optional[str], hparams: dict, context: JobContext,
                  resume_hash: Optional[str] = None) -> None:
-        from .aim_run import experiment_name, run_attributes
+        from .aim_run import experiment_name, run_attributes, run_record
 
         init = {"experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
-                "attrs": run_attributes(hparams, context)}
+                "attrs": run_attributes(hparams, context), "record": run_record(context)}
         self.uri = uri = str(uri)
         url = urlparse(uri)
         self.address = (url.hostname or "127.0.0.1", url.port or 53800)
         self.hash: Optional[str] = None
+        self._closing = False
         self.proc: Optional[subprocess.Popen] = None
         self._lines: queue.Queue = queue.Queue(maxsize=100_000)
         self._checked = time.monotonic()
@@ -57,7 +59,7 @@ class RemoteAimTracker:
             return
         try:  # any failure here (no child, a broken pipe, a silent server) costs tracking only
             self.proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, bufsize=1)
+                                         stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
             self.proc.stdin.write(json.dumps({"uri": uri, **init}) + "\n")
             self.proc.stdin.flush()
             reply = self._reply(IMPORT_SECONDS)  # the child's own start: Python and aim imported, no server yet
@@ -99,7 +101,7 @@ class RemoteAimTracker:
             return False
 
     def _say(self, why: str) -> None:
-        from .aim_run import say_untracked
+        from .aim_repo import say_untracked
 
         say_untracked(why)
 
@@ -140,11 +142,19 @@ class RemoteAimTracker:
     def fail(self, reason: str) -> None:
         self._send({"attrs": {"status": "failed", "error": reason}, "tag": "failed"})
 
-    def close(self) -> None:
+    def begin_close(self) -> None:
+        """The run's last lines queued; the child flushes them while the job tears down (``close`` waits)."""
+        if self.proc is not None and not self._closing:
+            self._closing = True
+            self._lines.put(_CLOSE)
+
+    def close(self, within: Optional[float] = None) -> None:
+        """Flushing may take as long as the server takes lines (120 s at most, STALL_SECONDS without progress), or
+        `within` seconds (a run stopping for a signal has a budget)."""
         if self.proc is None:
             return
-        self._lines.put(_CLOSE)
-        deadline = time.monotonic() + 120
+        self.begin_close()
+        deadline = time.monotonic() + (120 if within is None else within)
         left, moved = self._lines.qsize(), time.monotonic()
         while self.proc.poll() is None:  # flushing: fine while the server takes it, bounded when it stalls
             if not self._alive():
@@ -156,7 +166,8 @@ class RemoteAimTracker:
                 self._stop(f"the Aim run at {self.uri} made no progress flushing for {STALL_SECONDS:.0f} s")
                 return
             if time.monotonic() > deadline:
-                self._stop(f"the Aim run at {self.uri} did not finish flushing in 120 s")
+                self._stop(f"the Aim run at {self.uri} did not finish flushing in "
+                           f"{120 if within is None else within:.0f} s")
                 return
             try:
                 self.proc.wait(timeout=0.5)
@@ -178,45 +189,81 @@ def child() -> None:
     # of the step) must not end the run before the job's last lines (its status among them) are written
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    # Aim's own threads and finalizers retry a failed write and print its traceback (RocksIOError on a full
+    # disk) onto the job's stderr: what failed is said once, by the job, from the line this child sends
+    threading.excepthook = lambda args: None
+    sys.unraisablehook = lambda unraisable: None
 
     init = json.loads(sys.stdin.readline())
+    if init.get("record"):  # held for this process's life: a resume of the job waits until the run is written
+        from .aim_run import RECORD_LOCK, OPEN_SECONDS
+        from ..ownership import HeldLock
+
+        held = HeldLock(Path(init["record"]).with_name(RECORD_LOCK), "aim run")
+        deadline = time.monotonic() + OPEN_SECONDS
+        try:
+            while held.acquire() is not None and time.monotonic() < deadline:  # the folder's earlier run, closing
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    def reply(msg: dict) -> None:
+        """To the job; a job that is gone (SIGKILLed while this process started) reads nothing, and the lines
+        it sent are still in the pipe: the run is opened and written all the same."""
+        try:
+            print(json.dumps(msg), flush=True)
+        except OSError:  # BrokenPipeError: stdout goes nowhere from now on, quietly (no error at exit either)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     import aim
 
-    from .aim_run import TrackingUnavailable, by_context, open_run, prepare_repo
+    from .aim_run import by_context, open_run
+    from .aim_repo import TrackingUnavailable, one_line, prepare_repo
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
-    print(json.dumps({"imported": True}), flush=True)  # from here on, any wait is the server's (or the repo lock)
+    reply({"imported": True})  # from here on, any wait is the server's (or the repo lock)
     try:
         # a local repo is created once, under its lock (aim_run.prepare_repo); a remote one is the server's
         repo = str(prepare_repo(init["repo"])) if "repo" in init else init["uri"]
         run = open_run(aim, run_hash=init.get("resume_hash"), repo=repo, experiment=init["experiment"],
                        attrs=init["attrs"])
     except TrackingUnavailable as exc:
-        print(json.dumps({"unavailable": str(exc)}), flush=True)
+        reply({"unavailable": str(exc)})
         return
     except Exception as exc:  # noqa: BLE001
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        reply({"error": f"{type(exc).__name__}: {exc}"})
         return
-    print(json.dumps({"hash": run.hash}), flush=True)
+    reply({"hash": run.hash})
+    if init.get("record"):  # the job may be gone before it reads the hash (SIGKILL): the run dir keeps it
+        record = Path(init["record"])
+        try:
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"hash": run.hash, "repo": repo}))
+            os.replace(tmp, record)
+        except OSError:
+            pass
     # tracking=aim: from here on training keeps the cores and the run catches up in their idle time;
     # opening came first, at normal priority, because the job's first checkpoint waits for the hash
     os.nice(init.get("nice", 0))
-    for line in sys.stdin:
-        msg = json.loads(line)
-        if msg.get("close"):
-            break
-        if "attrs" in msg:  # finish / fail
-            for key, value in msg["attrs"].items():
-                run[key] = value
-            if msg.get("tag"):
-                run.add_tag(msg["tag"])
-            if msg.get("untag") in (run.props.tags or []):
-                run.remove_tag(msg["untag"])
-            continue
-        for context, group in by_context(msg["values"], msg.get("context")):
-            run.track(group, step=msg["step"], epoch=msg["epoch"], context=context)
-    run.close()
+    try:
+        for line in sys.stdin:
+            msg = json.loads(line)
+            if msg.get("close"):
+                break
+            if "attrs" in msg:  # finish / fail
+                for key, value in msg["attrs"].items():
+                    run[key] = value
+                if msg.get("tag"):
+                    run.add_tag(msg["tag"])
+                if msg.get("untag") in (run.props.tags or []):
+                    run.remove_tag(msg["untag"])
+                continue
+            for context, group in by_context(msg["values"], msg.get("context")):
+                run.track(group, step=msg["step"], epoch=msg["epoch"], context=context)
+        run.close()
+    except Exception as exc:  # noqa: BLE001 - a full disk, a repo gone: said by the job, in one line
+        reply({"lost": f"{type(exc).__name__}: {one_line(exc)}"})
+        os._exit(0)  # not Aim's finalizers: they would retry the write that failed, and hang or print
 
 
 if __name__ == "__main__":

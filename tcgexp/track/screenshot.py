@@ -4,7 +4,9 @@
 
 Starts ``aim up`` on loopback, opens both explorers in headless Chromium and
 saves PNGs. The metrics explorer is opened on a query in its URL (Aim's own
-``O-`` + base64url(encodeURI(JSON)) state encoding). Chromium is driven over
+``O-`` + base64url(encodeURI(JSON)) state encoding): for a sweep dir, the link the sweep printed
+(``aim_link``: its metrics, coloured by its swept keys); what it drew (lines, colours, the colour
+legend) goes to ``aim_metrics.json`` beside the PNGs. Chromium is driven over
 the DevTools protocol, because the charts draw only after real time has
 passed, which ``--screenshot`` does not wait for.
 """
@@ -14,7 +16,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -28,19 +29,14 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..cli import one_line_errors
+from ..console import one_line_errors
+from .aim_link import aim_state, explorer_path
 
 METRICS_QUERY = ('(metric.name == "val/loss") or (metric.name == "train/loss") or '
                  '(metric.name == "cache_train/hit_rate_pct") or (metric.name == "cache_train/bytes_loaded")')
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--window-size=1600,1000"]
-
-
-def aim_state(obj: dict) -> str:
-    """Aim UI's URL encoding of explorer state."""
-    raw = urllib.parse.quote(json.dumps(obj, separators=(",", ":")), safe="~@#$&()*!+=:;,?/'")
-    return "O-" + base64.b64encode(raw.encode()).decode().replace("=", "").replace("+", "-").replace("/", "_")
 
 
 def free_port() -> int:
@@ -154,13 +150,15 @@ def sweep_id(sweep: str) -> str:
     """A sweep dir (as jobs record it in run["sweep"]["dir"]) or an id, as the id jobs record."""
     path = Path(sweep).expanduser()
     if path.is_dir():
-        return hashlib.sha1(str(path.absolute()).encode()).hexdigest()[:12]  # as context.job_context does
+        from .multirun import sweep_id as recorded
+
+        return recorded(path)  # as context.job_context hashed it, from the folder it ran in
     return sweep
 
 
 def swept_columns(repo: str, sweep: Optional[str]) -> list[str]:
     """The runs table's columns for what the sweep varies (``run["swept"]``: ``swept.cache``, ...)."""
-    from .aim_run import open_repo
+    from .aim_repo import open_repo
 
     wanted = sweep_id(sweep) if sweep else None
     keys: list[str] = []
@@ -175,16 +173,35 @@ def swept_columns(repo: str, sweep: Optional[str]) -> list[str]:
     return [f"swept.{k}" for k in keys]
 
 
+# what the metrics explorer drew: its lines, their colours (one per group) and the colour legend's text
+RENDERED = ("(() => { const lines = [...document.querySelectorAll('svg path.Line')];"
+            " const legend = document.querySelector('.ChartLegends');"
+            " return {lines: lines.length, colours: [...new Set(lines.map(l => getComputedStyle(l).stroke))],"
+            " legend: legend ? legend.innerText : null}; })()")
+
+
 def pages(base: str, sweep: Optional[str], columns: list[str]) -> dict[str, tuple[str, list[str]]]:
     """The runs explorer (one sweep; the run name, what it varies and its status pinned left; only
-    columns that differ between its runs, Aim's "Show Table Diff") and the metrics explorer."""
+    columns that differ between its runs, Aim's "Show Table Diff") and the metrics explorer: for a sweep
+    dir, the sweep's own link (``aim_link``: its metrics, coloured by its swept keys), else four metrics."""
     where = f'run.sweep.id == "{sweep_id(sweep)}"' if sweep else ""
-    metrics = f"({METRICS_QUERY}) and {where}" if where else METRICS_QUERY
     runs = {"options": [], "query": where, "advancedMode": False, "advancedQuery": ""}
-    select = {"options": [], "query": "", "advancedMode": True, "advancedQuery": metrics}
+    if sweep and Path(sweep).expanduser().is_dir():
+        from .report import groups_of, keys_of
+
+        where = Path(sweep).expanduser()
+        try:
+            found = json.loads((where / "findings.json").read_text())
+        except (OSError, ValueError):
+            found = []
+        metrics_url = base + explorer_path(where, keys_of(where), groups_of(where, found))
+    else:
+        query = f"({METRICS_QUERY}) and {where}" if where else METRICS_QUERY
+        metrics_url = f"{base}/metrics?select=" + aim_state({"options": [], "query": "", "advancedMode": True,
+                                                             "advancedQuery": query})
     return {"aim_runs": (f"{base}/runs?select={aim_state(runs)}",
                          [TABLE_DIFF, arrange_runs_table(["run", *columns, "status"]), RELOAD]),
-            "aim_metrics": (f"{base}/metrics?select={aim_state(select)}", [])}
+            "aim_metrics": (metrics_url, [RENDERED])}
 
 
 @one_line_errors(FileNotFoundError, TimeoutError)  # no chromium, no aim; `aim up` that never answers
@@ -205,7 +222,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     aim = ["aim", "up", "--repo", str(args.repo), "--host", "127.0.0.1", "--port", str(port)]
     with served(aim, f"http://127.0.0.1:{port}/", args.chromium) as devtools:
         shots = pages(f"http://127.0.0.1:{port}", args.sweep, swept_columns(args.repo, args.sweep))
-        asyncio.run(capture(devtools, shots, out, args.settle))
+        seen = asyncio.run(capture(devtools, shots, out, args.settle))
+        # what the metrics explorer drew, for a reader (and a test) to check against the sweep
+        (out / "aim_metrics.json").write_text(json.dumps(seen["aim_metrics"][-1], indent=2) + "\n")
         print("\n".join(str(out / f"{n}.png") for n in shots))
 
 

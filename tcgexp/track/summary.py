@@ -1,4 +1,4 @@
-"""The sweep report: summary.md, summary.csv and summary.png, fitted to what the sweep varied.
+"""The sweep report: findings.json, summary.md, summary.csv and summary.png, fitted to what the sweep varied.
 
 Built from what every job leaves on disk (``job_status.json``, ``result.json``,
 ``.hydra/overrides.yaml``; a halving sweep's ``trials.json``), so it can be rebuilt
@@ -15,6 +15,11 @@ import json
 import os
 from pathlib import Path
 from typing import Optional
+
+from ..ownership import RUN_LOCK, held_by_someone
+from . import multirun
+from .findings import NO_INTERVAL, Metric, markdown, objective
+from .sweep_findings import grid_findings, halving_findings, value_of
 
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = ["job", "overrides", "status", "error", "val_loss", "best_val_loss", "val_accuracy",
@@ -46,14 +51,19 @@ def job_row(job_dir: Path) -> dict:
         except (OSError, ValueError):
             overrides = []
     row = {c: "" for c in COLUMNS}
-    # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended
-    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED",
-             "diverged": "FAILED"}.get(result.get("status"))
+    # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended (every
+    # status it can hold: a run that failed mid-run writes "failed"); neither: killed, or still running
+    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED", "diverged": "FAILED",
+             "failed": "FAILED"}.get(result.get("status"), str(result.get("status") or "").upper() or None)
+    unrecorded, why = no_record(job_dir) if not (status or result) else (None, "")
     row.update(job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name, overrides=" ".join(overrides),
-               status=status.get("status") or ended or ("COMPLETED" if result else "UNKNOWN"),
-               error=status.get("error") or result.get("error") or "")
+               status=status.get("status") or ended or unrecorded or "UNKNOWN",
+               error=status.get("error") or result.get("error") or why)
+    row["seed"] = seed_of(overrides)
     if result:
         final = result.get("final") or {}
+        row["metrics"] = {**{f"val/{k}": v for k, v in final.items()},
+                          "best/val_loss": result.get("best", {}).get("val_loss")}  # optimized_metric's names
         row.update(val_loss=final.get("loss", ""), best_val_loss=result.get("best", {}).get("val_loss", ""),
                    val_accuracy=final.get("accuracy", ""), rows_per_s=result.get("rows_per_second", ""),
                    data_stall_pct=100 * result.get("data_stall_share", 0.0), wall_s=result.get("wall_seconds", ""))
@@ -66,6 +76,27 @@ def job_row(job_dir: Path) -> dict:
     return row
 
 
+def no_record(job_dir: Path) -> tuple[Optional[str], str]:
+    """A job folder with neither job_status.json nor result.json: RUNNING while its run holds the folder's lock,
+    KILLED when the run claimed it and is gone (SIGKILL, the kernel's OOM killer: nothing else ends a run
+    without its record), else (None, "") (a job that never started)."""
+    held = held_by_someone(job_dir / RUN_LOCK)
+    if held:
+        return "RUNNING", ""
+    if held is False:
+        return "KILLED", "ended without a record (SIGKILL, the kernel's OOM killer or a lost machine)"
+    return None, ""
+
+
+def seed_of(overrides: list[str]):
+    """The job's seed when its overrides set one (a replicate), else None (the config's)."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") == "seed":
+            return typed(value)
+    return None
+
+
 def _fmt(v) -> str:
     if v is None:
         return ""
@@ -74,20 +105,6 @@ def _fmt(v) -> str:
             return f"{v:.4g}"  # a learning rate: its significant digits, not 17 of them
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.1f}"
     return str(v).replace("|", "\\|")
-
-
-def mean_interval(values, level: float = 0.95) -> tuple[float, Optional[float]]:
-    """(mean, half width of its `level` confidence interval, Student's t); no interval from one value."""
-    import math
-
-    n = len(values)
-    mean = math.fsum(values) / n
-    if n < 2:
-        return mean, None
-    from scipy.stats import t as student
-
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(student.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -148,6 +165,7 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
     """One row per configuration: its trial's state and value, the first seed's run for the rest."""
     rows = []
     for t in trials["trials"]:
+        histories = [_read_json(Path(d) / "result.json").get("history") or [] for d in t["run_dirs"]]
         run = Path(t["run_dirs"][0])
         row = job_row(run) if run.is_dir() else {c: "" for c in COLUMNS}
         state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
@@ -155,17 +173,16 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
                    status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
                    error=t["error"] or "", params=t["params"], value=t["value"], interval=t["interval"],
                    epochs=t["epochs"], epochs_trained=t["epochs_trained"], best=t["number"] == trials["best"],
-                   curve=curve(t["run_dirs"], trials["metric"]))
+                   histories=histories, curve=curve(histories, trials["metric"]))
         rows.append(row)
     return rows
 
 
-def curve(run_dirs: list[str], metric: str) -> list[float]:
+def curve(histories: list[list[dict]], metric: str) -> list[float]:
     """The objective after each epoch a configuration trained, the mean over its seeds."""
     prefix, _, key = metric.partition("/")
     per_seed = []
-    for d in run_dirs:
-        history = _read_json(Path(d) / "result.json").get("history") or []
+    for history in histories:
         values = [h["val"]["loss" if prefix == "best" else key] for h in history]
         per_seed.append([min(values[:i + 1]) for i in range(len(values))] if prefix == "best" else values)
     n = min((len(v) for v in per_seed), default=0)
@@ -187,8 +204,11 @@ def write_summary(sweep_dir: Path) -> list[dict]:
         meta = grid_params(sweep_dir, rows)
         for r, label in zip(rows, swept(rows)):
             r["swept"] = label
-        for r in rows:
-            r.update(value=r["val_loss"] if r["status"] == "COMPLETED" else None, interval=None)
+    cfg = multirun.load(sweep_dir)
+    metric = (Metric(trials["metric"], trials["direction"] == "maximize") if trials
+              else objective(multirun.optimized_metric(cfg)))
+    found = findings_of(sweep_dir, cfg, rows, trials, meta, metric)
+    write_atomic(sweep_dir / "findings.json", (json.dumps(found, indent=2) + "\n").encode())
     cached = cache_swept(meta)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS + (HALVING_COLUMNS if trials else []), extrasaction="ignore")
@@ -196,6 +216,9 @@ def write_summary(sweep_dir: Path) -> list[dict]:
     writer.writerows(rows)
     write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
     lines = halving_md(sweep_dir, rows, trials, meta) if trials else grid_md(sweep_dir, rows, cached)
+    # the answer first: the title and its one paragraph, the findings, then the table they come from
+    lines = lines[:4] + markdown(found, "halving" if trials else "grid", averaged(meta, rows, trials)) + \
+        ["## Configurations" if trials else "## Jobs", ""] + lines[4:]
     failed = [r for r in rows if r["error"]]
     if failed:
         lines += ["", "## Failed jobs", ""] + [f"- {'trial' if trials else 'job'} {r['job']} "
@@ -204,8 +227,35 @@ def write_summary(sweep_dir: Path) -> list[dict]:
     write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
     from .sweep_plot import plot
 
-    write_atomic(sweep_dir / "summary.png", plot(rows, meta, trials or None, cached))
+    write_atomic(sweep_dir / "summary.png", plot(rows, meta, trials or None, metric))
     return rows
+
+
+def findings_of(sweep_dir: Path, cfg, rows: list[dict], trials: dict, meta: dict, metric: Metric) -> list[dict]:
+    """findings.json's rows (``sweep_findings``); those without an interval carry the command that re-runs
+    the sweep with seeds. A grid's rows get their objective as ``value`` (the plot's)."""
+    if trials:
+        found = halving_findings(trials, rows, metric)
+    else:
+        for r in rows:
+            r.update(value=value_of(r, metric.name), interval=None)
+        keys = [k for k in meta if k != "seed"]
+        found = grid_findings(rows, keys, multirun.defaults(cfg, keys), metric)
+    if any(f["verdict"] == NO_INTERVAL for f in found):
+        command = multirun.rerun_command(sweep_dir, cfg)
+        for f in found:
+            if f["verdict"] == NO_INTERVAL:
+                f["rerun"] = command
+    return found
+
+
+def averaged(meta: dict, rows: list[dict], trials: dict) -> str:
+    """What each grid key's effect is averaged over (a sentence for summary.md), or ""."""
+    if trials or len(meta) < 2:
+        return ""
+    sizes = {k: len({str(r["params"].get(k)) for r in rows}) for k in meta}
+    return ("Each key's effect is averaged over the other swept keys (" +
+            ", ".join(f"{k}: {n} values" for k, n in sizes.items()) + "), as a factorial ablation is read.")
 
 
 HALVING_COLUMNS = ["value", "interval", "epochs", "epochs_trained"]

@@ -1,12 +1,16 @@
-"""summary.png: the objective against each key the sweep varied, fitted to what was swept.
+"""summary.png: each metric that matters against each key the sweep varied, fitted to what was swept.
 
-One panel per swept key: numbers on their own axis (log for log-sampled keys, and for a grid's numbers
-that span a decade), categories side by side with the mean of their full-budget results (and its 95 %
-interval from three results on); every axis fitted to the data, never from 0. In a halving sweep each configuration is drawn at
-its last rung (pruned ones marked there, by rung), the best is starred, and a last panel shows every
-configuration's objective epoch by epoch. The cache's panels (hit rate, MiB decoded, rows/s, data stall)
-and the sentence on reading them come only when the sweep varied the cache. A job that did not finish
-has no point; its status is written instead.
+A grid: a panel per swept key and metric (the objective for every key; decoded MiB, hit rate, data
+stall and rows/s for a cache or loader key), but never one of a metric the key cannot change (its
+values bit-identical across the options: val/loss across cache policies; a note says so). Each job is a
+faint point; each option's mean over its seeds (of its mean over the other swept keys) carries its
+95 % interval (Student's t) when two or more seeds completed it, else the range of its jobs; the
+legend states the true counts. Numbers sit on their own axis (log when they span a decade), categories
+side by side; axes fitted to the data, never from 0.
+
+A halving sweep: configurations compared at equal budget, one colour per rung (each configuration drawn
+at every rung it reached, with its seeds' interval), the best starred; a last panel draws every
+configuration's objective epoch by epoch. A job that did not finish has no point; its status is written.
 """
 from __future__ import annotations
 
@@ -14,167 +18,218 @@ import io
 import math
 from typing import Optional
 
-from .summary import mean_interval
+from .findings import Metric, metrics_for, touches_data
+from .stats import mean_interval
+from .sweep_findings import cells_of, label, layout, unchanged, value_of
 
-CACHE_PANELS = (("cache_train_hit_pct", "train cache hit rate %", "{:.1f}"),
-                ("cache_train_mib_decoded", "MiB decoded (train cache)", "{:,.1f}"),
-                ("rows_per_s", "rows/s (train)", "{:,.0f}"),
-                ("data_stall_pct", "data stall % (train)", "{:.1f}"))
 CACHE_NOTE = ("The cache never changes what the trainer computes: jobs that differ only in their cache "
               "policy have the same validation loss. Hit rate, MiB decoded, rows/s and data stall are where "
               "policies differ.")
+TITLES = {"cache_train_mib_decoded": "MiB decoded (train cache)", "cache_train_hit_pct": "train cache hit rate %",
+          "data_stall_pct": "data stall % (train)", "rows_per_s": "rows/s (train)"}
 
 
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def label(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def counts(ns: list[int]) -> str:
+    """"3", or "2-3" when options differ (a failed job)."""
+    return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
 
 
-def plot(rows: list[dict], meta: dict[str, dict], trials: Optional[dict], cached: bool) -> bytes:
+def plot(rows: list[dict], meta: dict[str, dict], trials: Optional[dict], optimized: Metric) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = list(meta) or [None]
-    panels = len(keys) + (1 if trials else 0) + (len(CACHE_PANELS) if cached else 0)
-    cols = min(3, panels)
-    nrows = math.ceil(panels / cols)
-    fig, grid = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.9 * nrows + (0.5 if cached else 0)), squeeze=False)
-    axes = list(grid.flat)
-    metric = trials["metric"] if trials else "val/loss (final)"
-    rungs = trials["rungs"] if trials else None
-    for ax, key in zip(axes, keys):
-        objective_panel(ax, rows, key, meta.get(key, {}), metric, rungs)
-    at = len(keys)
+    keys = [k for k in meta if k != "seed"]
+    notes: list[str] = []
     if trials:
-        curves_panel(axes[at], rows, metric, rungs)
-        at += 1
-    if cached:
-        for ax, panel in zip(axes[at:], CACHE_PANELS):
-            bars_panel(ax, rows, *panel)
-        at += len(CACHE_PANELS)
-    for ax in axes[at:]:
+        panels = [(k, optimized) for k in keys or [None]]
+    else:
+        panels = []
+        for k in keys or [None]:
+            for m in (metrics_for(k, optimized) if k else [optimized]):
+                if k and unchanged(rows, keys, k, m.name):
+                    notes.append(f"No panel of {m.name} against {k}: it is bit-identical across {k}'s options.")
+                else:
+                    panels.append((k, m))
+    n = len(panels) + (1 if trials else 0)
+    cols = min(3, n)
+    fig, grid = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols) + 0.5),
+                             squeeze=False)
+    axes = list(grid.flat)
+    for ax, (key, metric) in zip(axes, panels):
+        if trials:
+            rung_panel(ax, rows, trials, key, meta.get(key, {}))
+        else:
+            grid_panel(ax, rows, keys, key, meta.get(key, {}) if key else {"categorical": True}, metric)
+    if trials:
+        curves_panel(axes[len(panels)], rows, trials["metric"], trials["rungs"])
+    for ax in axes[n:]:
         ax.axis("off")
+    if any(map(touches_data, keys)):
+        notes.insert(0, CACHE_NOTE)
     unfinished = [r for r in rows if r.get("value") is None]
-    notes = ([CACHE_NOTE] if cached else []) + ([
-        "no point: " + ", ".join(f"{'trial' if trials else 'job'} {r['job']} {r['status']}" for r in unfinished[:8])
-        + (" ..." if len(unfinished) > 8 else "")] if unfinished else [])
+    if unfinished:
+        notes.append("no point: " + ", ".join(f"{'trial' if trials else 'job'} {r['job']} {r['status']}"
+                                              for r in unfinished[:8]) + (" ..." if len(unfinished) > 8 else ""))
     if notes:
         fig.text(0.01, 0.005, "\n".join(notes), fontsize=8, color="dimgray", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.04 * len(notes), 1, 1))
+    fig.tight_layout(rect=(0, 0.035 * len(notes), 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
-def _style(r: dict, rungs: Optional[list[int]]):
-    """(marker, colour, legend label) of a point: by rung in a halving sweep."""
-    import matplotlib
+def fit_y(ax, values: list[float], bars: list[tuple[float, float]]) -> None:
+    """The y axis fitted to the points (never from 0); an interval from few seeds can be far wider (t is 12.7
+    for two): its bar then runs past the panel, and the panel says so."""
+    lo, hi = min(values), max(values)
+    pad = 0.15 * (hi - lo) or 0.05 * abs(hi) or 1.0
+    reach = 2 * (hi - lo + 2 * pad)  # bars are shown whole up to twice the points' own span either side
+    bottom = max(min([lo - pad, *(b for b, _ in bars)]), lo - reach)
+    top = min(max([hi + pad, *(t for _, t in bars)]), hi + reach)
+    ax.set_ylim(bottom, top)
+    if any(b < bottom or t > top for b, t in bars):
+        ax.text(0.99, 0.01, "a 95 % bar runs past the panel (few seeds: wide)", ha="right", va="bottom",
+                transform=ax.transAxes, fontsize=7, color="dimgray")
 
-    if rungs is None:
-        return "o", "tab:blue", None
-    top = len(rungs) - 1
-    rung = rungs.index(r["epochs"]) if r["epochs"] in rungs else 0
-    colour = matplotlib.colormaps["viridis"](0.85 * rung / max(top, 1))
-    if r["status"] == "COMPLETE":
-        return "o", colour, f"complete ({r['epochs']} epochs)"
-    return "x", colour, f"pruned at {r['epochs']} epoch{'s' if r['epochs'] != 1 else ''}"
+
+def _axis(ax, key: Optional[str], meta: dict, options: list[str], values: dict[str, float]) -> dict[str, float]:
+    """Each option's x: its index (categories), or its value on a linear or log axis."""
+    if key is None or meta.get("categorical", True):
+        ax.set_xticks(range(len(options)), options, fontsize=8, rotation=30 if max(map(len, options)) > 6 else 0)
+        ax.set_xlim(-0.6, len(options) - 0.4)
+        return {o: float(i) for i, o in enumerate(options)}
+    if meta.get("log"):
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1, 2, 5 per decade: a tick or more
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # on any range
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(key + (" (log)" if meta.get("log") else ""), fontsize=9)
+    return {o: float(values[o]) for o in options}
 
 
-def objective_panel(ax, rows: list[dict], key: Optional[str], meta: dict, metric: str,
-                    rungs: Optional[list[int]]) -> None:
-    shown = [r for r in rows if _finite(r.get("value")) and (key is None or key in r["params"])]
-    ax.set_title(f"{metric} vs {key}" if key else f"{metric} per job", fontsize=10)
-    ax.set_ylabel(metric, fontsize=9)
+def grid_panel(ax, rows: list[dict], keys: list[str], key: Optional[str], meta: dict, metric: Metric) -> None:
+    """`metric` against `key`'s options: the jobs, and each option's mean over seeds with its interval."""
+    name = metric.name
+    ax.set_title(f"{TITLES.get(name, name)} vs {key or 'job'}", fontsize=10)
+    ax.set_ylabel(f"{TITLES.get(name, name)} ({'higher' if metric.higher else 'lower'} is better)", fontsize=8)
     ax.tick_params(labelsize=8)
+    shown = [r for r in rows if value_of(r, name) is not None and (key is None or key in r["params"])]
     if not shown:
         ax.text(0.5, 0.5, "no finished job", ha="center", va="center", transform=ax.transAxes, color="tab:red")
         return
-    categorical = key is None or meta.get("categorical", False)
-    if categorical:
-        cats = sorted({label(r["params"][key]) if key else str(r["job"]) for r in shown},
-                      key=lambda c: (not c.replace(".", "", 1).isdigit(), float(c) if c.replace(".", "", 1).isdigit()
-                                     else 0, c))
-        pos = {c: i for i, c in enumerate(cats)}
-    seen = set()
-    for i, r in enumerate(shown):
-        marker, colour, name = _style(r, rungs)
-        if categorical:
-            c = label(r["params"][key]) if key else str(r["job"])
-            x = pos[c] + 0.18 * (((i * 0.618) % 1.0) - 0.5)  # spread, the same every time
-        else:
-            x = r["params"][key]
-        ax.errorbar(x, r["value"], yerr=r.get("interval") or None, fmt=marker, color=colour, ms=6, capsize=3,
-                    label=name if name not in seen else None)
-        seen.add(name)
-        if r.get("best"):
-            ax.plot(x, r["value"], marker="*", ms=16, color="gold", mec="black", zorder=5,
-                    label="best" if "best" not in seen else None)
-            seen.add("best")
-    if categorical:
-        full = max(r.get("epochs") or 0 for r in shown) if rungs else None
-        for c, p in pos.items():  # each category's full-budget results: mean and 95 % interval
-            vals = [r["value"] for r in shown if (label(r["params"][key]) if key else str(r["job"])) == c
-                    and (full is None or r.get("epochs") == full)]
-            if len(vals) >= 2:  # two values give an interval (t = 12.7) wider than it says: the mean alone
-                mean, half = mean_interval(vals)
-                ax.errorbar(p + 0.3, mean, yerr=half if len(vals) >= 3 else None, fmt="_", color="black", ms=14,
-                            capsize=4, label="category mean (± 95 % from 3 results)" if "cat" not in seen else None)
-                seen.add("cat")
-        ax.set_xticks(range(len(cats)), cats, fontsize=8, rotation=30 if max(map(len, cats)) > 6 else 0)
-        ax.set_xlim(-0.6, len(cats) - 0.4)
-    else:
-        if meta.get("log"):
-            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1, 2, 5 per decade: a tick or more
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # on any range
-            ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(key + (" (log)" if meta.get("log") else ""), fontsize=9)
-    ax.margins(y=0.12)
-    if seen - {None}:
+    if key is None:  # a sweep of one job, or of seeds only
+        x = {str(r["job"]): float(i) for i, r in enumerate(shown)}
+        _axis(ax, None, meta, list(x), {})
+        ax.plot(list(x.values()), [value_of(r, name) for r in shown], "o", color="tab:blue",
+                label=f"jobs ({len(shown)})")
         ax.legend(fontsize=7, loc="best")
+        return
+    others, combos, seeds, options = layout(shown, keys, key)
+    raw = {label(r["params"][key]): r["params"][key] for r in shown}
+    x = _axis(ax, key, meta, options, raw)
+    jobs = {o: [value_of(r, name) for r in shown if label(r["params"][key]) == o] for o in options}
+    spread = 0.18 if meta.get("categorical", True) else 0.0
+    for o in options:
+        ax.plot([x[o] + spread * (((i * 0.618) % 1.0) - 0.5) for i in range(len(jobs[o]))], jobs[o], "o",
+                color="tab:blue", alpha=0.35, ms=4)
+    ax.plot([], [], "o", color="tab:blue", alpha=0.35, ms=4, label=f"jobs ({counts([len(v) for v in jobs.values()])}"
+                                                                  " per option)")
+    seeds_done = {o: [math.fsum(v) / len(v) for v in cells_of(shown, key, o, others, combos, name, seeds).values()]
+                  for o in options}
+    with_ci = [o for o in options if len(seeds_done[o]) >= 2]
+    bars = []
+    for o in with_ci:
+        mean, half = mean_interval(seeds_done[o])
+        ax.errorbar(x[o], mean, yerr=half, fmt="_", color="black", ms=14, capsize=4, zorder=4)
+        bars.append((mean - half, mean + half))
+    if with_ci:
+        over = f" of {counts([len(combos)])} {', '.join(others)} values," if others else ""
+        ax.plot([], [], "_", color="black", ms=14, label=f"mean{over} ± 95 % over "
+                                                         f"{counts([len(seeds_done[o]) for o in with_ci])} seeds")
+    ranged = [o for o in options if o not in with_ci and len(jobs[o]) >= 2]
+    for o in ranged:  # one seed: no interval; the bar is the jobs' range (over the other keys)
+        vals = jobs[o]
+        mean = math.fsum(vals) / len(vals)
+        ax.errorbar(x[o], mean, yerr=[[mean - min(vals)], [max(vals) - mean]], fmt="_", color="tab:orange", ms=14,
+                    capsize=4, zorder=4)
+    if ranged:
+        ax.plot([], [], "_", color="tab:orange", ms=14, label=f"mean, bar: range of {counts([len(jobs[o]) for o in ranged])}"
+                                                              " jobs (one seed: no interval)")
+    fit_y(ax, [v for vals in jobs.values() for v in vals], bars)
+    ax.legend(fontsize=7, loc="best")
+
+
+def rung_panel(ax, rows: list[dict], trials: dict, key: Optional[str], meta: dict) -> None:
+    """A halving sweep's objective against `key`, each configuration at every rung it reached: compare
+    within a colour (equal budget). The interval is its seeds' (two or more)."""
+    import matplotlib
+
+    metric, rungs = trials["metric"], trials["rungs"]
+    ax.set_title(f"{metric} vs {key} at each rung", fontsize=10)
+    ax.set_ylabel(metric, fontsize=9)
+    ax.tick_params(labelsize=8)
+    points = [(r, t) for r, t in zip(rows, trials["trials"]) if t["seed_values"] and (key is None or key in r["params"])]
+    if not points:
+        ax.text(0.5, 0.5, "no finished rung", ha="center", va="center", transform=ax.transAxes, color="tab:red")
+        return
+    options = sorted({label(r["params"][key]) for r, _ in points}, key=lambda o: (_num(o) is None, _num(o) or 0, o))
+    x = _axis(ax, key, meta, options, {label(r["params"][key]): r["params"][key] for r, _ in points})
+    categorical = meta.get("categorical", True)
+    means, bars = [], []
+    for k, budget in enumerate(rungs):
+        colour = matplotlib.colormaps["viridis"](0.85 * k / max(len(rungs) - 1, 1))
+        here = [(r, t["seed_values"][str(budget)]) for r, t in points if str(budget) in t["seed_values"]]
+        for r, values in here:
+            mean, half = mean_interval(values)
+            pos = x[label(r["params"][key])] + (0.15 * (k - (len(rungs) - 1) / 2) if categorical else 0.0)
+            ax.errorbar(pos, mean, yerr=half, fmt="o", color=colour, ms=5, capsize=3)
+            means.append(mean)
+            if half is not None:
+                bars.append((mean - half, mean + half))
+            if r.get("best") and budget == rungs[-1]:
+                ax.plot(pos, mean, marker="*", ms=16, color="gold", mec="black", zorder=5)
+        if here:
+            ci = f", ± 95 % over {trials['seeds']} seeds" if trials["seeds"] > 1 else ""
+            ax.plot([], [], "o", color=colour, label=f"{budget} epoch{'s' if budget != 1 else ''}: {len(here)} "
+                                                     f"configuration{'s' if len(here) != 1 else ''}{ci}")
+    ax.plot([], [], "*", ms=12, color="gold", mec="black", label="best (full budget)")
+    fit_y(ax, means, bars)
+    ax.legend(fontsize=7, loc="best")
+
+
+def _num(option: str) -> Optional[float]:
+    try:
+        return float(option)
+    except ValueError:
+        return None
 
 
 def curves_panel(ax, rows: list[dict], metric: str, rungs: list[int]) -> None:
     """Each configuration's objective after every epoch it trained: pruned lines end at their rung."""
+    import matplotlib
+
     ax.set_title(f"{metric} by epoch (rungs at {', '.join(map(str, rungs))})", fontsize=10)
     for r in rows:
         c = r.get("curve") or []
         if not c:
             continue
-        marker, colour, _ = _style(r, rungs)
+        rung = rungs.index(len(c)) if len(c) in rungs else 0
+        colour = matplotlib.colormaps["viridis"](0.85 * rung / max(len(rungs) - 1, 1))
         ax.plot(range(1, len(c) + 1), c, color=colour, lw=2.2 if r.get("best") else 0.9,
                 alpha=1.0 if r.get("best") else 0.7, marker=".", ms=3)
-        ax.plot(len(c), c[-1], marker=marker, color=colour, ms=6)
+        ax.plot(len(c), c[-1], marker="o" if r["status"] == "COMPLETE" else "x", color=colour, ms=6)
     for e in rungs:
         ax.axvline(e, color="lightgray", lw=0.8, zorder=0)
     ax.set_xlabel("epochs", fontsize=9)
     ax.set_ylabel(metric, fontsize=9)
     ax.tick_params(labelsize=8)
     ax.margins(y=0.08)
-
-
-def bars_panel(ax, rows: list[dict], key: str, title: str, fmt: str) -> None:
-    """A bar per job (counters start at 0); a job that did not complete: its status, in red."""
-    names = [f"{r['job']}: {r.get('swept') or r.get('overrides', '')}"[:40] for r in rows]
-    top = max([float(r[key]) for r in rows if _finite(r.get(key))] or [1.0]) or 1.0
-    for i, r in enumerate(rows):
-        if _finite(r.get(key)) and r.get("value") is not None:
-            ax.barh(i, float(r[key]), color="tab:blue")
-            ax.text(float(r[key]), i, " " + fmt.format(float(r[key])), va="center", fontsize=7)
-        else:
-            ax.text(0, i, f" {r['status']}", va="center", fontsize=7, color="tab:red", fontweight="bold")
-    ax.set_xlim(0, top * 1.35)
-    ax.set_yticks(range(len(rows)), names, fontsize=7)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_title(title, fontsize=10)
-    ax.tick_params(axis="x", labelsize=8)

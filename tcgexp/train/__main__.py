@@ -10,36 +10,37 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import hydra
 from omegaconf import DictConfig
 
-from ..cli import CONFIG_PATH, job_errors, one_line_errors  # registers the --help resolver; config the schemas
-from ..rundir import discarded_if_refused
+from ..app import compose, hydra_main
+from ..console import job_errors
+from ..launch import launched_rank
 from . import train
 from .errors import USER_ERRORS
 from .metric import check_metric, optimized
 from .rank_status import reports_exit
 from .resume import requeued_resume, resume_config
+from .rundir import claimed, run_dir_of
 
 
 @reports_exit  # under tcgexp-launch: this rank's exit code, for the launcher's own
-@one_line_errors(*USER_ERRORS)
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
+@hydra_main("config", *USER_ERRORS)
 def main(cfg: DictConfig) -> Optional[float]:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    # one line for the user's errors (a failed sweep job is recorded by Hydra); a run refused before it
-    # wrote anything leaves no folder (RunDirGuard created it for this run)
-    with job_errors(*USER_ERRORS), discarded_if_refused(run_dir):
+    again = None if cfg.resume else requeued_resume(run_dir)  # SLURM restarted this job: it goes on
+    # one line for the user's errors (a failed sweep job is recorded by Hydra); the folder's claim (RunDirGuard's,
+    # taken over): a run refused before it wrote anything leaves no folder
+    with job_errors(*USER_ERRORS), claimed(run_dir, rank=launched_rank(), continues=run_dir_of(cfg.resume or again)):
         check_metric(cfg.get("optimized_metric"))
         overrides = list(HydraConfig.get().overrides.task)
-        if not cfg.resume and (again := requeued_resume(run_dir)):  # SLURM restarted this job: go on
+        if again:
             print(f"[train] requeued job (SLURM_RESTART_COUNT={os.environ['SLURM_RESTART_COUNT']}): continuing "
                   f"from its own checkpoint, resume={again}", file=sys.stderr, flush=True)
             cfg.resume = again
         if cfg.resume:  # the checkpoint's config is the base; this command line's overrides on top, checked
-            cfg, overrides = resume_config(cfg, overrides, run_dir)
+            cfg, overrides = resume_config(cfg, overrides, compose, run_dir)
         result = train(cfg, overrides=overrides)
     return optimized(result, cfg.get("optimized_metric"))
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from .model import BCE_HEADS, Z_MAX, affine_scan, loss_terms
+from .losses import BCE_HEADS, loss_terms
+from .scan import Z_MAX, affine_scan
 
 
 def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
@@ -57,7 +58,7 @@ def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight:
     logits = mx.addmm(p["policy.bias"], zt, Wp.T)
     aux = mx.addmm(p["aux.bias"], zt, Wa.T)
 
-    # ---- the loss (model.loss_terms, as under autodiff) and its gradient with respect to the heads ----
+    # ---- the loss (losses.loss_terms, as under autodiff) and its gradient with respect to the heads ----
     t = targets
     terms = loss_terms(logits, aux, t, aux_weight)
     loss, values = terms.loss, terms.values

@@ -27,14 +27,16 @@ import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..cli import say_now
+from ..console import say_now
 from ..launch import launch_time, launched
+from ..ownership import HeldLock, read_info
+from .rundir import lock_name
 
 
 class DistributedError(RuntimeError):
@@ -195,11 +197,9 @@ class World:
         """Ranks on this host whose run lock is free: their process is gone (flock dies with it)."""
         if self.run_dir is None:
             return []
-        from ..ownership import HeldLock, read_info
-
         dead = []
         for r in range(self.size):
-            path = Path(self.run_dir) / rank_lock_name(r)
+            path = Path(self.run_dir) / lock_name(r)
             if r == self.rank or not path.exists() or read_info(path).get("host") != socket.gethostname():
                 continue
             lock = HeldLock(path, "probe")
@@ -221,11 +221,6 @@ def flat(tree, prefix: str = "") -> dict:
     for k, v in tree.items():
         out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
-
-
-def rank_lock_name(rank: int) -> str:
-    """Rank 0 holds the run dir's own lock (a world-size-1 run is unchanged); rank r its own."""
-    return ".tcgexp-run.lock" if rank == 0 else f".tcgexp-run.rank{rank}.lock"
 
 
 class Sync:

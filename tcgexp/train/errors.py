@@ -1,9 +1,9 @@
 """Errors that are the user's to fix: printed as one line, no traceback."""
-from ..config import ConfigError
 from ..data.errors import DataError
-from .diverge import DivergenceError
+from ..errors import ConfigError
 from .checkpoint import CheckpointError, CheckpointWriteError
 from .distributed import DistributedError
+from .diverge import DivergenceError
 from .schedule import ScheduleError
 from .step import PrecisionError
 

@@ -12,7 +12,8 @@ passes it to the ranks (``--env``; ranks on other hosts need ``TCGEXP_RANK_STATU
 they share with this host). It waits for every rank it knows of to be gone: ranks outlive a killed
 launcher by at most ``parent_watch.GRACE_S``. ``mlx.launch`` dies with ``tcgexp-launch``
 (``PR_SET_PDEATHSIG``) and its ranks with it, and a SIGTERM or SIGHUP to ``tcgexp-launch`` is passed
-to ``mlx.launch``, so killing either stops the run.
+to ``mlx.launch``, so killing either stops the run. A SIGINT (Ctrl-C, or sent to ``tcgexp-launch`` alone)
+reaches every rank once (``Interrupts``): each stops resumably, as after its own Ctrl-C.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,42 @@ def expected_ranks(argv: list[str]) -> Optional[int]:
     except (argparse.ArgumentError, SystemExit):  # mlx.launch itself says what is wrong with them
         return None
     return None if known.hostfile else len(known.hosts.split(",")) * known.repeat_hosts
+
+
+def remote_hosts(argv: list[str]) -> list[str]:
+    """The hosts mlx.launch reaches through ssh (``--hosts``; every one but 127.0.0.1), in order, once each."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--hosts", default="127.0.0.1")
+    try:
+        known, _ = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):
+        return []
+    return list(dict.fromkeys(h for h in known.hosts.split(",") if h and h != "127.0.0.1"))
+
+
+SSH_PROBE_S = 10  # how long each host's ssh probe may take (ConnectTimeout 5 s, then authentication)
+
+
+def ssh_failures(hosts: list[str]) -> list[str]:
+    """What ssh says when it tries each host as mlx.launch does (mlx.launch hides it: LogLevel=QUIET), for
+    those it cannot reach: "host: ssh's last line"; in parallel, each bounded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def probe(host: str) -> str | None:
+        try:
+            res = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host, "true"],
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SSH_PROBE_S)
+        except subprocess.TimeoutExpired:
+            return f"{host}: no answer to ssh within {SSH_PROBE_S} s"
+        except OSError as exc:
+            return f"{host}: ssh could not run ({exc.strerror or exc})"
+        if res.returncode == 0:
+            return None
+        said = [line.strip() for line in res.stderr.splitlines() if line.strip()]
+        return f"{host}: {said[-1] if said else f'ssh exited with {res.returncode}'}"
+
+    with ThreadPoolExecutor(max(1, min(8, len(hosts)))) as pool:
+        return [f for f in pool.map(probe, hosts) if f]
 
 
 def read_statuses(folder: Path) -> dict[int, dict]:
@@ -98,6 +136,44 @@ def verdict(statuses: dict[int, dict], size: Optional[int]) -> tuple[int, Option
     return next((c for _, c in failed if c), 1), said
 
 
+class Interrupts:
+    """SIGINTs to ``tcgexp-launch``, each passed to every rank once: ranks on this host by their pid (from their
+    status files; a rank that starts later gets the ones it missed), ranks on other hosts through the ssh
+    client that runs them (it ends, and the rank gets its hangup). The handler only counts; ``deliver`` sends."""
+
+    def __init__(self, folder: Path, group: int) -> None:
+        self.folder, self.group, self.asked = folder, group, 0
+        self.sent: dict[int, int] = {}  # pid -> SIGINTs passed to it
+
+    def note(self, signum, frame) -> None:
+        self.asked += 1
+
+    def targets(self) -> list[int]:
+        host = socket.gethostname()
+        pids = [int(s["pid"]) for s in read_statuses(self.folder).values()
+                if s.get("pid") and "code" not in s and s.get("host", host) == host]
+        import psutil
+
+        for p in psutil.process_iter(["name"]):  # mlx.launch's ssh clients, for the ranks elsewhere
+            try:
+                if p.info["name"] == "ssh" and os.getpgid(p.pid) == self.group:
+                    pids.append(p.pid)
+            except OSError:  # gone while looking: nothing to pass on to it
+                continue
+        return pids
+
+    def deliver(self) -> None:
+        if not self.asked:
+            return
+        for pid in self.targets():
+            while self.sent.get(pid, 0) < self.asked:
+                self.sent[pid] = self.sent.get(pid, 0) + 1
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except OSError:
+                    break
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from ..data.parallel import die_with_parent
 
@@ -109,17 +185,33 @@ def main(argv: Optional[list[str]] = None) -> int:
     own = STATUS_VAR not in os.environ
     folder = Path(os.environ.get(STATUS_VAR) or tempfile.mkdtemp(prefix="tcgexp-launch-"))
     env = {**os.environ, STATUS_VAR: str(folder)}
-    proc = subprocess.Popen([launcher, "--env", f"{STATUS_VAR}={folder}", *argv], env=env,
+    # its own session: a terminal's Ctrl-C reaches this process alone, which passes it to every rank once (as
+    # it passes a SIGINT sent to it alone); in one process group the ranks would get it twice, a forced stop
+    proc = subprocess.Popen([launcher, "--env", f"{STATUS_VAR}={folder}", *argv], env=env, start_new_session=True,
                             preexec_fn=functools.partial(die_with_parent, os.getpid()))
     for signum in (signal.SIGTERM, signal.SIGHUP):  # passed on: mlx.launch dies, its ranks stop (parent_watch)
         signal.signal(signum, lambda s, f: proc.send_signal(signal.SIGTERM))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the ranks themselves (one process group)
-    proc.wait()
+    interrupts = Interrupts(folder, proc.pid)
+    signal.signal(signal.SIGINT, interrupts.note)
+    while proc.poll() is None:
+        interrupts.deliver()
+        try:
+            proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    interrupts.deliver()
     try:
-        code, line = verdict(wait_for_ranks(folder), expected_ranks(argv))
+        statuses = wait_for_ranks(folder)
+        code, line = verdict(statuses, expected_ranks(argv))
     finally:
         if own:
             shutil.rmtree(folder, ignore_errors=True)
+    if not statuses and remote_hosts(argv):  # no rank started: ssh, which mlx.launch keeps quiet, says why
+        failed = ssh_failures(remote_hosts(argv))
+        if failed:
+            line = (f"no rank started: ssh cannot reach {'; '.join(failed)} (mlx.launch runs each rank there through "
+                    "ssh: check the host names, that sshd runs there, and key-based login: ssh <host> true must "
+                    "work without a password)")
     if line:
         print(f"[launch] {line}", file=sys.stderr, flush=True)
     return code

@@ -10,7 +10,7 @@ SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the r
 
 def check_metric(name: Optional[str]) -> None:
     """Refuse an optimized_metric that no run can produce, before any work."""
-    from ..config import ConfigError
+    from ..errors import ConfigError
     from .step import METRICS
 
     if name is None:

@@ -48,9 +48,9 @@ class AdamWConfig(OptimizerConfig):
 
 @schema("optimizer", "sgd")
 class SGDConfig(OptimizerConfig):
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    nesterov: bool = False
+    momentum: float = 0.9  # the share of the previous update carried into the next; 0 = plain SGD
+    weight_decay: float = 0.0  # L2 penalty added to the gradient (coupled, as mlx.optimizers.SGD applies it)
+    nesterov: bool = False  # Nesterov momentum: the gradient looked up ahead of the momentum step
     CHECKS: ClassVar[tuple] = OptimizerConfig.CHECKS + (
         ("weight_decay", within(0.0, FLOAT32_MAX), ">= 0 (0 = none)"),
         ("momentum", within(0.0, 1.0, open_hi=True), "in [0, 1) (0 = plain SGD)"))

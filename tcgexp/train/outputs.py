@@ -16,10 +16,10 @@ from rich.console import Console
 from ..cache.report import with_rates
 from ..schema import ALL, INT32_MAX, schema, within
 from . import checkpoint as ckpt
-from .diverge import strict
 from .distributed import World
+from .diverge import strict
+from .parts import DataParts, Learner
 from .result_file import write_result
-from .setup import DataParts, Learner
 
 
 @schema("checkpoint")

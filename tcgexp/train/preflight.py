@@ -1,62 +1,18 @@
-"""What a run checks about its surroundings before any work: the run dir, the memory a model needs, validation.
+"""What a run checks before any work: the memory a model needs, validation, where its stops lie.
 
-``tcgexp.config.validate`` judges each key alone; these checks need the
-machine (free memory), the file system (where outputs would land) or the
-built corpus (whether the validation split has rows), and each one would
-otherwise surface late: an OOM kill with no message, outputs strewn into
-``/``, or ``KeyError: 'loss'`` after a whole epoch.
+``tcgexp.schema.validate`` judges each key alone; these checks need the
+job's memory limit (``memneed``), the knobs together or the built corpus (whether the
+validation split has rows), and each one would otherwise surface late: an
+OOM kill with no message, or ``KeyError: 'loss'`` after a whole epoch. Where
+its outputs land is checked where the run folder is claimed (``rundir.py``).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
-from .. import rundir, sim
-from ..config import ConfigError, build
+from ..errors import ConfigError
 from .batch import largest_padding
-from .ckpt_files import check_folder
-
-
-def check_run_dir(run_dir: Path) -> None:
-    """Refuse a run dir where tcgexp's outputs would mix with, or overwrite, what is not tcgexp's
-    (``tcgexp.rundir``: a folder is ours only with its marker, or while it holds only Hydra's files)."""
-    rundir.check(run_dir)
-    check_folder(Path(run_dir) / "checkpoints")  # checkpoint folders it would replace hold only checkpoints
-
-
-def model_bytes(cfg: DictConfig, slots: int = 0) -> int:
-    """A float32 estimate of what training needs, as the configured model reports it: parameters,
-    gradients, optimizer moments (and the accumulated gradients), and one microbatch's activations:
-    ``tbptt.batch_size`` rows and `slots` padded (lane x decision) slots (``batch.largest_padding``).
-
-    The model is built only to be measured: MLX makes weights lazily, so nothing is allocated (the
-    run seeds its weights afterwards).
-    """
-    model = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
-    copies = 5 if int(cfg.tbptt.accum_steps) > 1 else 4  # weights, grads, two moments (+ the accumulated sum)
-    return 4 * copies * model.parameter_count + model.activation_bytes(int(cfg.tbptt.batch_size), slots)
-
-
-def check_memory(cfg: DictConfig, slots: int = 0, available: int | None = None) -> None:
-    """Refuse a run that cannot fit in memory now, naming the knobs, instead of being OOM-killed silently.
-
-    Before any work (`slots` 0) what every run of this model and row budget needs at least; after
-    planning (``planned_slots``) what the plan's largest microbatch needs: within a few percent of
-    the measured peak (tests/reliability/test_bounds.py). Neither refuses a long chunk the row budget
-    cannot fill.
-    """
-    import psutil
-
-    need = model_bytes(cfg, slots)
-    free = psutil.virtual_memory().available if available is None else available
-    if need > free:
-        gib = lambda n: f"{n / 2**30:,.1f} GiB"  # noqa: E731
-        largest = f", its largest microbatch padded to {slots:,} lane x decision slots" if slots else ""
-        raise ConfigError(f"model.hidden={cfg.model.hidden} with tbptt.batch_size={cfg.tbptt.batch_size} "
-                          f"(tbptt.chunk={cfg.tbptt.chunk}) needs {'about' if slots else 'at least'} {gib(need)} in "
-                          f"float32 (parameters, gradients, optimizer moments, one microbatch's activations{largest}); "
-                          f"{gib(free)} is available: make model.hidden or tbptt.batch_size smaller")
+from .memneed import check_memory, model_bytes  # noqa: F401 - where callers have found them
 
 
 def planned_slots(planner) -> int:
@@ -66,9 +22,9 @@ def planned_slots(planner) -> int:
                largest_padding(planner.validation_plan(), planner.chunk))
 
 
-def preflight(cfg: DictConfig, run_dir: Path) -> None:
-    """``train()``'s checks after ``validate`` and before anything is built or written."""
-    check_run_dir(run_dir)
+def preflight(cfg: DictConfig) -> None:
+    """``train()``'s checks after ``validate`` and before anything is built or written (its folder is checked
+    where it is claimed: ``rundir.claim``)."""
     # every epoch ends with a validation pass (best/, val/* and the sweeper's metric come from it): a run
     # without one is refused, not run with validation silently off
     if float(cfg.dataset.val_fraction) <= 0.0:

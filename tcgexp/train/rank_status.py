@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +28,7 @@ def note_rank(**fields: Any) -> None:
     path = Path(folder) / f"rank{launched_rank()}.json"
     try:
         status = json.loads(path.read_text()) if path.exists() else {}
-        status.update(rank=launched_rank(), pid=os.getpid(), **fields)
+        status.update(rank=launched_rank(), pid=os.getpid(), host=socket.gethostname(), **fields)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(status, default=str))
         os.replace(tmp, path)

@@ -1,47 +1,67 @@
 """``train(cfg)``: the plain function behind ``python -m tcgexp.train``; tests call it directly.
 
-``run`` reads as lightning-hydra-template's ``train``: build the data side,
-build the learner, build the trainer (``instantiate`` of its group, with its
-checkpointer and tracker), fit, return the metrics. ``train`` around it
-checks the config and the surroundings first and owns the run folder and
-the stopping signals. ``Config`` is the schema the composed config starts from.
+This module is the run's composition root: every part is built here from the composed config, by
+``instantiate`` of its group (``build``), and nowhere else. ``run`` reads as lightning-hydra-template's
+``train``: the data side (corpus, lane index, planner), the learner (model, scheduler, optimizer: fresh
+or restored from a checkpoint), the caches and loaders, the tracker, the checkpointer and the trainer;
+then the trainer fits and the result comes back. ``train`` around it checks the config and the
+surroundings first and owns the run folder (claimed in ``rundir.py``) and the stopping signals.
+``Config`` is the schema the composed config starts from.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import sys
+import time
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Iterator, Optional
 
-from omegaconf import MISSING, DictConfig
+import mlx.core as mx
+from omegaconf import MISSING, DictConfig, OmegaConf
 from rich.console import Console
 
+from .. import sim
 from ..cache.registry import reclaim
 from ..cache.rowgroup import CacheConfig
-from ..cli import say_now
-from ..config import build, validate
-from ..data.corpus import DatasetConfig
-from ..ownership import SPILL_MARKER
-from ..plan.loader import LoaderConfig
+from ..config import build
+from ..console import say_now
+from ..data.corpus import Corpus, DatasetConfig
+from ..data.storeproc import abandon_all
+from ..errors import ConfigError
+from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
+from ..plan import LaneIndex, Planner
+from ..plan.loader import TRAIN_COLUMNS, LoaderConfig
 from ..plan.planner import TbpttConfig
-from ..progress import report_console
-from ..rundir import claim, discarded_if_refused
-from ..schema import schema, within
-from ..track import TrackingConfig, job_context
+from ..progress import report_console, stage_progress
+from ..schema import schema, validate, within
+from ..track import NullTracker, TrackingConfig, job_context
 from ..track.summary import write_summary
+from .batch import prepare
 from .blas import load_fast_blas
-from .distributed import DistributedError, World, rank_lock_name
+from .distributed import DistributedError, World
 from .errors import USER_ERRORS
-from .model import ModelConfig
+from .model import ModelConfig, RecurrentPolicy
 from .optim import OptimizerConfig
 from .outputs import CheckpointConfig
-from .preflight import check_stop_at, preflight
+from .parts import DataParts, Learner, RunContext
+from .preflight import (
+    check_memory,
+    check_stop_at,
+    check_val_rows,
+    planned_slots,
+    preflight,
+)
 from .rank_status import note_rank
 from .result_file import leave_failed
-from .runlock import hold_run_dir
+from .resume import Saved
+from .rundir import claimed, run_dir_of
 from .schedule import SchedulerConfig
-from .setup import make_learner, prepare_data
-from .signals import ForcedStop, RunInterrupted, StopSignals, exit_code
-from .trainer import RunContext, Trainer, TrainerConfig
+from .memneed import microbatch_rows, row_budget_line
+from .signals import STOP_GRACE_S, ForcedStop, RunInterrupted, StopSignals, WaitAbandoned, exit_code, stop_line
+from .state import LaneMemory, TrainState
+from .trainer import Trainer, TrainerConfig
 
 
 @schema(name="base_config")
@@ -92,14 +112,16 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
     world.check_same_config(cfg, run_dir)  # ranks that composed different runs all refuse, naming the keys
     validate(cfg)  # impossible values are refused before anything is built or written
     console = console or (report_console() if world.lead else Console(quiet=True))  # rank 0 reports
-    preflight(cfg, run_dir)  # the run dir, validation, memory: refused before anything is written
-    claim(run_dir)  # created and marked ours (or a folder of ours again); removed if refused before any output
-    # one run per folder (each rank holds its own lock in it); signals stop the run cleanly. Every
-    # line that says how the run ended is printed inside this block, while our handler holds SIGTERM:
-    # when one rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and
-    # after the block Python's default would end them before their line.
-    with discarded_if_refused(run_dir), hold_run_dir(run_dir, rank_lock_name(world.rank)), \
-            StopSignals() as signals:
+    preflight(cfg)  # validation, stops, memory: refused before anything is written
+    # the folder checked, claimed and locked (the Hydra callback's claim, taken over; each rank its own lock),
+    # undone if the run is refused before it writes an output; signals stop the run cleanly. Every line
+    # that says how the run ended is printed inside this block, while our handler holds SIGTERM: when one
+    # rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and after the
+    # block Python's default would end them before their line.
+    with claimed(run_dir, rank=world.rank, continues=run_dir_of(cfg.resume)) as held, StopSignals() as signals:
+        if held.killed:  # said once, by the run that finds it
+            console.print(f"[train] {held.killed}", markup=False, soft_wrap=True)
+            held.killed = None
         try:
             context = RunContext(cfg, run_dir, world, console, blas=load_fast_blas(), signals=signals,
                                  memory_probe=memory_probe, overrides=overrides)
@@ -111,8 +133,7 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
                 print(line, file=sys.stderr, flush=True)
                 raise RunInterrupted(exit_code(result["signal"]), line, result)
         except ForcedStop as stop:
-            line = (f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
-                    f"continues from its last latest/ (every checkpoint.latest_every_steps)")
+            line = stop_line(stop, run_dir)
             print(line, file=sys.stderr, flush=True)
             raise RunInterrupted(exit_code(stop.signame), line) from None
         except USER_ERRORS as exc:
@@ -125,19 +146,151 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict:
-    """Build the data side, build the learner, build the trainer, fit: the run's result and its model."""
+    """Build every part from the config, hand them to the trainer, fit: the run's result and its model."""
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
         ctx.console.print(reclaimed, markup=False, soft_wrap=True)
-    data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), cache and loader, counts
+    data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), every epoch's counts
+    budget = row_budget_line(cfg, data.planner.split_rows("train"), data.planned_steps[0] if data.planned_steps else 0)
+    if budget and ctx.world.lead:
+        ctx.console.print(budget, markup=False, soft_wrap=True)
     learner = make_learner(cfg, data, ctx)  # model, optimizer owning its schedule, progress: fresh or resumed
     check_stop_at(cfg, learner.progress.epoch, learner.progress.opt_steps)  # stops lie ahead of a resumed checkpoint
     ctx.world.check_same_weights(learner.model, "start-up")
-    trainer: Trainer = build(cfg.trainer)(checkpoint=build(cfg.checkpoint), tracking=build(cfg.tracking), run=ctx)
-    result = trainer.fit(data, learner)
+    spill = spill_root_of(ctx.run_dir, ctx.world.rank)
+    # rows padded to the row budget, or to the larger split when the budget is more than it holds (a budget
+    # of 1e6 rows padded every microbatch of a small corpus to 1e6: ~24 s a step, for rows of weight 0)
+    splits = max(data.planner.split_rows("train"), data.planner.split_rows("val"))
+    transform = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
+    # spill, caches and tracker live and die with this run (each rank its own); the tracked run closes in its own
+    # process while the caches close and the spill goes (the outer stack waits for it last, bounded)
+    with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
+        stack.callback(remove_spill_root, spill)
+        make_spill_root(spill)
+        caches = tuple(stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill / name,
+                                                            name=name, memory_probe=ctx.memory_probe))
+                       for name in ("train", "val"))
+        loaders = tuple(build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches)
+        for loader in loaders:
+            loader.stop_waiting = partial(stop_waiting, ctx.signals)
+        tracker = open_tracker(cfg, ctx, learner.aim_hash)
+        outer.callback(close_tracker, tracker, ctx.signals)
+        stack.enter_context(tracked(tracker))
+        trainer: Trainer = build(cfg.trainer)(checkpoints=build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints"),
+                                              tracker=tracker, run=ctx)
+        result = trainer.fit(data, learner, caches, loaders)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
     return {**result, "model": learner.model}
+
+
+def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
+    """(shards, this process's shard): one per rank under a launcher; ``tbptt.shards=N`` on one process
+    runs the N shards interleaved (shard None), which needs whole positions per optimizer window."""
+    want = cfg.tbptt.get("shards")
+    if world.size > 1:
+        if want not in (None, world.size):
+            raise ConfigError(f"tbptt.shards={want} but {world.size} ranks were launched: leave tbptt.shards "
+                              f"unset (one shard per rank) or set it to {world.size}")
+        return world.size, world.rank
+    shards = int(want or 1)
+    accum = int(cfg.tbptt.accum_steps)
+    if shards > 1 and accum % shards:
+        raise ConfigError(f"tbptt.shards={shards} with tbptt.accum_steps={accum}: one process runs {shards} ranks' "
+                          f"microbatches in turn, so an optimizer window must hold whole turns; set "
+                          f"tbptt.accum_steps to a multiple of {shards} ({shards} x the ranks' accum_steps)")
+    return shards, None
+
+
+def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
+    """The data side: build or validate the days, index the lanes, plan (this rank's shard), check that the plan's
+    largest microbatch fits in memory, and count every epoch's steps (the horizon; from the packing alone)."""
+    world = world or World()
+    corpus: Corpus = build(cfg.dataset)
+    progress, update = stage_progress()
+    with progress:
+        corpus.build(progress=update, build_missing=not corpus.selected)  # a selection only uses built days
+    index = LaneIndex.of(corpus)
+    shards, shard = shards_of(cfg, world)
+    planner: Planner = build(cfg.tbptt)(index, shards=shards, shard=shard)
+    check_val_rows(cfg, planner.split_rows("val"))  # an empty split fails here, not after an epoch
+    # the plan's own largest microbatch, each lane's memory, before the first step
+    check_memory(cfg, planned_slots(planner), lanes=len(index.lanes),
+                 rows=microbatch_rows(cfg, max(planner.split_rows("train"), planner.split_rows("val"))))
+    epochs = range(int(cfg.trainer.epochs))
+    # epoch by epoch (with shards each epoch's plans are made once and serve all three counts)
+    counts = [(planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e))
+              for e in epochs]
+    lengths, steps, real = ([c[i] for c in counts] for i in range(3))
+    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
+
+
+def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
+    """Model, optimizer (with its schedule), progress and lane memory: fresh, or restored from ``cfg.resume``."""
+    # every rank draws the same initial weights (checked after); seeded here, right before the draw, as
+    # measuring a model for the memory estimate (preflight) builds one too
+    mx.random.seed(int(cfg.seed))
+    model: RecurrentPolicy = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
+    memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
+    saved = None
+    if cfg.resume:
+        saved = Saved.read(cfg.resume, manifests=data.manifests, planner=data.planner, cfg=cfg, world=ctx.world,
+                           planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
+                           console=ctx.console)
+        remaining = saved.remaining_steps(data.planned_steps)
+        schedule = build(cfg.scheduler)(run_steps=remaining, start=saved.progress.opt_steps)
+        saved.restore_schedule(schedule, remaining)
+    else:
+        schedule = build(cfg.scheduler)(run_steps=sum(data.planned_steps))
+    optimizer = build(cfg.optimizer)(schedule)
+    optimizer.init(model.trainable_parameters())
+    mx.eval(model.parameters(), optimizer.state)
+    if saved is None:
+        return Learner(model, optimizer, schedule, TrainState(), memory)
+    aim_hash = saved.restore(model, optimizer, memory, blas=ctx.blas, console=ctx.console)
+    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path)
+
+
+def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: Optional[str]):
+    """One tracked run per training run: rank 0's (a resume continues the checkpoint's)."""
+    if not ctx.world.lead:
+        return NullTracker()
+    hparams = {**OmegaConf.to_container(cfg, resolve=True), "world_size": ctx.world.size}
+    return build(cfg.tracking)(hparams=hparams, context=job_context(ctx.run_dir), resume_hash=resume_hash)
+
+
+@contextlib.contextmanager
+def tracked(tracker) -> Iterator:
+    """The tracker for the run's duration: marked failed (with the reason) on any exception; then its closing
+    begins (``close``, which waits for it, comes after the run's own teardown)."""
+    try:
+        yield tracker
+    except BaseException as exc:
+        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        raise
+    finally:
+        getattr(tracker, "begin_close", tracker.close)()  # (a tracker of a plug-in's may only have close)
+
+
+def stop_waiting(signals: Optional[StopSignals]) -> Optional[BaseException]:
+    """A loader's check while the loop waits for data: after a stopping signal the wait may last
+    ``STOP_GRACE_S`` (then the step and latest/ follow as usual); past it, or after a second signal, the run
+    leaves at once with the latest/ it has, and the store calls the loader threads wait on are abandoned."""
+    if signals is None or signals.requested is None or not signals.overdue():
+        return None
+    abandon_all(f"abandoned: the run is stopping ({signals.requested})")
+    return WaitAbandoned(signals.requested, "the next microbatch's data")
+
+
+def close_tracker(tracker, signals: Optional[StopSignals]) -> None:
+    """Wait for the tracked run to close; after a stopping signal within what is left of its budget
+    (``STOP_GRACE_S`` and a margin from the signal, at least a second; a second), if the tracker takes a bound."""
+    at = signals.requested_at if signals is not None else None
+    if at is not None and "within" in inspect.signature(tracker.close).parameters:
+        left = 0.0 if signals.forced else STOP_GRACE_S + 2.0 - (time.monotonic() - at)
+        tracker.close(within=max(1.0, left))
+    else:
+        tracker.close()
 
 
 def write_sweep_summary(run_dir: Path) -> None:

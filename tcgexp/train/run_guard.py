@@ -2,7 +2,7 @@
 
 Hydra calls ``on_run_start`` / ``on_multirun_start`` after composing and before ``run_job`` (or the
 sweeper) creates the folder and writes ``.hydra/`` and the job log, so a folder refused here is left
-exactly as it was (``tcgexp.rundir`` says which folders are tcgexp's). Hydra turns a callback's
+exactly as it was (``rundir.py`` says which folders are tcgexp's and claims them). Hydra turns a callback's
 ``Exception`` into a warning, so a refusal leaves as ``RunDirRefused``, a ``SystemExit`` with the
 one line (``--verbose`` prints the traceback first). On by default:
 ``conf/hydra/callbacks/run_dir_guard.yaml``.
@@ -15,22 +15,20 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError
+from ..console import flatten, verbose
+from ..errors import ConfigError
 from ..launch import launched_rank
-from ..ownership import held_by_someone
 from ..plugins import check_launcher
-from ..rundir import SWEEP_MARKER, check, check_job_dirs, claim
-from .distributed import rank_lock_name
-from .runlock import busy
+from .errors import USER_ERRORS
+from .resume import requeued_resume
+from .rundir import SWEEP_MARKER, check, check_job_dirs, claim, mark, run_dir_of
 
 
 class RunDirRefused(SystemExit):
     """A refusal from a Hydra callback: exits with its line."""
 
 
-def refused(exc: ConfigError) -> RunDirRefused:
-    from ..cli import flatten, verbose
-
+def refused(exc: Exception) -> RunDirRefused:
     if verbose():
         import traceback
 
@@ -43,12 +41,11 @@ class RunDirGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser().absolute()
-        try:
-            lock = rank_lock_name(launched_rank())
-            if held_by_someone(run_dir / lock):  # a live run's folder: refused before Hydra rewrites its .hydra/
-                raise busy(run_dir, name=lock)
-            claim(run_dir, "hydra.run.dir", hydra_made=False)
-        except ConfigError as exc:
+        # the run this one continues (resume=, a SLURM requeue of this folder's job): only its outputs may be there
+        continues = run_dir_of(OmegaConf.select(config, "resume", default=None) or requeued_resume(run_dir))
+        try:  # checked, marked and locked (the run takes the claim over): a live run's folder is refused here,
+            claim(run_dir, rank=launched_rank(), hydra_made=False, continues=continues)  # before Hydra writes
+        except USER_ERRORS as exc:  # (a checkpoint folder it would replace that holds what is not ours, too)
             raise refused(exc) from None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -57,6 +54,6 @@ class RunDirGuard(Callback):
             check_launcher(config)  # a launcher that cannot start here: refused before anything is written
             check(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
             check_job_dirs(sweep)
-            claim(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
+            mark(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
         except ConfigError as exc:
             raise refused(exc) from None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Optional
 
 from ..launch import keep_exit
@@ -34,6 +35,9 @@ from ..launch import keep_exit
 # else (submitit's requeue handler, a user's hook) has claimed them.
 ALWAYS = ("SIGTERM", "SIGINT")
 IF_UNCLAIMED = ("SIGHUP", "SIGUSR1", "SIGUSR2")
+# after the first stopping signal, a wait for data longer than this is abandoned (a store that stopped answering
+# would hold the run to its bound, ~50 s, past SLURM's KillWait of 30 s): the run leaves with the latest/ it has
+STOP_GRACE_S = 8.0
 
 
 class Preempted(Exception):
@@ -43,6 +47,10 @@ class Preempted(Exception):
         super().__init__(f"stopped by {signame}")
         self.signame = signame
 
+    def __reduce__(self):
+        # pickled by its own arguments: a joblib worker's exception crosses to the sweep process (tests/test_exceptions.py)
+        return type(self), (self.signame,), self.__dict__
+
 
 class ForcedStop(BaseException):
     """A second stopping signal: leave at once (BaseException, so no ``except Exception`` swallows it)."""
@@ -50,6 +58,32 @@ class ForcedStop(BaseException):
     def __init__(self, signame: str) -> None:
         super().__init__(f"stopped at once by a second {signame}")
         self.signame = signame
+
+    def __reduce__(self):
+        return type(self), (self.signame,), self.__dict__
+
+
+class WaitAbandoned(ForcedStop):
+    """A stopping signal arrived while the run waited for data that did not come within ``STOP_GRACE_S``:
+    the run leaves at once with the latest/ it has (as after a second signal)."""
+
+    def __init__(self, signame: str, what: str) -> None:
+        super().__init__(signame)
+        self.args = (f"stopped by {signame} while waiting {STOP_GRACE_S:.0f} s for {what}",)
+        self.what = what
+
+    def __reduce__(self):
+        return type(self), (self.signame, self.what), self.__dict__
+
+
+def stop_line(stop: ForcedStop, run_dir) -> str:
+    """The one line of a run that left at once, without a new latest/."""
+    if isinstance(stop, WaitAbandoned):
+        return (f"[train] stopped by {stop.signame}: {stop.what} did not come within {STOP_GRACE_S:.0f} s of it, "
+                f"so the run left without finishing its step; its last latest/ is kept, resume={run_dir} "
+                "continues from it")
+    return (f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
+            f"continues from its last latest/ (every checkpoint.latest_every_steps)")
 
 
 class RunInterrupted(SystemExit):
@@ -61,6 +95,10 @@ class RunInterrupted(SystemExit):
     def __init__(self, code: int, message: str, result: Optional[dict] = None) -> None:
         super().__init__(code)
         self.message, self.result = message, result
+
+    def __reduce__(self):
+        # pickled by its own arguments: a joblib worker's exception crosses to the sweep process (tests/test_exceptions.py)
+        return type(self), (self.code, self.message, self.result), self.__dict__
 
 
 def exit_code(signame: str) -> int:
@@ -80,6 +118,8 @@ class StopSignals:
         # signal of ours: the one mlx.launch sends when that rank exits must not count as a second
         self.agreed: Optional[str] = None
         self.over = False  # set by ``run_over()``: nothing is left to abandon
+        self.requested_at: Optional[float] = None  # monotonic time of the first signal
+        self.forced = False  # a second signal: every wait ends now
         self._previous: dict[int, object] = {}
 
     active: Optional["StopSignals"] = None  # the run's, while installed (signal handlers are per process)
@@ -111,13 +151,16 @@ class StopSignals:
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
         if self.requested is not None and not self.over:
+            self.forced = True
             raise ForcedStop(name)
-        self.requested = self.requested or name
+        if self.requested is None:
+            self.requested, self.requested_at = name, time.monotonic()
 
     def request(self, name: str) -> None:
         """Stop as if `name` had arrived, unless a stop is already requested (then nothing more: this is
         no second signal). For what is not a signal to this process: its launcher's death."""
-        self.requested = self.requested or name
+        if self.requested is None:
+            self.requested, self.requested_at = name, time.monotonic()
 
     def run_over(self) -> None:
         """The run's outputs are written and every rank is past them: a later signal forces nothing.
@@ -127,6 +170,10 @@ class StopSignals:
         must not cut its last tidying (spill removal, the final line) short.
         """
         self.over = True
+
+    def overdue(self, grace_s: float = STOP_GRACE_S) -> bool:
+        """Whether a wait must end now: a second signal came, or the first is older than `grace_s`."""
+        return self.forced or (self.requested_at is not None and time.monotonic() - self.requested_at >= grace_s)
 
     @property
     def name(self) -> Optional[str]:

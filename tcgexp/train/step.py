@@ -19,7 +19,9 @@ import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
 from .blas import fit_threads
-from .model import METRICS, RecurrentPolicy, losses, masked_logits, written_backward  # noqa: F401 (re-exported)
+from .fused_step import choose
+from .losses import METRICS, losses, masked_logits  # noqa: F401 (re-exported)
+from .model import RecurrentPolicy, written_backward
 
 SUM_KEYS = ("early_rows", "late_rows", "policy_early", "policy_late", "accuracy_early", "accuracy_late")
 
@@ -60,15 +62,23 @@ class Stepper:
     before dispatching the next."""
 
     def __init__(self, model: RecurrentPolicy, optimizer: optim.Optimizer, *, aux_weight: float,
-                 grad_clip: float) -> None:
+                 grad_clip: float, kernels: str = "pure", say=None) -> None:
         self.model, self.optimizer = model, optimizer
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
         self.compilations = 0  # traces of the compiled steps (one per padded shape set); the benchmark reports it
         fit_threads(model.hidden)  # MKL's threads for products of this width (blas.py)
+        # trainer.kernels: the fused step (tcgexp's kernels, fused_step.py) or this module's pure MLX one;
+        # bit-identical, so `path` is recorded (result.json, checkpoints) but never pins a resume
+        fused, self.path_line = choose(kernels, model, optimizer, say)
+        self.path = "fused" if fused else "pure"
         written = written_backward(model)
         self.backward = "written out" if written else "autodiff"
-        if written is not None:
+        if fused is not None:
+            def loss_and_grad(model, inputs, targets, h0):
+                loss, values, carry, g = fused.loss_and_grads(inputs, targets, h0, aux_weight)
+                return (loss, (values, carry)), g
+        elif written is not None:
             def loss_and_grad(model, inputs, targets, h0):
                 loss, values, carry, g = written(inputs, targets, h0, aux_weight)
                 return (loss, (values, carry)), g
@@ -93,6 +103,8 @@ class Stepper:
 
         @partial(mx.compile, inputs=self.state, outputs=self.state)
         def apply(g, scale):
+            if fused is not None and fused.adamw:  # scale, clip and AdamW as one kernel
+                return fused.update(g, grad_clip, scale)
             g, norm = clip(tree_map(lambda x: x * scale, g))
             optimizer.update(model, g)
             return norm
@@ -102,8 +114,11 @@ class Stepper:
             """accum_steps=1: gradients and update in one graph (one dispatch, no grads handed back)."""
             self.compilations += 1
             (_, (values, carry)), g = loss_and_grad(model, inputs, targets, h0)
-            g, norm = clip(g)
-            optimizer.update(model, g)
+            if fused is not None and fused.adamw:
+                norm = fused.update(g, grad_clip)
+            else:
+                g, norm = clip(g)
+                optimizer.update(model, g)
             lr = mx.array(optimizer.learning_rate).astype(mx.float32).reshape(1)  # what this update used
             return mx.concatenate([values, norm[None], lr]), carry
 

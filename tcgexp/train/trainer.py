@@ -1,41 +1,41 @@
 """The trainer: fits a learner on the data side for the configured epochs, with its checkpoints and tracking.
 
-Built from the ``trainer`` group (partial): ``train()`` completes it with its
-checkpointer (the ``checkpoint`` group), its tracker factory (``tracking``)
-and the run's context; ``fit(data, learner)`` then opens the caches and
-loaders, runs the loop (``loop.py``) and returns the run's result. The trainer
-is also what the loop reports to (``loop.Hooks``): each optimizer step and
-validation goes to the tracker and the display, a stop to ``latest/``.
+Built from the ``trainer`` group (partial): ``run.py``, the composition root,
+completes it with the parts it built (its checkpointer, its tracker, the run's
+context) and hands ``fit`` the data side, the learner and the caches and
+loaders; the trainer only fits: it makes the step from its knobs, runs the loop
+(``loop.py``) and returns the run's result. It is also what the loop reports to
+(``loop.Hooks``): each optimizer step and validation goes to the tracker and
+the display, a stop to ``latest/``.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import time
-from dataclasses import dataclass, field, replace
-from functools import partial
-from pathlib import Path
-from typing import Callable, ClassVar, Iterator, Optional
+from dataclasses import replace
+from typing import ClassVar, Optional
 
 import mlx.core as mx
 import numpy as np
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 from rich.console import Console
 
-from ..ownership import make_spill_root, remove_spill_root, spill_root_of
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
+from ..console import user_error
 from ..schema import FLOAT32_MAX, INT32_MAX, schema, within
-from ..track import NullTracker, job_context
+from ..track import Tracker
 from . import checkpoint as ckpt
-from .batch import prepare
 from .display import RunDisplay
-from .distributed import DistributedError, World
+from .errors import USER_ERRORS
+from .distributed import DistributedError
 from .diverge import DivergenceError
+from .fused_step import CHOICES as KERNELS
 from .loop import Loop
 from .outputs import Checkpointer, rank_counters, report, result_of, sum_counters
+from .parts import DataParts, Learner, RunContext
 from .provenance import provenance
-from .setup import DataParts, Learner
-from .signals import Preempted, StopSignals
+from .signals import Preempted
+from .tracked_steps import TrackedSteps
 from .step import Stepper, to_mx
 
 
@@ -52,86 +52,74 @@ class TrainerConfig:
     # >0: stop (resumably, validated, latest/ written) once this many epochs are done, while the schedule's
     # horizon stays `epochs`: what a successive-halving rung trains to; 0 = run all epochs
     stop_at_epoch: int = 0
-    # how long a run goes, not what each step computes
-    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps", "stop_at_epoch")
+    # the tracker's cadence: every n-th optimizer step's train/*, lr and cache_train/* values are tracked (and every
+    # epoch's last step and validation, exactly); 1 = every step, as the reference system; each tracked step
+    # costs the tracker ~40 values (Aim: ~5 ms of its own process, on the cores the step uses). 50 (Lightning's
+    # log_every_n_steps): Aim added 0.36-0.42 s to a 2-epoch 5d run, 10 added 0.81-1.80 s, 1 added 5 s
+    # (`python -m tcgexp.bench train --parts runs --track-every 1 10 50`, 2026-12-02; docs/benchmarks.md)
+    track_every: int = 50
+    # which step runs: fused = tcgexp's CPU kernels (tcgexp/kernels: built once per MLX version, faster), pure = MLX
+    # operations only, auto = fused where the kernels load, else pure (one line says why). Both compute
+    # bit-identical weights, so a resume may switch
+    kernels: str = "auto"
+    # how long a run goes, what it reports and which (bit-identical) step computes it, not what each step computes
+    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps", "stop_at_epoch", "track_every", "kernels")
     CHECKS: ClassVar[tuple] = (
         ("epochs", within(1, 10**6), "in [1, 1e6]"),
         ("aux_weight", within(0.0, FLOAT32_MAX), ">= 0 (0 = the policy loss alone)"),
         ("grad_clip", within(0.0, FLOAT32_MAX), ">= 0 (0 = no clipping)"),
         ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"),
-        ("stop_at_epoch", within(0, 10**6), "in [0, 1e6] (0 = at trainer.epochs)"))
+        ("stop_at_epoch", within(0, 10**6), "in [0, 1e6] (0 = at trainer.epochs)"),
+        ("track_every", within(1, INT32_MAX), "in [1, 2**31) optimizer steps (1 = every step)"),
+        ("kernels", lambda v: v in KERNELS, f"one of {', '.join(KERNELS)}"))
 
 
 class StopRun(Exception):
     """trainer.max_steps or trainer.stop_at_epoch reached: latest/ is written, the run ends and can be resumed."""
 
 
-@dataclass
-class RunContext:
-    """What only the run knows, beside its parts: its config, folder, ranks, console and signals."""
-
-    cfg: DictConfig
-    run_dir: Path
-    world: World
-    console: Console
-    blas: str
-    signals: Optional[StopSignals] = None
-    memory_probe: Optional[Callable[[], float]] = None  # replaces the caches' psutil probe (tests)
-    overrides: Optional[list[str]] = None  # the command line's: every checkpoint records them
-    started: float = field(default_factory=time.perf_counter)
-
-
 class Trainer:
     def __init__(self, *, epochs: int, aux_weight: float, grad_clip: float, max_steps: int, stop_at_epoch: int,
-                 checkpoint: Callable[..., Checkpointer], tracking: Callable, run: RunContext) -> None:
+                 track_every: int, kernels: str, checkpoints: Checkpointer, tracker: Tracker, run: RunContext) -> None:
         self.epochs, self.aux_weight, self.grad_clip, self.max_steps = epochs, aux_weight, grad_clip, max_steps
-        self.stop_at_epoch = stop_at_epoch
+        self.stop_at_epoch, self.track_every, self.kernels = stop_at_epoch, track_every, kernels
+        self.checkpoints, self.tracker = checkpoints, tracker
         self.run, self.world = run, run.world
-        self.checkpoints = checkpoint(folder=run.run_dir / "checkpoints")
-        self.tracking = tracking
 
     # -- fit -------------------------------------------------------------------------------
-    def fit(self, data: DataParts, learner: Learner) -> dict:
-        """Train `learner` on `data`: the run's result (rank 0 also writes it to result.json).
+    def fit(self, data: DataParts, learner: Learner, caches: tuple, loaders: tuple) -> dict:
+        """Train `learner` on `data` through the (train, val) `caches` and `loaders`: the run's result (rank 0
+        also writes it to result.json).
 
         Raises DivergenceError (after result.json) when the run diverged, DistributedError when a
         rank was lost; a stopping signal, ``max_steps`` or ``stop_at_epoch`` ends it resumably (status in the result).
         """
-        self.data, self.learner = data, learner
-        stepper = Stepper(learner.model, learner.optimizer, aux_weight=self.aux_weight, grad_clip=self.grad_clip)
-        transform = partial(prepare, rows_pad=data.planner.batch_size, decisions_pad=data.planner.chunk)
-        check_precision(stepper, learner, data, transform)
-        spill_root = spill_root_of(self.run.run_dir, self.world.rank)
-        with contextlib.ExitStack() as stack:  # spill lives and dies with this run (each rank its own)
-            stack.callback(remove_spill_root, spill_root)
-            make_spill_root(spill_root)
-            self.caches = tuple(stack.enter_context(data.cache(
-                data.corpus.files, TRAIN_COLUMNS, spill_dir=spill_root / name, name=name,
-                memory_probe=self.run.memory_probe)) for name in ("train", "val"))
-            loaders = tuple(data.loader(cache, TRAIN_COLUMNS, transform=transform) for cache in self.caches)
-            self.tracker = stack.enter_context(tracked(self.open_tracker()))
-            self.display = RunDisplay() if self.world.lead else RunDisplay(Console(file=io.StringIO()))
-            loop = Loop(planner=data.planner, stepper=stepper, loaders=loaders, caches=self.caches,
-                        memory=learner.memory, progress=learner.progress, epochs=self.epochs, hooks=self,
-                        world=self.world, hint=divergence_hint(self.run.cfg, self))
-            with self.display:
-                status, error = run_loop(loop)
-            result = self.finish(loop, loaders[0], status, error)
-        return result
+        self.data, self.learner, self.caches = data, learner, caches
+        self.tracked = TrackedSteps(self.tracker, self.world, caches, self.track_every)
+        say = self.run.console.print if self.world.lead else None
+        stepper = Stepper(learner.model, learner.optimizer, aux_weight=self.aux_weight, grad_clip=self.grad_clip,
+                          kernels=self.kernels, say=say)
+        self.step_path = stepper.path  # result.json and every checkpoint record it
+        if say:
+            say(f"[train] {stepper.path_line}")
+        check_precision(stepper, learner, data, loaders[0].transform)
+        self.display = RunDisplay() if self.world.lead else RunDisplay(Console(file=io.StringIO()))
+        loop = Loop(planner=data.planner, stepper=stepper, loaders=loaders, caches=caches,
+                    memory=learner.memory, progress=learner.progress, epochs=self.epochs, hooks=self,
+                    world=self.world, hint=divergence_hint(self.run.cfg, self))
+        with self.display:
+            status, error, raised = run_loop(loop)
+        return self.finish(loop, loaders[0], status, error, raised)
 
-    def open_tracker(self):
-        """One tracked run per training run: rank 0's (a resume continues the checkpoint's)."""
-        if not self.world.lead:
-            return NullTracker()
-        hparams = {**OmegaConf.to_container(self.run.cfg, resolve=True), "world_size": self.world.size}
-        return self.tracking(hparams=hparams, context=job_context(self.run.run_dir),
-                             resume_hash=self.learner.aim_hash)
-
-    def finish(self, loop: Loop, train_loader, status: str, error: Optional[str]) -> dict:
-        """result.json and the report; then the tracker's status, and every rank waits for rank 0."""
+    def finish(self, loop: Loop, train_loader, status: str, error: Optional[str],
+               raised: Optional[Exception] = None) -> dict:
+        """result.json and the report; then the tracker's status, and every rank waits for rank 0. A failed
+        run raises what stopped it after its record is written (`raised`; a lost rank: DistributedError)."""
         world = self.world
         # a broken world (a rank lost) can gather nothing more: each survivor reports what it has
         alone = replace(world, size=1) if status == "failed" else world
+        if status != "failed":
+            self.tracked.flush()  # a run that stopped mid-epoch: its last step's values too (every rank, a gather)
         per_rank = {name: rank_counters(alone, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         signals = self.run.signals
         result = result_of(
@@ -140,10 +128,11 @@ class Trainer:
             timings={"step_seconds": loop.step_seconds, "data_stall_seconds": train_loader.stall_seconds,
                      "allreduce_seconds": loop.reduce_seconds,
                      "wall_seconds": time.perf_counter() - self.run.started, "time_split": loop.time_split},
-            blas=self.run.blas, aim_hash=self.tracker.hash)
+            blas=self.run.blas, aim_hash=self.tracked.final_hash())
+        result["kernels"] = self.step_path
         report(result, self.run.run_dir, self.caches, self.run.console, alone)
-        if status == "failed":
-            raise DistributedError(error)  # a rank is gone: no collective can follow
+        if status == "failed":  # a rank is gone, or this one failed: no collective can follow
+            raise raised if raised is not None and not isinstance(raised, DistributedError) else DistributedError(error)
         if status != "diverged":
             self.tracker.finish(status)
         # no rank leaves before rank 0 has written everything: mlx.launch SIGTERMs the other ranks
@@ -171,34 +160,15 @@ class Trainer:
 
     def on_step(self, m: dict) -> None:
         p = self.learner.progress
-        per_rank = rank_counters(self.world, self.caches[0], "train")
-        counters = sum_counters(per_rank)
-        values = {f"train/{k}": v for k, v in m.items() if k not in ("lr", "grad_norm", "rows")}
-        values["lr"], values["train/grad_norm"] = m["lr"], m["grad_norm"]
-        values.update({f"cache_train/{k}": v for k, v in counters.items()})
-        self.tracker.track(values, step=p.opt_steps, epoch=p.epoch + 1)  # the epoch in progress, from 1
-        self.track_ranks("cache_train", per_rank, p.opt_steps, p.epoch + 1)
-        self.display.fields.update(lr=m["lr"], hit=counters["hit_rate_pct"])
+        counters = self.tracked.step(m, p.opt_steps, p.epoch + 1)  # the epoch in progress, from 1
+        self.display.fields.update(lr=m["lr"], **({"hit": counters["hit_rate_pct"]} if counters else {}))
         self.display.rows(m["rows"])
         if self.max_steps and p.opt_steps >= self.max_steps:
             self.save("latest")
             raise StopRun
 
     def on_validation(self, m: dict) -> None:
-        values = {f"val/{k}": v for k, v in m.items() if k != "epoch" and v is not None}
-        per_rank = rank_counters(self.world, self.caches[1], "val")
-        values.update({f"cache_val/{k}": v for k, v in sum_counters(per_rank).items()})
-        step = self.learner.progress.opt_steps
-        self.tracker.track(values, step=step, epoch=m["epoch"])
-        self.track_ranks("cache_val", per_rank, step, m["epoch"])
-
-    def track_ranks(self, prefix: str, per_rank: list[dict], step: int, epoch: int) -> None:
-        """Each rank's own counters, with the Aim context {"rank": r} (the sums go untagged)."""
-        if len(per_rank) == 1:  # one rank's counters are the sums
-            return
-        for r, counters in enumerate(per_rank):
-            self.tracker.track({f"{prefix}/{k}": v for k, v in counters.items()}, step=step, epoch=epoch,
-                               context={"rank": r})
+        self.tracked.validation(m, self.learner.progress.opt_steps, m["epoch"])
 
     def stop_requested(self) -> Optional[str]:
         return self.run.signals.requested if self.run.signals is not None else None
@@ -230,8 +200,9 @@ class Trainer:
     def write(self, kind: str, live: ckpt.SparseLanes, counters: dict) -> None:
         """Rank 0 writes the checkpoints a save of `kind` makes."""
         lr, p, world = self.learner, self.learner.progress, self.world
-        state = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracker.hash,
-                 "blas": self.run.blas, "cache": {k: sum_counters(v) for k, v in counters.items()},
+        state = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracked.hash,
+                 "blas": self.run.blas, "kernels": self.step_path,
+                 "cache": {k: sum_counters(v) for k, v in counters.items()},
                  "cache_per_rank": counters, "world": {"size": world.size, "shards": self.data.planner.shards},
                  **provenance(self.run.cfg, self.data.manifests)}
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
@@ -249,32 +220,23 @@ class Trainer:
         return ckpt.SparseLanes((memory.lanes, memory.hidden), live.astype(np.int64), np.array(rows, np.float32))
 
 
-def run_loop(loop: Loop) -> tuple[str, Optional[str]]:
-    """(status, error): "completed", "stopped" (trainer.max_steps, stop_at_epoch), "interrupted" (a stopping signal),
-    "diverged" (with the guard's line) or "failed" (a rank lost)."""
+def run_loop(loop: Loop) -> tuple[str, Optional[str], Optional[Exception]]:
+    """(status, error, what was raised): "completed", "stopped" (trainer.max_steps, stop_at_epoch), "interrupted" (a
+    stopping signal), "diverged" (with the guard's line) or "failed" (a rank lost; or anything else that stopped
+    it, a checkpoint that cannot be written, a store gone: recorded in result.json, then raised again)."""
     try:
         loop.run()
     except Preempted:
-        return "interrupted", None
+        return "interrupted", None, None
     except StopRun:
-        return "stopped", None
+        return "stopped", None, None
     except DivergenceError as exc:
-        return "diverged", str(exc)
+        return "diverged", str(exc), None
     except DistributedError as exc:  # a rank died, or the ranks' weights parted: every survivor stops
-        return "failed", str(exc)
-    return "completed", None
-
-
-@contextlib.contextmanager
-def tracked(tracker) -> Iterator:
-    """The tracker for the run's duration: marked failed (with the reason) on any exception, always closed."""
-    try:
-        yield tracker
-    except BaseException as exc:
-        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-        raise
-    finally:
-        tracker.close()
+        return "failed", str(exc), exc
+    except Exception as exc:  # noqa: BLE001 - recorded, then raised again by finish
+        return "failed", user_error(exc, USER_ERRORS) or f"{type(exc).__name__}: {exc}", exc
+    return "completed", None, None
 
 
 def divergence_hint(cfg: DictConfig, trainer: Trainer) -> str:

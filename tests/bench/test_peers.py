@@ -14,6 +14,7 @@ import pytest
 
 from tcgexp import sim
 from tcgexp.bench import peers
+from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.config import build
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
@@ -54,7 +55,7 @@ def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
     prepared, lanes = batches
     mx.random.seed(0)
     model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=HIDDEN, memory=True)
-    rule = peers.AdamWRule()
+    rule = AdamWRule()
     peer = factory(peers.mlx_weights(model), rule)
     first = prepared[0]
     h0 = np.zeros((first.inputs["lane_decisions"].shape[0], HIDDEN), np.float32)

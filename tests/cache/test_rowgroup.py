@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tcgexp.config import compose
+from tcgexp.app import compose
 from tests.cache.conftest import COLUMNS, Probe, assert_same
 from tests.cache.test_policy import belady_hits
 from tests.conftest import CACHE_POLICIES, cache_of
@@ -309,7 +309,7 @@ def test_opt_step_guard_pressure_still_admits_at_capacity(corpus_files, all_keys
             c = cache.counters()
             assert c["pressure_evictions"] == 0 and c["opt_step_skips"] == 0
             assert c["evictions"] == 2 and cache.is_resident(all_keys[3])
-    from tcgexp.config import validate
+    from tcgexp.schema import validate
 
     with pytest.raises(ValueError, match="cache.opt_step_guard='none'"):  # the schema's check, before any work
         validate(compose("cache.opt_step_guard=none"))

@@ -216,7 +216,7 @@ def test_files_without_the_marker_are_never_deleted_whatever_their_names(kind, c
     """Only a marked dir is emptied, and only of regular files named as the store names them: a user's
     .npz (even one named rg-*.npz) in an unmarked dir, a user's file beside a dead run's spill, a FIFO or
     a link are refused in one line (NotOurs, a ConfigError) and nothing is deleted."""
-    from tcgexp.config import ConfigError
+    from tcgexp.errors import ConfigError
 
     spill_dir = tmp_path / ".cache_spill" / "val"
     files = user_files(spill_dir, kind)
@@ -231,7 +231,7 @@ def test_files_without_the_marker_are_never_deleted_whatever_their_names(kind, c
 
 
 def test_a_file_where_the_spill_dir_goes_is_one_line_and_kept(corpus_files, tmp_path):
-    from tcgexp.config import ConfigError
+    from tcgexp.errors import ConfigError
 
     (tmp_path / "val").write_bytes(b"a user's file")
     with pytest.raises(ConfigError, match="is not a folder tcgexp made"):
@@ -268,4 +268,4 @@ def test_disk_full_warns_once_and_stops_spilling(corpus_files, all_keys, referen
         assert_same(cache.get(all_keys[0]), reference[all_keys[0]])  # re-decoded
         c = cache.counters()
         assert c["spill_disabled"] == 1 and c["ssd_spills"] == 0 and c["evictions"] == 5
-        assert any("disabled after a write error" in m for m in cache.diagnose())
+        assert any("turned off after a write error (the disk is full)" in m for m in cache.diagnose())

@@ -67,7 +67,7 @@ def test_whole_episodes_per_row_group_and_split_by_episode(built):
         assert 0 < len(val) < m["episodes"]
         for rg in m["row_groups"]:
             ep = pf.read_row_group(rg["index"], columns=["episode_id"]).column(0).to_numpy()
-            assert (np.diff(ep) >= 0).all() or len(np.unique(ep)) == rg["episodes"]
+            assert (np.diff(ep) >= 0).all() and len(np.unique(ep)) == rg["episodes"]
             for e in np.unique(ep):
                 assert owner.setdefault(int(e), rg["index"]) == rg["index"], f"episode {e} spans row groups"
             in_val = np.isin(ep, list(val))

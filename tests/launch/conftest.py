@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tcgexp.track.aim_run import open_repo
+from tcgexp.track.aim_repo import open_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local.sh"
-SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000"]
+SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000", "trainer.track_every=1"]  # every step reaches Aim
 
 
 def job_env() -> dict[str, str]:

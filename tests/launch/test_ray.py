@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tcgexp.track.aim_run import open_repo
+from tcgexp.track.aim_repo import open_repo
 from tests.conftest import free_port
 from tests.launch.conftest import SMOKE, check_sweep, job_env, multirun
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from tcgexp.track.aim_run import open_repo
+from tcgexp.track.aim_repo import open_repo
 from tcgexp.train import train
 from tests.conftest import compose_config
 from tests.launch.conftest import SMOKE, check_sweep, multirun
@@ -54,7 +54,10 @@ def test_scancel_term_checkpoints_and_the_resumed_job_is_bit_identical(slurm, tm
     job = multirun(tmp_path, *PREEMPT, *aim, *launcher(slurm), wait=False)
     job_dir = tmp_path / "sweep" / "0"
     deadline = time.monotonic() + 180
-    while not (job_dir / "checkpoints" / "latest" / "state.json").exists():
+    # the signal once latest/ is written and the Aim run is open (its record): a SIGTERM while the run is still
+    # opening (a slow import on a loaded machine) ends within the stop budget and may leave no Aim run to mark
+    while not ((job_dir / "checkpoints" / "latest" / "state.json").exists()
+               and (job_dir / ".tcgexp-aim-run.json").exists()):
         assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
         time.sleep(0.2)
     job_id = slurm_job_id(job_dir)

@@ -1,20 +1,18 @@
 """Inputs that pass composition but cannot work are refused before any work, naming the key and the fix."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tcgexp.config import ConfigError
 from tcgexp.data import DataError
-from tcgexp.train import train
-from tcgexp.train.preflight import check_memory, check_run_dir, model_bytes, planned_slots
+from tcgexp.errors import ConfigError
+from tcgexp.memlimit import Room
 from tcgexp.plan import LaneIndex
-from tests.conftest import TINY, compose_config, make_corpus, planner_of
+from tcgexp.train import train
+from tcgexp.train.preflight import check_memory, model_bytes, planned_slots
+from tcgexp.train.rundir import check
+from tests.conftest import compose_config, make_corpus, planner_of
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,20 +39,20 @@ def test_out_of_bounds_values_are_refused_before_any_work(override, key, tmp_pat
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists(), "refused before any work"
 
 
-def test_the_memory_estimate_names_both_knobs_and_the_numbers():
+def test_the_memory_estimate_names_both_knobs_and_the_numbers(fresh_held):
     c = compose_config("model.hidden=4096", "tbptt.batch_size=100000")
     with pytest.raises(ConfigError) as err:
-        check_memory(c, available=2**30)
+        check_memory(c, room=Room(2**30, "a test's limit"), held=fresh_held)
     msg = str(err.value)
-    assert "model.hidden=4096" in msg and "tbptt.batch_size=100000" in msg and "1.0 GiB is available" in msg
-    check_memory(compose_config(), available=2**30)  # the default model fits in 1 GiB with room to spare
+    assert "model.hidden=4096" in msg and "tbptt.batch_size=100000" in msg and "may use 1.0 GiB (a test's limit)" in msg
+    check_memory(compose_config(), room=Room(2**30, "x"), held=fresh_held)  # the default model fits in 1 GiB
     assert model_bytes(compose_config()) < 2**28
 
 
-def test_a_chunk_longer_than_a_microbatch_holds_costs_no_more_memory(tmp_path):
+def test_a_chunk_longer_than_a_microbatch_holds_costs_no_more_memory(tmp_path, fresh_held):
     """A microbatch's lanes and decisions share the row budget: tbptt.chunk=100000 at the default
     batch size is accepted before any work, and after planning needs what chunk=1000 needs."""
-    check_memory(compose_config("tbptt.chunk=100000"), available=2**30)
+    check_memory(compose_config("tbptt.chunk=100000"), room=Room(2**30, "x"), held=fresh_held)
     corpus = make_corpus(tmp_path / "data", "dataset.rows_per_day=3000", "dataset.row_group_rows=512", build_now=True)
     index = LaneIndex.of(corpus)
     slots = {c: planned_slots(planner_of(index, chunk=c)) for c in (1000, 100000)}
@@ -65,35 +63,20 @@ def test_a_chunk_longer_than_a_microbatch_holds_costs_no_more_memory(tmp_path):
 
 
 MEASURED = [[], ["tbptt.chunk=1000"], pytest.param(["model.hidden=256", "tbptt.accum_steps=2"], marks=pytest.mark.slow),
-            pytest.param(["tbptt.enabled=false"], marks=pytest.mark.slow)]
-PEAK = textwrap.dedent("""
-    import json, sys
-    from tcgexp.train import train  # first: MKL before mlx.core, as every run
-    import mlx.core as mx
-    from tcgexp.config import compose
-    from tcgexp.train.preflight import model_bytes, planned_slots
-    from tcgexp.train import setup
-    cfg = compose(*sys.argv[2:])
-    slots = {}
-    real = setup.planned_slots
-    setup.planned_slots = lambda planner: slots.setdefault("n", real(planner))
-    mx.reset_peak_memory()
-    train(cfg, run_dir=sys.argv[1])
-    print(json.dumps({"peak": mx.get_peak_memory(), "estimate": model_bytes(cfg, slots["n"])}))
-""")
+            pytest.param(["tbptt.enabled=false"], marks=pytest.mark.slow),
+            pytest.param(["model.hidden=1024", "tbptt.batch_size=2048"], marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("overrides", MEASURED, ids=["defaults", "chunk=1000", "hidden=256,accum=2", "tbptt-off"])
-def test_the_estimate_is_within_a_quarter_of_the_measured_peak(tmp_path, overrides):
-    """After planning, the estimate (the model's own parameter count and activation bytes, the plan's
-    largest microbatch) is within 25 % of MLX's measured peak memory over a whole run (own process)."""
-    args = [f"dataset.root={tmp_path / 'data'}", *TINY, "dataset.rows_per_day=3000", "dataset.row_group_rows=512",
-            "tracking=off", "trainer.epochs=1", *overrides]
-    res = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / "run"), *args], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    got = json.loads(res.stdout.strip().splitlines()[-1])
-    assert 0.75 <= got["estimate"] / got["peak"] <= 1.25, got
+@pytest.mark.parametrize("overrides", MEASURED, ids=["defaults", "chunk=1000", "hidden=256,accum=2", "tbptt-off",
+                                                     "hidden=1024,batch=2048"])
+def test_the_estimate_bounds_the_measured_peak_with_headroom(tmp_path, overrides):
+    """After planning, the estimate the run's check made (tcgexp.train.memneed) is at least 1.1 x the process's
+    peak resident memory over a whole run (what a cgroup's OOM killer counts), and not so far above it that the
+    check would refuse runs that fit (``python -m tcgexp.bench memory`` measures the wider grid)."""
+    from tcgexp.bench.memory import measure
+
+    got = measure(overrides, str(tmp_path / "data"), str(tmp_path / "run"))
+    assert 1.10 <= got["estimate"] / got["peak"] <= 2.5, got
 
 
 def test_the_data_app_applies_the_same_bounds(tmp_path):
@@ -147,15 +130,15 @@ def test_a_run_dir_that_is_not_a_run_dir_is_refused(where, tmp_path):
 def test_a_dir_hydra_made_or_an_earlier_run_left_is_accepted(tmp_path):
     """Only Hydra's files for this job (.hydra/, the job log), or a folder marked as a run dir of ours,
     which an earlier run of ours left (tests/reliability/test_run_folders.py: a look-alike is refused)."""
-    from tcgexp.rundir import claim
+    from tcgexp.train.rundir import mark
 
     made = tmp_path / "outputs" / "run"
     (made / ".hydra").mkdir(parents=True)
     (made / ".hydra" / "config.yaml").write_text("{}")
     (made / "train.log").write_text("")
-    check_run_dir(made)
-    check_run_dir(tmp_path / "not-yet")
-    claim(made)
+    check(made)
+    check(tmp_path / "not-yet")
+    mark(made)
     (made / "checkpoints").mkdir()
     (made / "result.json").write_text("{}")
-    check_run_dir(made)
+    check(made)

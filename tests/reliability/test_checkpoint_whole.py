@@ -20,11 +20,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tcgexp.config import compose
+from tcgexp.app import compose
 from tcgexp.train import checkpoint as ckpt
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError, CheckpointWriteError
 from tests.reliability.test_checkpoint_integrity import cfg, flip, fresh, stopped  # noqa: F401 (fixtures)
+from tests.conftest import assert_continued
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,9 +141,9 @@ def test_a_latest_that_is_a_link_is_refused_in_one_line_and_its_target_kept(user
         with pytest.raises(CheckpointError, match=r"is a link to .*mine, not a checkpoint a run wrote") as err:
             resume(tmp, tmp_path / "b")
         assert "\n" not in str(err.value)
-        # a run writing into that run dir (resume into it, a requeue): refused before its first step
+        # a run writing into that run dir (its own resume, a requeue): refused before its first step
         with pytest.raises(CheckpointWriteError, match=r"latest is a link to .*mine.*nothing was deleted"):
-            train(cfg(tmp / "data", f"resume={mine}"), run_dir=tmp / "a")
+            train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp / "a")
         assert folder_bytes(mine) == before and latest.is_symlink()
     finally:
         latest.unlink()
@@ -161,10 +162,12 @@ def test_foreign_files_in_a_checkpoint_folder_are_never_deleted(fresh, where, tm
     (folder / "notes.txt").write_text("mine")
     try:
         if where == "latest":
-            assert resume(tmp, tmp_path / "b")["status"] == "completed"
+            done = resume(tmp, tmp_path / "b")
+            assert done["status"] == "completed"
+            assert_continued(done, 3)  # the checkpoint was read: trainer.max_steps=3 stopped it
+        # the run that owns the folder continuing in it (any other run is refused there: test_run_folders.py)
         with pytest.raises(CheckpointWriteError, match=rf"{folder.name} holds files a checkpoint does not \(notes.txt\)"):
-            train(cfg(tmp / "data", f"resume={tmp_path / 'b' if where == 'latest' else tmp / 'pristine'}"),
-                  run_dir=tmp / "a")
+            train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp / "a")
         assert (folder / "notes.txt").read_text() == "mine"
     finally:
         (folder / "notes.txt").unlink()
@@ -184,8 +187,8 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
     """A run writing latest/ at every step; another process reads it over and over, as a resume does
     (read_state, then load): every read is one checkpoint (its optimizer's step counter equals its
     state's opt_steps, its files verify) or one line refusing it, never a mix or a raw error."""
-    from tcgexp.config import build
     from tcgexp import sim
+    from tcgexp.config import build
 
     tmp, _ = stopped
     run_dir = tmp_path / "live"

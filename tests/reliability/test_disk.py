@@ -1,12 +1,13 @@
 """A really full disk (a small tmpfs this test mounts): spilling stops, training goes on; checkpoints fail loudly."""
 from __future__ import annotations
 
+import json
 import subprocess
 import warnings
 
 import pytest
 
-from tcgexp.rundir import claim
+from tcgexp.train.rundir import mark
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointWriteError
 from tests.conftest import compose_config
@@ -32,7 +33,7 @@ def tmpfs():
 
 def test_full_disk_stops_spilling_and_training_goes_on(tmp_path, tmpfs):
     run_dir = tmp_path / "run"
-    claim(run_dir)  # a run dir of ours, its spill root on a small filesystem of its own
+    mark(run_dir)  # a run dir of ours, its spill root on a small filesystem of its own
     tmpfs(run_dir / ".cache_spill", "600k")  # room for about one spilled row group
     overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "cache=hot60", "cache.capacity=2",
                  "cache.policy.hot_fraction=0.0", "cache.spill_budget_bytes=1000000000"]
@@ -49,10 +50,13 @@ def test_full_disk_stops_spilling_and_training_goes_on(tmp_path, tmpfs):
 
 def test_full_disk_makes_checkpoints_fail_loudly_never_half_written(tmp_path, tmpfs):
     run_dir = tmp_path / "run"
-    claim(run_dir)  # a run dir of ours, its checkpoints on a small filesystem of its own
+    mark(run_dir)  # a run dir of ours, its checkpoints on a small filesystem of its own
     ckpt = tmpfs(run_dir / "checkpoints", "40k")  # smaller than one checkpoint
     with pytest.raises(CheckpointWriteError) as err:
         train(compose_config(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "model.hidden=32"), run_dir=run_dir)
     assert str(ckpt / "latest") in str(err.value) and "free disk space" in str(err.value)
     assert not (ckpt / "latest").exists(), "no latest/ at all rather than a broken one"
     assert not list(ckpt.iterdir()), "and no partial temporary directory either"
+    record = json.loads((run_dir / "result.json").read_text())  # the run ended on an error: it says so on disk
+    assert record["status"] == "failed" and "free disk space" in record["error"], record
+    assert record["processed"]["optimizer_steps"] > 0 and record["history"] == []

@@ -13,8 +13,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from tcgexp.train import checkpoint as ckpt
 from tcgexp.train import train
-from tests.conftest import compose_config
+from tests.conftest import assert_continued, compose_config
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,7 +26,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys, json
     from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
     import mlx.core as mx
-    from tcgexp.config import compose
+    from tcgexp.app import compose
     import tcgexp.train.loop as loop
     fault, run_dir, *overrides = sys.argv[1:]
     die = lambda: os.kill(os.getpid(), signal.SIGKILL)
@@ -64,18 +65,23 @@ def baseline(tmp_path_factory):
 
 
 def resume(root, run_dir, new_dir, *more):
+    """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
+    done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
     res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES, *more,
                           f"resume={run_dir}", f"hydra.run.dir={new_dir}"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads((new_dir / "result.json").read_text())
+    result = json.loads((new_dir / "result.json").read_text())
+    assert_continued(result, done)
+    return result
 
 
 @pytest.mark.parametrize("tracking", ["off", "aim"])
 def test_killed_mid_epoch(baseline, tmp_path, tracking):
     root, want, full = baseline
     run_dir = tmp_path / "a"
-    aim = [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}"] if tracking == "aim" else []
+    aim = [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}", "trainer.track_every=1"] if tracking == "aim" \
+        else []
     proc = subprocess.Popen([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES,
                              *aim, f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -95,7 +101,7 @@ def test_killed_mid_epoch(baseline, tmp_path, tracking):
     assert result["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
     assert weights(tmp_path / "b") == want
     if tracking == "aim":  # the killed job's Aim run is the one that continues, with every step
-        from tcgexp.track.aim_run import open_repo
+        from tcgexp.track.aim_repo import open_repo
 
         runs = list(open_repo(tmp_path / "aim").iter_runs())
         assert [r.hash for r in runs] == [result["aim_hash"]]

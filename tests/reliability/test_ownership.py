@@ -25,7 +25,7 @@ SPILLING = [*TINY_TRAIN, "cache=hot60", "cache.capacity=2", "cache.policy.hot_fr
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from tcgexp.train import train
-    from tcgexp.config import compose
+    from tcgexp.app import compose
     import tcgexp.cache.spill as spill
     run_dir, *overrides = sys.argv[1:]
     real = spill.SpillStore.put
@@ -84,10 +84,10 @@ def test_a_live_runs_spill_and_a_foreign_directory_are_never_reclaimed(tmp_path,
 
 
 def test_a_run_deletes_only_the_spill_it_created(tmp_path):
-    from tcgexp.rundir import claim
+    from tcgexp.train.rundir import mark
 
     run_dir = tmp_path / "run"
-    claim(run_dir)  # a run dir of ours (an earlier run's), where something else was put into .cache_spill
+    mark(run_dir)  # a run dir of ours (an earlier run's), where something else was put into .cache_spill
     (run_dir / ".cache_spill").mkdir(parents=True)
     (run_dir / ".cache_spill" / "mine.txt").write_text("not a spill file")
     with pytest.warns(RuntimeWarning, match="did not create"):

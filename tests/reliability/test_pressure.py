@@ -54,7 +54,7 @@ def test_pressure_evicts_yet_the_weights_are_the_same(tmp_path, policy):
 REAL_PRESSURE = """
 import json, resource, sys
 from tcgexp.train import train
-from tcgexp.config import compose
+from tcgexp.app import compose
 r = train(compose(*sys.argv[2:]), run_dir=sys.argv[1])
 print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "cache": r["cache"]["train"]}))

@@ -7,7 +7,7 @@ import pytest
 
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError
-from tests.conftest import compose_config
+from tests.conftest import assert_continued, compose_config
 from tests.train.conftest import TINY_TRAIN
 
 
@@ -26,6 +26,7 @@ def test_a_schedule_change_on_resume_is_refused_by_name_and_runs_with_reset(tmp_
     result = train(cfg(tmp_path / "data", "scheduler=constant", "scheduler.reset=true", f"resume={tmp_path / 'a'}"),
                    run_dir=tmp_path / "c")
     assert result["status"] == "completed"
+    assert_continued(result, 3)
     state = json.loads((tmp_path / "c" / "checkpoints" / "latest" / "state.json").read_text())
     assert state["schedule"]["_target_"].endswith("Constant"), "the schedule that ran is the one recorded"
     assert state["config"]["scheduler"]["_target_"].endswith("Constant")
@@ -47,6 +48,8 @@ def test_a_checkpoint_written_before_grad_clip_moved_to_the_trainer_resumes(tmp_
     state["overrides"] = [a.replace("trainer.grad_clip", "optimizer.grad_clip") for a in args]
     (latest / "state.json").write_text(json.dumps(state))
     ckpt.seal(latest)
-    new, overrides = resume_config(cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), ["trainer.max_steps=0"])
+    new, overrides = resume_config(cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), ["trainer.max_steps=0"], compose_config)
     assert new.trainer.grad_clip == 0.5 and "trainer.grad_clip=0.5" in overrides
-    assert train(new, run_dir=tmp_path / "b")["status"] == "completed"
+    done = train(new, run_dir=tmp_path / "b")
+    assert done["status"] == "completed"
+    assert_continued(done, 3)

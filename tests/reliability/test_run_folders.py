@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tcgexp.config import ConfigError
+from tcgexp.errors import ConfigError
 from tcgexp.ownership import HeldLock
-from tcgexp.rundir import RUN_MARKER, SWEEP_MARKER, claim
+from tcgexp.train.rundir import RUN_MARKER, SWEEP_MARKER, mark
 from tcgexp.train import train
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
@@ -113,7 +113,7 @@ def test_a_file_where_the_run_dir_goes_is_one_line(where, tmp_path):
 
 def test_a_live_runs_folder_is_refused_before_its_hydra_files_are_rewritten(tmp_path):
     run_dir = tmp_path / "run"
-    claim(run_dir)
+    mark(run_dir)
     (run_dir / ".hydra").mkdir()
     (run_dir / ".hydra" / "config.yaml").write_text("the live run's\n")
     lock = HeldLock(run_dir / ".tcgexp-run.lock", "run")  # held here, as the live run holds it
@@ -189,7 +189,7 @@ def test_something_else_where_a_runs_spill_root_goes_is_one_line_and_kept(corpus
     """<run dir>/.cache_spill a file, or a link to a user's folder, in a run dir of ours: one line, kept."""
     _, data = corpus
     run_dir = tmp_path / "run"
-    claim(run_dir)
+    mark(run_dir)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "rg-0-1.npz").write_bytes(b"a user's")
     if kind == "file":
@@ -200,7 +200,10 @@ def test_something_else_where_a_runs_spill_root_goes_is_one_line_and_kept(corpus
         train(compose_config(*data), run_dir=run_dir)
     assert "\n" not in str(err.value)
     assert (tmp_path / "mine" / "rg-0-1.npz").read_bytes() == b"a user's"
-    assert (run_dir / ".cache_spill").is_symlink() if kind == "link" else (run_dir / ".cache_spill").read_bytes()
+    if kind == "link":
+        assert (run_dir / ".cache_spill").is_symlink()
+    else:
+        assert (run_dir / ".cache_spill").read_bytes() == b"a user's"
 
 
 def test_train_removes_the_folder_it_made_for_a_refused_run(corpus, tmp_path):
@@ -247,3 +250,74 @@ def test_a_missing_launcher_or_sweeper_is_one_line_with_the_install_hint(plugin,
                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
     one_line_refusal(res, says)
     assert not sweep.exists(), "nothing written for a sweep that cannot start"
+
+
+# -- a folder belongs to one run --------------------------------------------------------------------------
+
+def test_a_new_run_into_a_finished_runs_folder_is_refused_and_that_run_kept(corpus, tmp_path):
+    """`tcgexp-train hydra.run.dir=runs/a`, then the same with model.hidden=64: refused in one line saying how to
+    resume it or start elsewhere; its result.json and checkpoints untouched; resume= into it still goes on."""
+    _, data = corpus
+    run_dir = tmp_path / "runs" / "a"
+    first = tcgexp_train(*data, "trainer.epochs=1", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = snapshot(run_dir)
+    res = tcgexp_train(*data, "trainer.epochs=1", "model.hidden=64", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    one_line_refusal(res, f"resume={run_dir}")
+    assert "another run's result.json (status completed) and checkpoints (best, epoch_0001, latest)" in res.stderr
+    assert snapshot(run_dir) == before, "the finished run's files changed"
+    with pytest.raises(ConfigError, match="holds another run's"):  # train() called directly: the same claim
+        train(compose_config(*data, "trainer.epochs=1"), run_dir=run_dir)
+    assert snapshot(run_dir) == before
+
+
+def test_a_resume_of_one_run_into_another_runs_folder_is_refused(corpus, tmp_path):
+    """resume= continues its own run's folder; pointed at a third run's folder it would overwrite that one."""
+    _, data = corpus
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        train(compose_config(*data, "trainer.max_steps=2"), run_dir=d)
+    before = snapshot(b)
+    with pytest.raises(ConfigError, match=r"holds another run's result.json \(status stopped\)"):
+        train(compose_config(*data, f"resume={a}"), run_dir=b)
+    assert snapshot(b) == before
+    r = train(compose_config(*data, f"resume={a / 'checkpoints' / 'latest'}", "trainer.max_steps=3"), run_dir=a)
+    assert r["processed"]["optimizer_steps"] == 3, "a resume into its own folder (named by its checkpoint) goes on"
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/latest/run", "checkpoints/later", ".cache_spill/train/run"])
+def test_a_run_dir_inside_another_runs_managed_folders_is_refused(corpus, inside, tmp_path):
+    _, data = corpus
+    live = tmp_path / "live"
+    mark(live)
+    where = live / inside
+    with pytest.raises(ConfigError, match="manages"):
+        train(compose_config(*data, "trainer.max_steps=1"), run_dir=where)
+    assert not (live / inside.split("/")[0]).exists(), "nothing made inside the other run's folder"
+    (tmp_path / "link").symlink_to(live / "checkpoints", target_is_directory=True)  # through a link too
+    with pytest.raises(ConfigError, match="manages"):
+        train(compose_config(*data, "trainer.max_steps=1"), run_dir=tmp_path / "link" / "run")
+
+
+@pytest.mark.slow
+def test_two_runs_started_together_on_one_new_folder_leave_the_winners_files(corpus, tmp_path):
+    """Started at the same moment on one new hydra.run.dir: one trains, the other is refused in one line, and
+    the folder's .hydra/ names the winner's settings, not the loser's (the claim locks before Hydra writes)."""
+    _, data = corpus
+    for attempt in range(3):
+        run_dir = tmp_path / f"shared{attempt}"
+        procs = {lr: subprocess.Popen([sys.executable, "-m", "tcgexp.train", *data, f"optimizer.lr={lr}",
+                                       "trainer.max_steps=30", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+                 for lr in ("0.00123", "0.00456")}
+        done = {lr: (p.wait(timeout=600), p.stderr.read()) for lr, p in procs.items()}
+        winners = [lr for lr, (code, _) in done.items() if code == 0]
+        assert len(winners) == 1, {lr: err[-1500:] for lr, (_, err) in done.items()}
+        (loser,) = set(done) - set(winners)
+        last = done[loser][1].strip().splitlines()[-1]
+        assert last.startswith("error: ") and ("in use by another run" in last or "holds another run's" in last), last
+        overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
+        config = (run_dir / ".hydra" / "config.yaml").read_text()
+        assert f"optimizer.lr={winners[0]}" in overrides and f"lr: {winners[0]}" in config, (overrides, config)
+        assert loser not in overrides and loser not in config

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
+from tcgexp.train import checkpoint as ckpt
 from tcgexp.train import train
-from tests.conftest import compose_config
+from tests.conftest import assert_continued, compose_config
 from tests.reliability.test_kill import ROOT, weights
 from tests.train.conftest import TINY_TRAIN
 
@@ -29,18 +30,18 @@ OVERRIDES = [*TINY_TRAIN, "checkpoint.latest_every_steps=2", "tbptt.accum_steps=
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
-    import tcgexp.train.trainer as trainer
+    import tcgexp.train.run as composition  # where the run's batch transform is made
     import tcgexp.train.checkpoint as ckpt
     at, second, name, *argv = sys.argv[1:]
     sig = getattr(signal, name)
     calls = {"n": 0}
-    real = trainer.prepare
+    real = composition.prepare
     def prepare(*a, **k):
         calls["n"] += 1
         if calls["n"] == int(at):
             os.kill(os.getpid(), sig)
         return real(*a, **k)
-    trainer.prepare = prepare
+    composition.prepare = prepare
     if second == "save":
         real_save = ckpt.save
         def save(path, **kw):
@@ -71,10 +72,14 @@ def signalled(root, run_dir, *more, at=20, second="-", name="SIGTERM"):
 
 
 def resume(root, run_dir, new_dir, *more):
+    """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
+    done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
     res = subprocess.run([sys.executable, "-m", "tcgexp.train", *cli(root, new_dir, *more), f"resume={run_dir}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads((new_dir / "result.json").read_text())
+    result = json.loads((new_dir / "result.json").read_text())
+    assert_continued(result, done)
+    return result
 
 
 def strict_json(path):
@@ -108,7 +113,7 @@ def test_sigterm_then_resume_is_bit_identical(baseline, tmp_path, tracking):
     assert state["progress"]["microbatches"] % 3 == 0 or state["progress"]["position"] == 0, "at a window boundary"
     assert not (run_dir / ".cache_spill").exists()
     if tracking == "aim":
-        from tcgexp.track.aim_run import open_repo
+        from tcgexp.track.aim_repo import open_repo
 
         [run] = list(open_repo(tmp_path / "aim").iter_runs())
         assert run["status"] == "interrupted" and not run.active
@@ -193,7 +198,7 @@ def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
 # "said" (an error said at once, before any run: ranks whose configs differ)
 DECIDED = textwrap.dedent("""
     import os, signal, sys, time
-    from tcgexp.cli import say_now
+    from tcgexp.console import say_now
     from tcgexp.train.rank_status import reports_exit
     from tcgexp.train.signals import StopSignals
 

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from tcgexp.config import ConfigError
+from tcgexp.errors import ConfigError
 from tcgexp.train import train
 from tests.conftest import compose_config
 from tests.reliability.test_disk import tmpfs  # noqa: F401  (the fixture: mounts, skips where not allowed)
@@ -27,10 +27,10 @@ def remount_ro(path) -> bool:
 
 
 def test_spill_storage_turning_read_only_mid_run_costs_spill_not_training(tmp_path, tmpfs):  # noqa: F811
-    from tcgexp.rundir import claim
+    from tcgexp.train.rundir import mark
 
     run_dir = tmp_path / "run"
-    claim(run_dir)  # a run dir of ours, with its spill root on a filesystem of its own
+    mark(run_dir)  # a run dir of ours, with its spill root on a filesystem of its own
     spill = tmpfs(run_dir / ".cache_spill", "50m")
     overrides = [f"dataset.root={tmp_path / 'data'}", *SPILLING]
     calm = train(compose_config(*overrides, "cache.spill=false"), run_dir=tmp_path / "nospill")
@@ -92,7 +92,7 @@ CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
     from tcgexp.train import train
-    from tcgexp.config import compose
+    from tcgexp.app import compose
     import tcgexp.train.trainer as trainer
     run_dir, flags, *overrides = sys.argv[1:]
     real = trainer.Trainer.on_step

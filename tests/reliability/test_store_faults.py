@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tcgexp.app import compose
 from tcgexp.bench.loopback_s3 import silent_server
-from tcgexp.config import build, compose
+from tcgexp.config import build
 from tcgexp.data import DataError
 from tests.train.conftest import TINY_TRAIN
 
@@ -57,7 +58,9 @@ def test_a_scheme_no_store_reads_is_refused_up_front_listing_the_ones_that_work(
     t0 = time.monotonic()
     with pytest.raises(DataError) as err:
         remote(uri, tmp_path)
-    assert time.monotonic() - t0 < 2
+    # up front, not after a connection's timeout or retries (tens of seconds); a bound, not a timing: looking the
+    # scheme up in fsspec's registry once took 3.4 s on a loaded machine
+    assert time.monotonic() - t0 < 10
     one_line(str(err.value), f"dataset.root={uri}", "s3://", "gs://", "abfs://", "hdfs://", "local folder")
     assert StoreProcess._shared == before, "refused before any client was started"
 
@@ -124,8 +127,12 @@ def start_and_signal(args: list[str], signum: int, cwd: Path, wait_for: str = "[
     import queue
     import threading
 
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # with a foreground process's dispositions: a child inherits an ignored SIGINT across exec, and the wait rightly
+    # leaves an ignored signal ignored; set in a small exec'ing parent (no preexec_fn: a fork of a threaded pytest)
+    terminal = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    proc = subprocess.Popen([sys.executable, "-c", terminal, "-m", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr] + [lines.put(None)], daemon=True).start()
     seen: list[str] = []

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tcgexp.track import JobContext
-from tcgexp.track.aim_run import INIT_LOCK, AimTracker, ensure_repo, prepare_repo
+from tcgexp.track.aim_run import AimTracker
+from tcgexp.track.aim_repo import INIT_LOCK, ensure_repo, prepare_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000", "cache=plan"]

@@ -4,9 +4,13 @@ from __future__ import annotations
 import sys
 
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 
-from tcgexp.config import ConfigError
+from tcgexp.errors import ConfigError
 from tcgexp.sweep import space as spaces
 from tests.conftest import free_port
 

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tcgexp.sweep.space import overrides_of
-from tcgexp.track.aim_run import open_repo
+from tcgexp.track.aim_repo import open_repo
 from tcgexp.train import train
 from tests.conftest import compose_config
 from tests.reliability.test_kill import weights
@@ -63,6 +63,19 @@ def test_a_promoted_trial_ends_bit_identical_to_training_straight(tmp_path):
     assert "**best**" in (tmp_path / "sweep" / "summary.md").read_text()
     assert (tmp_path / "sweep" / "summary.png").read_bytes()[:4] == b"\x89PNG"
 
+    # the findings: the best against the runner-up at the rung both reached (1 epoch: the runner-up was pruned
+    # there), one seed, so no interval and the command that re-runs the study with three in a new folder
+    [row] = json.loads((tmp_path / "sweep" / "findings.json").read_text())
+    assert (row["configuration"], row["epochs"], row["n"], row["verdict"]) == (
+        "best vs runner-up at 1 epochs", 1, 1, "no interval")
+    assert row["best"].startswith(f"trial {done['number']} (") and row["metric"] == "val/loss"
+    assert row["difference"] == pytest.approx(done["seed_values"]["1"][0] - float(row["vs_value"]))
+    assert "hydra.sweeper.seeds=3" in row["rerun"] and f"hydra.sweep.dir={tmp_path / 'sweep'}-seeds3" in row["rerun"]
+    said = [line for line in res.stderr.splitlines() if line.startswith("[sweep] ")]
+    assert said[-1] == f"[sweep] rebuild this report any time: tcgexp-report {tmp_path / 'sweep'}"
+    assert said[-2].startswith(f"[sweep] Aim, the runs coloured by what was swept: aim up --repo {repo}, then ")
+    assert "RunStatusReporter" not in res.stderr and "writer thread" not in res.stderr  # Aim's INFO lines
+
 
 def test_replicates_rank_on_the_mean_and_report_its_interval(tmp_path):
     res = halving(tmp_path, *BUDGET, "hydra.sweeper.n_trials=3", "hydra.sweeper.seeds=2", "tracking=off", *SPACE)
@@ -78,6 +91,10 @@ def test_replicates_rank_on_the_mean_and_report_its_interval(tmp_path):
     best = OmegaConf.load(tmp_path / "sweep" / "optimization_results.yaml")
     assert best.best_interval_95 > 0 and "(mean ± 95 %)" in (tmp_path / "sweep" / "summary.md").read_text()
     assert best.epochs_trained == 2 * (1 + 1 + 3)
+    [row] = json.loads((tmp_path / "sweep" / "findings.json").read_text())  # seed by seed, at equal budget
+    lo, hi = row["interval"]
+    assert row["n"] == 2 and lo <= row["difference"] <= hi and "rerun" not in row
+    assert row["verdict"] == ("better" if hi < 0 or lo > 0 else "within noise")
 
 
 def test_a_diverging_trial_fails_and_the_study_goes_on(tmp_path):

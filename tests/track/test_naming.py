@@ -75,14 +75,25 @@ def _decode(state: str) -> str:
     return urllib.parse.unquote(base64.b64decode(raw + "=" * (-len(raw) % 4)).decode())
 
 
-def test_a_halving_trial_is_named_by_its_draw_to_4_digits_and_its_seed(tmp_path):
+def test_a_halving_trial_is_named_by_its_draw_to_4_digits_and_not_by_its_seed(tmp_path):
     OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"seeds": 3, "params": None}, "overrides": {
         "task": ["optimizer.lr=tag(log, interval(1e-4, 1e-2))", "model.hidden=choice(64,128)", "dataset=5d"]}}}),
         tmp_path / "multirun.yaml")
     keys = swept_keys(tmp_path)
-    assert keys == {"optimizer.lr", "model.hidden", "seed"}
+    assert keys == {"optimizer.lr", "model.hidden"}  # seeds are replicates: a configuration's runs share its name
     ctx = JobContext("a", str(tmp_path), 7, ["dataset=5d", "optimizer.lr=0.0012345678901234567", "model.hidden=64",
                                              "trainer.epochs=9", "trainer.stop_at_epoch=3", "seed=2",
                                              f"resume={tmp_path}/3/seed2"], "s", keys)
-    assert ctx.name == "optimizer.lr=0.001235 model.hidden=64 seed=2"
-    assert ctx.swept == {"optimizer.lr": 0.0012345678901234567, "model.hidden": 64, "seed": 2}  # the value in full
+    assert ctx.name == "optimizer.lr=0.001235 model.hidden=64"
+    assert ctx.swept == {"optimizer.lr": 0.0012345678901234567, "model.hidden": 64}  # the value in full
+
+
+def test_a_grid_that_sweeps_seeds_names_its_runs_without_them(tmp_path):
+    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"params": {"cache": "off,plan"}}, "overrides": {
+        "task": ["+experiment=smoke", "seed=0,1,2"]}}}), tmp_path / "multirun.yaml")
+    assert swept_keys(tmp_path) == {"cache"}
+    ctx = JobContext("a", str(tmp_path), 4, ["cache=plan", "+experiment=smoke", "seed=1"], "s", swept_keys(tmp_path))
+    assert ctx.name == "cache=plan" and ctx.swept == {"cache": "plan"}
+    OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"task": ["seed=0,1,2"]}}}), tmp_path / "multirun.yaml")
+    assert swept_keys(tmp_path) == frozenset()  # seeds only: every run is "defaults"
+    assert JobContext("a", str(tmp_path), 1, ["seed=1"], "s", swept_keys(tmp_path)).name == "defaults"

@@ -51,3 +51,32 @@ def test_a_cache_sweep_keeps_its_cache_columns_and_the_sentence(tmp_path):
     assert meta["cache"] == {"categorical": True, "log": False}
     assert meta["tbptt.chunk"] == {"categorical": False, "log": False}  # 16..32: less than a decade
     assert [job_row(d)["job"] for d in job_dirs(sweep)] == [0, 1, 2, 3]
+
+
+def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
+    """job_status.json missing: a failed result.json reads FAILED with its error (not COMPLETED); a job folder
+    its run claimed and left without any record reads KILLED; one whose run still holds it reads RUNNING."""
+    import json
+
+    from tcgexp.ownership import HeldLock
+
+    rows = {}
+    for name, result in (("0", {"status": "failed", "error": "CheckpointWriteError: disk full"}),
+                         ("1", {"status": "completed", "final": {"loss": 1.0}}), ("2", None), ("3", None), ("4", None)):
+        job = tmp_path / name
+        job.mkdir()
+        if result is not None:
+            (job / "result.json").write_text(json.dumps(result))
+    (tmp_path / "2" / ".tcgexp-run.lock").write_text("{}")  # claimed, and its run is gone: nobody holds the lock
+    (tmp_path / "3" / ".tcgexp-run.lock").write_text("{}")
+    live = HeldLock(tmp_path / "3" / ".tcgexp-run.lock", "run")
+    assert live.acquire() is None
+    try:
+        rows = {r["job"]: r for r in (job_row(d) for d in job_dirs(tmp_path))}
+    finally:
+        live.release()
+    assert rows[0]["status"] == "FAILED" and rows[0]["error"] == "CheckpointWriteError: disk full"
+    assert rows[1]["status"] == "COMPLETED"
+    assert rows[2]["status"] == "KILLED" and "without a record" in rows[2]["error"]
+    assert rows[3]["status"] == "RUNNING"
+    assert rows[4]["status"] == "UNKNOWN", "a job folder its run never claimed"

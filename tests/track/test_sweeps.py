@@ -14,7 +14,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from tcgexp.track.aim_run import open_repo
+from tcgexp.track.aim_repo import open_repo
 from tests.conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +28,7 @@ def sweep(tmp_path, *args, timeout=300):
 
 
 def test_two_job_sweep_tracks_to_aim_and_reports(tmp_path):
-    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}")
+    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}", "trainer.track_every=1")  # every step, to count them
     assert res.returncode == 0, res.stderr[-3000:]
     runs = list(open_repo(tmp_path / "aim").iter_runs())
     assert len(runs) == 2
@@ -68,6 +68,12 @@ def test_a_failed_job_still_leaves_the_others_row_and_no_spill(tmp_path):
     assert rows["1"]["status"] == "FAILED" and "tbptt.batch_size>=" in rows["1"]["error"]
     assert "## Failed jobs" in (tmp_path / "sweep" / "summary.md").read_text()
     assert not list(tmp_path.rglob(".cache_spill"))
+    # Hydra stopped before its end-of-sweep callback: the findings (none: one job completed) are there all the
+    # same, and the console's last lines say them after the error, ending with how to rebuild the report
+    assert json.loads((tmp_path / "sweep" / "findings.json").read_text()) == []
+    said = [line for line in res.stderr.splitlines() if line.startswith(("[sweep] ", "error: "))]
+    assert said[-3].startswith("error: a sweep job failed") and said[-2].startswith("[sweep] findings: none yet")
+    assert said[-1] == f"[sweep] rebuild this report any time: tcgexp-report {tmp_path / 'sweep'}"
 
 
 @pytest.mark.slow
@@ -86,6 +92,8 @@ def test_joblib_runs_jobs_in_parallel_without_aim_errors(tmp_path):
     spans.sort()
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), f"no two jobs overlapped: {spans}"
     assert len(list(csv.DictReader(open(tmp_path / "sweep" / "summary.csv")))) == 4
+    found = {f["metric"]: f for f in json.loads((tmp_path / "sweep" / "findings.json").read_text())}
+    assert found["val/loss"]["verdict"] == "identical" and "[sweep] findings (" in res.stderr
 
 
 def test_submitit_local_runs_a_job(tmp_path):
@@ -93,6 +101,8 @@ def test_submitit_local_runs_a_job(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["processed"]["optimizer_steps"] > 0
     assert list((tmp_path / "sweep").rglob("*.submitit*")) or (tmp_path / "sweep" / ".submitit").exists()
+    assert json.loads((tmp_path / "sweep" / "findings.json").read_text()) == []  # one job: nothing to compare
+    assert "[sweep] findings: none yet" in res.stderr and "[sweep] rebuild this report" in res.stderr
 
 
 @pytest.mark.slow
@@ -100,7 +110,7 @@ def test_tracks_to_a_real_aim_server(tmp_path, aim_server):
     repo, port, _ = aim_server
     res = subprocess.run([sys.executable, "-m", "tcgexp.train", *SMOKE[1:], "+experiment=smoke", "cache=plan",
                           f"dataset.root={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
-                          "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{port}"],
+                          "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{port}", "trainer.track_every=1"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((tmp_path / "run" / "result.json").read_text())

@@ -11,6 +11,19 @@ TINY_TRAIN = [*TINY, "dataset.rows_per_day=1200", "dataset.row_group_rows=256", 
               "checkpoint.latest_every_steps=4", "scheduler.warmup_steps=3"]
 
 
+@pytest.fixture(params=["pure", "fused"])
+def step_path(request):
+    """trainer.kernels for tests that hold on either step path: "pure", and "fused" where tcgexp's
+    kernels build and load here (else skipped with the reason; CI's machine has a compiler)."""
+    if request.param == "fused":
+        from tcgexp.kernels import load
+
+        module, why = load()
+        if module is None:
+            pytest.skip(f"tcgexp's kernels cannot run here: {why}")
+    return request.param
+
+
 @pytest.fixture
 def train_cfg(tmp_path):
     """compose(overrides...) for a fast real run; the corpus is shared by the test's runs."""

@@ -73,17 +73,20 @@ def start_and_wait_mid_epoch(overrides: list[str], run_dir: Path, via: str = "tc
     proc = subprocess.Popen(launch_cmd(overrides, run_dir, via=via), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     state = run_dir / "checkpoints" / "latest" / "state.json"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 240  # a bound on a loaded machine (CI's took more than 120 s once), not a timing
+    seen = None
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
-            p = json.loads(state.read_text())["progress"]
-            if p["opt_steps"] >= 4 and p["epoch"] == 0:
+            seen = json.loads(state.read_text())["progress"]
+            if seen["opt_steps"] >= 4 and seen["epoch"] == 0:
                 return proc
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.01)
     proc.kill()
-    pytest.fail("the 2-rank run wrote no latest/ checkpoint in epoch 0 within 120 s")
+    _, err = proc.communicate()
+    pytest.fail(f"the 2-rank run wrote no latest/ 4 steps into epoch 0 (last seen: {seen}; exit {proc.returncode}): "
+                f"{err[-3000:]}")
 
 
 def resume_matches_whole(base: Path, stopped: Path, name: str) -> None:

@@ -13,12 +13,24 @@ import pytest
 from mlx.utils import tree_flatten
 
 from tcgexp.train.backprop import loss_and_grads
-from tcgexp.train.model import RecurrentPolicy, affine_scan, losses, linear_scan
+from tcgexp.train.losses import losses
+from tcgexp.train.model import RecurrentPolicy
+from tcgexp.train.scan import Z_MAX, affine_scan, linear_scan
 from tcgexp.train.step import to_mx
 
 from .test_model import A, F, lane_inputs
 
 TOL = 1e-5
+
+
+def written(path: str):
+    """The written-out loss_and_grads of a step path: backprop.py's (pure) or the fused kernels' (fused_step.py)."""
+    if path == "pure":
+        return loss_and_grads
+    from tcgexp.kernels import load
+    from tcgexp.train.fused_step import FusedStep
+
+    return lambda model, *args: FusedStep(load()[0], model, None).loss_and_grads(*args)
 
 
 def targets_for(rng, R):
@@ -33,7 +45,7 @@ def targets_for(rng, R):
 
 @pytest.mark.parametrize("decisions", [5, 16, 40, 64])
 @pytest.mark.parametrize("memory", [True, False])
-def test_gradients_equal_autodiff(decisions, memory):
+def test_gradients_equal_autodiff(decisions, memory, step_path):
     rng = np.random.default_rng(decisions)
     inp, _ = lane_inputs(rng, decisions, [1, 2, 1, 3])
     mx.random.seed(decisions)
@@ -46,29 +58,29 @@ def test_gradients_equal_autodiff(decisions, memory):
         return losses(logits, aux, t, 0.25)
 
     (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
-    loss2, values2, carry2, grads2 = loss_and_grads(model, inputs, t, h0, 0.25)
+    loss2, values2, carry2, grads2 = written(step_path)(model, inputs, t, h0, 0.25)
     assert abs(loss.item() - loss2.item()) <= TOL * abs(loss.item())
     np.testing.assert_allclose(np.array(values2), np.array(values), rtol=TOL, atol=1e-6)
     np.testing.assert_allclose(np.array(carry2), np.array(model(h0=h0, **inputs)[2]), atol=1e-6)
-    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2)):
+    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2), strict=True):
         assert name == name2
         g, g2 = np.array(g), np.array(g2)
         assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
 
 
 
-def compare(model, inputs, t, h0, aux_weight):
-    """The written-out pass against autodiff: loss, values, carry and every gradient (TOL of its scale)."""
+def compare(model, inputs, t, h0, aux_weight, path="pure"):
+    """The written-out pass (of step `path`) against autodiff: loss, values, carry and every gradient (TOL of its scale)."""
     def reference(model, inputs, t, h0):
         logits, aux, carry = model(h0=h0, **inputs)
         return losses(logits, aux, t, aux_weight)
 
     (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
-    loss2, values2, carry2, grads2 = loss_and_grads(model, inputs, t, h0, aux_weight)
+    loss2, values2, carry2, grads2 = written(path)(model, inputs, t, h0, aux_weight)
     assert np.isfinite(loss2.item()) and abs(loss.item() - loss2.item()) <= TOL * max(abs(loss.item()), 1e-6)
     np.testing.assert_allclose(np.array(values2), np.array(values), rtol=TOL, atol=1e-6)
     np.testing.assert_allclose(np.array(carry2), np.array(model(h0=h0, **inputs)[2]), atol=1e-5)
-    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2)):
+    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2), strict=True):
         g, g2 = np.array(g), np.array(g2)
         assert name == name2 and np.isfinite(g2).all(), name
         assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
@@ -77,7 +89,7 @@ def compare(model, inputs, t, h0, aux_weight):
 @pytest.mark.parametrize("aux_weight", [0.0, 0.25, 10.0], ids=["aux0", "aux0.25", "aux10"])
 @pytest.mark.parametrize("hidden", [1, 16, 256], ids=lambda h: f"hidden{h}")
 @pytest.mark.parametrize("gates", [1.0, 30.0], ids=["gates-as-built", "gates-saturated"])
-def test_gradients_equal_autodiff_across_the_knobs(aux_weight, hidden, gates):
+def test_gradients_equal_autodiff_across_the_knobs(aux_weight, hidden, gates, step_path):
     """Across the values a user types (trainer.aux_weight, model.hidden from 1 up) and with gates driven
     hard into their clipped ranges (z at 0 and Z_MAX, c at -1 and 1), where the written pass must give
     exactly the zero gradient autodiff gives."""
@@ -88,11 +100,11 @@ def test_gradients_equal_autodiff_across_the_knobs(aux_weight, hidden, gates):
     model.gates.weight = model.gates.weight * gates
     model.gates.bias = model.gates.bias * gates
     inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
-    compare(model, inputs, t, mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32)), aux_weight)
+    compare(model, inputs, t, mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32)), aux_weight, step_path)
 
 
 @pytest.mark.parametrize("empty", ["no-weighted-rows", "no-aux-rows"])
-def test_gradients_equal_autodiff_when_a_microbatch_has_nothing_to_learn(empty):
+def test_gradients_equal_autodiff_when_a_microbatch_has_nothing_to_learn(empty, step_path):
     """Padding-only rows (weight 0) and no valid aux target: the losses are 0 and so is every gradient."""
     rng = np.random.default_rng(7)
     inp, _ = lane_inputs(rng, 9, [1, 2])
@@ -101,7 +113,7 @@ def test_gradients_equal_autodiff_when_a_microbatch_has_nothing_to_learn(empty):
     inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
     key = "row_weight" if empty == "no-weighted-rows" else "aux_valid"
     t[key] = mx.zeros_like(t[key])
-    compare(model, inputs, t, mx.zeros((1, 16)), 0.25)
+    compare(model, inputs, t, mx.zeros((1, 16)), 0.25, step_path)
 
 
 @pytest.mark.parametrize("T", [1, 7, 16, 33, 128])
@@ -124,14 +136,22 @@ def test_affine_scan_forward_and_backwards_in_time(T):
     assert np.abs(np.array(got_back) - np.stack(back, 1)).max() <= 2e-4 * (1 + np.abs(np.stack(back, 1)).max())
 
 
-@pytest.mark.parametrize("T", [3, 16, 50])
-def test_the_forward_scan_is_the_models_own(T):
-    """affine_scan(1 - z, z c) is linear_scan(z, c) bit for bit: the step and the model read one memory."""
+@pytest.mark.parametrize("T", [1, 3, 16, 17, 50, 200])
+def test_the_models_scan_is_the_gru_recurrence(T):
+    """linear_scan(z, c, h0) is h[t+1] = (1 - z) h[t] + z c[t] with h[0] = h0, against a float64 loop, with
+    gates over their whole range (0 and the cap Z_MAX included) and across several blocks."""
     rng = np.random.default_rng(T)
-    z = mx.array(rng.uniform(0.0, 0.9, (3, T, 4)).astype(np.float32))
-    c = mx.array(rng.uniform(-1, 1, (3, T, 4)).astype(np.float32))
-    h0 = mx.array(rng.normal(size=(3, 4)).astype(np.float32))
-    np.testing.assert_array_equal(np.array(affine_scan(1.0 - z, z * c, h0)), np.array(linear_scan(z, c, h0)[:, 1:]))
+    z = rng.uniform(0.0, Z_MAX, (3, T, 4)).astype(np.float32)
+    z[0, ::3], z[1, ::5] = 0.0, Z_MAX  # the clipped ends of the hard gate
+    c = rng.uniform(-1, 1, (3, T, 4)).astype(np.float32)
+    h0 = rng.normal(size=(3, 4)).astype(np.float32)
+    want = [h0.astype(np.float64)]
+    for t in range(T):
+        want.append((1.0 - z[:, t].astype(np.float64)) * want[-1] + z[:, t] * c[:, t].astype(np.float64))
+    got = np.array(linear_scan(mx.array(z), mx.array(c), mx.array(h0)))
+    assert got.shape == (3, T + 1, 4)
+    np.testing.assert_array_equal(got[:, 0], h0)
+    np.testing.assert_allclose(got, np.stack(want, 1), rtol=0, atol=2e-6 * (1 + np.abs(h0).max()))
 
 
 def test_only_the_models_own_class_uses_the_written_backward():

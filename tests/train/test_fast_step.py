@@ -1,6 +1,6 @@
 """The step as it is now, pinned to the step as it was (``tcgexp.bench.reference_step``) over one epoch.
 
-One epoch of the demo corpus (default tbptt and model), two ways:
+One epoch of the demo corpus (default tbptt and model), on either step path (``trainer.kernels``), two ways:
 - step by step from the same state (the former step's weights, moments and lane memory): every loss
   part within 1e-5 relative (accuracy within one row), every carried memory within 1e-5, and the
   gradient the update consumes (the former by MLX's autodiff, the new one written out) within 1e-5
@@ -19,16 +19,18 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from tcgexp import sim
-from tcgexp.bench.peers import AdamWRule
+from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.bench.reference_step import ReferencePolicy, ReferenceStepper, reference_losses
 from tcgexp.config import build
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
-from tcgexp.train.backprop import loss_and_grads
 from tcgexp.train.batch import prepare
-from tcgexp.train.model import METRICS, RecurrentPolicy
+from tcgexp.train.losses import METRICS
+from tcgexp.train.model import RecurrentPolicy
 from tcgexp.train.state import LaneMemory
 from tcgexp.train.step import Stepper, to_mx
+
+from .test_backprop import written
 
 STEP_REL, TRAJECTORY_REL = 1e-5, 1e-3
 
@@ -49,7 +51,7 @@ def demo_epoch(tmp_path):
     return cfg, batches, len(index.lanes)
 
 
-def steppers(hidden: int, aux_weight: float):
+def steppers(hidden: int, aux_weight: float, path: str = "pure"):
     rule = AdamWRule()
     mx.random.seed(0)
     old = ReferencePolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
@@ -58,14 +60,15 @@ def steppers(hidden: int, aux_weight: float):
     for model, cls in ((old, ReferenceStepper), (new, Stepper)):
         opt = rule.mlx()
         opt.init(model.trainable_parameters())
-        out.append(cls(model, opt, aux_weight=aux_weight, grad_clip=rule.grad_clip))
+        kw = {"kernels": path} if cls is Stepper else {}
+        out.append(cls(model, opt, aux_weight=aux_weight, grad_clip=rule.grad_clip, **kw))
     return out
 
 
-def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(tmp_path):
+def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(tmp_path, step_path):
     cfg, batches, lanes = demo_epoch(tmp_path)
     hidden, aux_weight = int(cfg.model.hidden), float(cfg.trainer.aux_weight)
-    old, new = steppers(hidden, aux_weight)
+    old, new = steppers(hidden, aux_weight, step_path)
     memory = LaneMemory(lanes, hidden)
 
     def former(model, inputs, targets, h0):
@@ -78,7 +81,7 @@ def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(t
         h0 = memory.read(prep, inputs["lane_decisions"].shape[0])
         new.model.update(old.model.parameters())  # the same weights and incoming memory as the former step
         g_old = dict(tree_flatten(nn.value_and_grad(old.model, former)(old.model, inputs, targets, h0)[1]))
-        _, values, carry_new, g_new = loss_and_grads(new.model, inputs, targets, h0, aux_weight)
+        _, values, carry_new, g_new = written(step_path)(new.model, inputs, targets, h0, aux_weight)
         loss, parts, carry, _ = old.step(inputs, targets, h0)
         memory.write(prep, carry)
         mx.eval(loss, parts, values, carry_new, memory.table, old.state)
@@ -96,10 +99,10 @@ def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(t
     assert worst["memory"] <= STEP_REL and worst["gradient"] <= STEP_REL, worst
 
 
-def test_a_free_running_demo_epoch_keeps_the_former_steps_losses(tmp_path):
+def test_a_free_running_demo_epoch_keeps_the_former_steps_losses(tmp_path, step_path):
     cfg, batches, lanes = demo_epoch(tmp_path)
     hidden = int(cfg.model.hidden)
-    both = steppers(hidden, float(cfg.trainer.aux_weight))
+    both = steppers(hidden, float(cfg.trainer.aux_weight), step_path)
     memories = [LaneMemory(lanes, hidden) for _ in both]
     losses = [[], []]
     for prep in batches:

@@ -7,7 +7,8 @@ import math
 import mlx.core as mx
 import pytest
 
-from tcgexp.config import build, option
+from tcgexp.app import option
+from tcgexp.config import build
 from tcgexp.train.schedule import ScheduleError
 
 

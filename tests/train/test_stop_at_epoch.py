@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from tcgexp.config import ConfigError
+from tcgexp.errors import ConfigError
 from tcgexp.train import train
+from tests.conftest import assert_continued
 from tests.reliability.test_kill import weights
 
 
@@ -22,8 +23,10 @@ def test_stopped_at_epoch_1_then_2_then_continued_is_bit_identical_to_straight(t
     assert state["schedule"]["total_steps"] == straight["planned"]["optimizer_steps"]  # the 3-epoch horizon
     second = train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={trial}"), run_dir=trial)
     assert second["status"] == "stopped" and len(second["history"]) == 2
+    assert_continued(second, first["processed"]["optimizer_steps"])
     last = train(train_cfg("trainer.epochs=3", f"resume={trial}"), run_dir=trial)
     assert last["status"] == "completed"
+    assert_continued(last, second["processed"]["optimizer_steps"])
     assert weights(trial) == weights(tmp_path / "straight")
     assert last["final"] == straight["final"]  # every validation metric, to the bit
     timing = ("rows_per_second", "data_stall_share")

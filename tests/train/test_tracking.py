@@ -7,13 +7,29 @@ import pytest
 from aim.storage.context import Context
 from omegaconf import OmegaConf
 
-from tcgexp.track.aim_run import open_repo
+from tcgexp.schema import field_default
+from tcgexp.track.aim_repo import open_repo
 from tcgexp.train import train
+from tcgexp.train.trainer import TrainerConfig
+from tests.conftest import assert_continued
+
+
+def points_of(run, name: str, subset: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of `name` as the Aim run holds them, in step order (read back with Aim's SDK)."""
+    seq = run.get_metric(name, Context({"subset": subset}))
+    seq.preload()
+    steps, (values, _, _) = seq.data.items_list()
+    return [int(s) for s in steps], list(values)
+
+
+def steps_of(run, name: str, subset: str) -> list[int]:
+    """The optimizer steps at which `name` was tracked in the Aim run."""
+    return points_of(run, name, subset)[0]
 
 
 def test_run_is_tracked_in_aim(train_cfg, tmp_path):
     cfg = train_cfg("tracking=aim", f"tracking.repo={tmp_path / 'aimrepo'}", "tracking.experiment=unit",
-                    "trainer.epochs=1")
+                    "trainer.epochs=1", "trainer.track_every=1")
     result = train(cfg, run_dir=tmp_path / "run")
     repo = open_repo(tmp_path / "aimrepo")
     runs = list(repo.iter_runs())
@@ -44,7 +60,10 @@ def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
     runs = list(open_repo(repo).iter_runs())
     assert len(runs) == 1
     points = {m.name: m.values.values_list() for m in runs[0].metrics()}
-    assert len(points["train/loss"]) == second["processed"]["optimizer_steps"], "steps 1..5, then 6..end"
+    steps, every = second["processed"]["optimizer_steps"], int(train_cfg().trainer.track_every)
+    ends = steps_of(runs[0], "val/loss", "val")  # each epoch's end
+    want = sorted({s for s in range(1, steps + 1) if s % every == 0} | {5, *ends})  # the stop at 5 is flushed
+    assert steps_of(runs[0], "train/loss", "train") == want and len(points["train/loss"]) == len(want)
 
 
 def test_epochs_are_numbered_from_one_everywhere(train_cfg, tmp_path, capsys):
@@ -82,6 +101,7 @@ def test_a_checkpoint_that_numbered_epochs_from_zero_resumes_renumbered(train_cf
     reseal_state(tmp_path / "a" / "checkpoints" / "latest", as_before)
     resumed = train(train_cfg("trainer.epochs=2", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b")
     assert [h["epoch"] for h in resumed["history"]] == [1, 2] and resumed["best"]["epoch"] in (1, 2)
+    assert_continued(resumed, inside_second)  # the renumbered checkpoint was read, not a run started again
 
 
 def test_a_resumed_run_keeps_its_aim_identity_and_reports_its_own_throughput(tmp_path):
@@ -156,9 +176,10 @@ def test_a_signal_to_the_whole_group_still_records_every_step_and_the_status(tmp
     assert result["status"] == "interrupted"
     [run] = list(open_repo(aim_repo).iter_runs())
     assert run["status"] == "interrupted" and run.hash == result["aim_hash"]
-    points = {m.name: m.values.values_list() for m in run.metrics()}
-    steps = result["processed"]["optimizer_steps"]
-    assert steps > 0 and len(points["train/loss"]) == len(points["cache_train/hits"]) == steps
+    steps, every = result["processed"]["optimizer_steps"], field_default(TrainerConfig, "track_every")
+    ends = steps_of(run, "val/loss", "val") if any(m.name == "val/loss" for m in run.metrics()) else []
+    want = sorted({s for s in range(1, steps + 1) if s % every == 0} | {steps, *ends})  # the stop's step flushed
+    assert steps > 0 and steps_of(run, "train/loss", "train") == steps_of(run, "cache_train/hits", "train") == want
 
 
 def test_a_resumed_sweep_leaves_no_aim_repo_where_it_was_started(tmp_path):
@@ -188,3 +209,22 @@ def test_a_resumed_sweep_leaves_no_aim_repo_where_it_was_started(tmp_path):
     done = json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())
     [run] = list(open_repo(aim_repo).iter_runs())
     assert done["status"] == "completed" and run.hash == done["aim_hash"] and run["status"] == "completed"
+
+
+@pytest.mark.parametrize("every", [1, 3, 7, 1000])
+def test_the_cadence_tracks_every_step_it_selects_and_every_epochs_end_exactly(every, train_cfg, tmp_path):
+    """trainer.track_every=n: the training values of optimizer steps n, 2n, ... and of each epoch's last step,
+    nothing else and nothing lost; validation once an epoch; read back from the Aim run itself."""
+    repo = tmp_path / "aimrepo"
+    result = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=2",
+                             f"trainer.track_every={every}"), run_dir=tmp_path / "run")
+    [run] = list(open_repo(repo).iter_runs())
+    ends = steps_of(run, "val/loss", "val")  # each epoch's last optimizer step
+    steps = result["processed"]["optimizer_steps"]
+    assert len(ends) == 2 and ends[-1] == steps and 0 < ends[0] < steps
+    want = sorted({s for s in range(1, steps + 1) if s % every == 0} | set(ends))
+    for name in ("train/loss", "lr", "cache_train/hits"):
+        assert steps_of(run, name, "train") == want, name
+        assert all(v is not None for v in points_of(run, name, "train")[1])
+    assert [round(v, 6) for v in points_of(run, "val/loss", "val")[1]] == \
+        [round(h["val"]["loss"], 6) for h in result["history"]]

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from tcgexp.train import train
 from tcgexp.train import checkpoint as ckpt
+from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError
 from tcgexp.train.schedule import ScheduleError
+from tests.conftest import assert_continued
 
 
 def weights(result) -> dict[str, bytes]:
@@ -67,23 +68,43 @@ def test_epoch_snapshots_every_n_and_final_always(train_cfg, data_root, tmp_path
 
 
 @pytest.mark.parametrize("stop_at", [5, 9], ids=["mid-epoch-0", "in-epoch-1"])
-def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at):
+def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at, step_path):
+    """On either step path (trainer.kernels), against the baseline (run with the default, auto)."""
     full, _ = baseline
-    first = train(train_cfg(f"trainer.max_steps={stop_at}", data=data_root), run_dir=tmp_path / "a")
+    first = train(train_cfg(f"trainer.max_steps={stop_at}", f"trainer.kernels={step_path}", data=data_root),
+                  run_dir=tmp_path / "a")
     assert first["stopped_early"] and first["processed"]["optimizer_steps"] == stop_at
     state = json.loads((tmp_path / "a" / "checkpoints" / "latest" / "state.json").read_text())
-    assert state["progress"]["opt_steps"] == stop_at
-    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "b")
+    assert state["progress"]["opt_steps"] == stop_at and state["kernels"] == step_path
+    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={step_path}", data=data_root),
+                    run_dir=tmp_path / "b")
     assert resumed["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
+    assert_continued(resumed, stop_at)
     assert weights(resumed) == weights(full), "final weights equal an uninterrupted run's, bit for bit"
+
+
+@pytest.mark.parametrize("first, then", [("pure", "fused"), ("fused", "pure")], ids=["pure-then-fused", "fused-then-pure"])
+def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_path, first, then):
+    """The two paths are bit-identical, so trainer.kernels is not pinned: a run stopped on one resumes on the other."""
+    from tcgexp.kernels import load
+
+    if load()[0] is None:
+        pytest.skip(f"tcgexp's kernels cannot run here: {load()[1]}")
+    full, _ = baseline
+    train(train_cfg("trainer.max_steps=7", f"trainer.kernels={first}", data=data_root), run_dir=tmp_path / "a")
+    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}", data=data_root),
+                    run_dir=tmp_path / "b")
+    assert resumed["kernels"] == then and weights(resumed) == weights(full)
 
 
 @pytest.mark.parametrize("overrides", [["cache=off"], ["cache=plan"], ["cache=plan", "loader.workers=0"],
                                        ["cache=lru", "loader.workers=3"], ["cache=hot60", "cache.capacity=1"]],
                          ids=lambda o: ",".join(o))
-def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, data_root, tmp_path, overrides):
+def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, data_root, tmp_path, overrides,
+                                                          step_path):
     full, _ = baseline
-    assert weights(train(train_cfg(*overrides, data=data_root), run_dir=tmp_path / "r")) == weights(full)
+    r = train(train_cfg(*overrides, f"trainer.kernels={step_path}", data=data_root), run_dir=tmp_path / "r")
+    assert r["kernels"] == step_path and weights(r) == weights(full)
 
 
 def test_resume_past_the_scheduler_horizon_is_refused(train_cfg, data_root, tmp_path):
@@ -138,8 +159,8 @@ def test_the_initial_weights_come_from_the_seed_alone(train_cfg, data_root, tmp_
     from tcgexp.config import build
     from tcgexp.train import BLAS
     from tcgexp.train.distributed import World
-    from tcgexp.train.setup import make_learner, prepare_data
-    from tcgexp.train.trainer import RunContext
+    from tcgexp.train.parts import RunContext
+    from tcgexp.train.run import make_learner, prepare_data
 
     cfg = train_cfg("seed=7", data=data_root)
     data = prepare_data(cfg, World())

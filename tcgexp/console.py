@@ -1,15 +1,16 @@
-"""What the entry points share (``tcgexp-train``, ``tcgexp-data``, ``tcgexp-replay``, ``tcgexp-bench``, ...).
-
-Each Hydra entry point imports this module before its ``@hydra.main`` composes;
-it registers the ``tcgexp.groups`` resolver the ``--help`` templates
-(``conf/hydra/help/``) use, listing the YAML options under ``conf/`` (the
-typed schemas live outside every group: ``tcgexp.schema``).
+"""What a command says to its user when something is the user's to fix: one line, ``error: ...``.
 
 Every entry point's ``main`` is wrapped in :func:`one_line_errors`: a user's
 error (a bad override, a missing config, a value no schema allows, a damaged
-file) is one line, ``error: ...``, naming the key or file; a bug keeps its
-traceback. ``--verbose``, ``TCGEXP_VERBOSE=1`` or ``HYDRA_FULL_ERROR=1`` show
-the traceback of a user's error too.
+file) is one line naming the key or file; a bug keeps its traceback.
+``--verbose``, ``TCGEXP_VERBOSE=1`` or ``HYDRA_FULL_ERROR=1`` show the
+traceback of a user's error too. Inside a Hydra task, :func:`job_errors` does
+the same for a run, and for a sweep's job says the line and lets Hydra record
+the job as failed. :func:`say_now` is for a process that may not live to the
+top of its stack (a launched rank the launcher is about to stop).
+
+At the bottom of the house with ``errors.py``: the trainer, the sweeper and
+the entry points all speak through it; it imports nothing of tcgexp above it.
 """
 from __future__ import annotations
 
@@ -20,45 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-import yaml
-from omegaconf import OmegaConf
-
-from .config import CONF_DIR, ConfigError, register_configs
+from .errors import ConfigError
 from .launch import keep_exit
-
-CONFIG_PATH = str(CONF_DIR)  # absolute, so console scripts and `python -m` find the same folder
-
-
-def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str]:
-    """The options of a config group: its YAML files."""
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-
-
-def primary_defaults(config_name: str, conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """{group: default option} from a primary config's defaults list (hydra/ overrides left out)."""
-    doc = yaml.safe_load((conf_dir / f"{config_name}.yaml").read_text()) or {}
-    out: dict[str, str] = {}
-    for entry in doc.get("defaults", []):
-        if isinstance(entry, dict):
-            for key, value in entry.items():
-                if not key.startswith(("override ", "hydra/", "optional ")) and (conf_dir / key).is_dir():
-                    out[key] = str(value)
-    return out
-
-
-def groups_help(config_name: str, *extra: str) -> str:
-    """``group: option, option  (default: x)`` for each group of a primary config, then the ``extra`` groups
-    (added with ``+group=option``)."""
-    defaults = primary_defaults(config_name)
-    lines = [f"{g}: {', '.join(group_options(g))}  (default: {d})" for g, d in defaults.items()]
-    lines += [f"+{g}: {', '.join(group_options(g))}  (none by default)" for g in extra]
-    return "\n".join(lines)
-
-
-OmegaConf.register_new_resolver("tcgexp.groups", groups_help, replace=True)
-
-
-# -- one line per user error -------------------------------------------------------------------------------
+from .plugins import missing_plugin_hint
 
 VERBOSE_FLAG = "--verbose"
 NOISE = ("reference_type=", "object_type=", "Config search path", "provider=", "Set the environment variable")
@@ -83,6 +48,25 @@ def flatten(text: str) -> str:
     return " ".join(lines)
 
 
+MLX_LOAD_FAILED = "Could not load C++ shared library "
+
+
+def mlx_cache_damage(exc: BaseException) -> Optional[str]:
+    """The line for a kernel in MLX's own cache of compiled CPU kernels that cannot be loaded, or None.
+
+    MLX compiles each fused graph into ``$TMPDIR/mlx/<version>/cpu/lib*.so`` once and loads it from
+    there ever after; a process killed while it compiled one (SIGKILL, the OOM killer) leaves a
+    truncated file that every later run fails to load, with no hint of what to delete.
+    """
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or not text.startswith(MLX_LOAD_FAILED):
+        return None
+    path, _, why = text[len(MLX_LOAD_FAILED):].partition(": ")
+    return (f"MLX could not load its compiled kernel {path} ({why or 'unreadable'}): a file in MLX's kernel cache "
+            f"is damaged (a process killed while MLX compiled it); delete {Path(path).parent} (MLX compiles "
+            "again what it needs) and run again")
+
+
 def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Optional[str]:
     """The one line for `exc` if it is the user's to fix (config, input files), None for a bug."""
     from hydra.errors import HydraException, InstantiationException
@@ -90,6 +74,9 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
 
     if isinstance(exc, (ConfigError, *user_errors)):
         return flatten(exc)
+    damaged = mlx_cache_damage(exc)
+    if damaged:
+        return damaged
     cause = exc.__cause__ or exc.__context__
     if isinstance(exc, InstantiationException):  # our ValueError/ConfigError (or a bad _target_) inside
         if cause is None or isinstance(cause, (ValueError, TypeError, ImportError, AttributeError, LookupError,
@@ -97,8 +84,6 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
             return flatten(exc)
         return None
     if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
-        from .plugins import missing_plugin_hint
-
         more = flatten(cause) if isinstance(cause, OmegaConfBaseException) else ""
         hint = missing_plugin_hint(str(exc))  # a launcher or sweeper plugin that is not installed
         return " ".join(part for part in (hint and f"{hint}.", flatten(exc), more) if part)
@@ -125,6 +110,10 @@ def said(exc: BaseException) -> bool:
     return bool(getattr(exc, "tcgexp_said", False))
 
 
+INTERRUPTED = ("interrupted by SIGINT (Ctrl-C); a run or sweep job that had started keeps the latest/ it had "
+               "written: resume=<its run dir> continues it (a halving sweep: the same command)")
+
+
 def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate an entry point's ``main`` (above ``@hydra.main``): user errors exit with one line.
 
@@ -136,7 +125,6 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
     def decorate(main: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(main)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            register_configs()  # every schema, before Hydra composes (or completes, or prints --help)
             if VERBOSE_FLAG in sys.argv[1:]:
                 sys.argv.remove(VERBOSE_FLAG)
                 os.environ["TCGEXP_VERBOSE"] = "1"  # jobs and children see it too
@@ -152,6 +140,11 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises, so the error comes here whole
             try:
                 return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                # a Ctrl-C no run was holding: before a run's own handlers (composition, set-up), or in a
+                # sweep whose jobs run in other processes (joblib, submitit), which stop by themselves
+                print(INTERRUPTED, file=sys.stderr, flush=True)
+                raise SystemExit(130) from None
             except Exception as exc:  # noqa: BLE001 - sorted below: the user's error, or a bug
                 line = user_error(exc, user_errors)
                 if line is None:

@@ -1,0 +1,78 @@
+"""tcgexp's own MLX kernels: custom CPU primitives that fuse the training step's small operations.
+
+MLX's CPU backend runs every primitive of a compiled graph as its own task (a few microseconds
+each, README "Training throughput"), and the pure step is ~250 of them besides its matrix
+products. ``csrc/`` holds one ``mlx::core::Primitive`` (MLX's supported extension mechanism, as
+in MLX's ``examples/extensions``) of two kinds, each one task on the CPU stream: the whole loss and
+written-out backward pass (the same BLAS calls MLX makes, and between them kernels for the gates
+and blocked scan, the rows' memory gather, the loss head and its gradient, the ReLU layers'
+backward, the scan's adjoint with its scatter-adds), and global-norm clipping with AdamW over
+every parameter. Each repeats the pure step's arithmetic in MLX's order, so the two paths are
+bit-identical.
+
+``load()`` builds the extension against the MLX installed now (``build.py``: once per MLX version,
+cached) and imports it, or says in one line why it cannot: no compiler, a nanobind that does not
+match MLX's, a device other than the CPU. ``tcgexp.train.fused_step`` composes the step from it;
+``trainer.kernels`` (auto | fused | pure) chooses the path.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Callable, Optional
+
+_LOADED: dict[str, tuple[Optional[ModuleType], str]] = {}
+
+
+def device_reason() -> Optional[str]:
+    """Why the kernels cannot run on MLX's default device, or None (the CPU)."""
+    import mlx.core as mx
+
+    device = mx.default_device()
+    return None if device.type == mx.cpu else f"the device is {device}, the kernels run on the CPU only"
+
+
+def load(say: Optional[Callable[[str], None]] = None) -> tuple[Optional[ModuleType], str]:
+    """(the kernels' module, a line saying what was loaded) or (None, the reason they cannot run here).
+
+    Builds them first when this MLX has no build yet (`say` hears that it is building)."""
+    reason = device_reason()
+    if reason:
+        return None, reason
+    import mlx.core as mx
+
+    key = mx.__version__
+    if key in _LOADED:
+        return _LOADED[key]
+    from .build import MODULE, BuildError, built
+
+    try:
+        folder = built(say)
+        lib = next(folder.glob(MODULE + "*.so"))
+        spec = importlib.util.spec_from_file_location(f"{__name__}.{MODULE}", lib)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[spec.name] = module
+        smoke(module)
+        got = (module, f"tcgexp's fused CPU kernels, built for mlx {mx.__version__} ({folder})")
+    except BuildError as exc:
+        got = (None, str(exc))
+    except (ImportError, OSError, TypeError, RuntimeError) as exc:
+        # a build that does not load (another libstdc++, a moved MLX) or whose calls do not take MLX's
+        # arrays (a nanobind ABI that differs although the tags matched)
+        got = (None, f"the built kernels do not load: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    _LOADED[key] = got
+    return got
+
+
+def smoke(module: ModuleType) -> None:
+    """One tiny call through every layer (nanobind's domain, the primitive, the CPU stream): raises if broken."""
+    import mlx.core as mx
+
+    # one parameter at 1, gradient 2, no clipping, lr 0.5, no decay, b1 = b2 = 0: p - 0.5 * 2 / (2 + 0) = 0.5
+    out = module.clip_adamw([mx.array([2.0])], [mx.array([1.0])], [mx.array([0.0])], [mx.array([0.0])],
+                            mx.array(0.5), None, [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    mx.eval(out)
+    if [x.tolist() for x in out] != [2.0, [0.5], [2.0], [4.0]]:
+        raise RuntimeError(f"the smoke test computed {[x.tolist() for x in out]}")

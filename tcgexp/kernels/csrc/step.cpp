@@ -1,0 +1,149 @@
+// The whole loss-and-gradients pass as one task: tcgexp/train/fused_step.py's composition, in C++.
+//
+// The matrix products are the very BLAS calls MLX's Matmul and AddMM make for the same operands
+// (mlx/backend/cpu/matmul.cpp: a row-contiguous operand goes as it is, a transposed view of one as
+// CblasTrans with its row length as leading dimension; AddMM first fills the output with the bias,
+// then calls sgemm with beta = 1). cblas_sgemm is left undefined here and bound by the dynamic
+// linker exactly as libmlx's own reference is (MKL when tcgexp loaded it globally, else MLX's BLAS),
+// so a product here equals MLX's bit for bit. Everything between two products is the kernels of
+// scan.cpp and head.cpp, and the ReLU forward is MLX's maximum(x, 0).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+#include "fused.h"
+
+extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A,
+                            int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+namespace tcg {
+
+namespace {
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+// C [M, N] = op(A) op(B) (+ C when accumulate): A is [M, K] row-major, or (ta) the transpose of a row-major
+// [K, M] (MLX's view a.T of a contiguous a, which it passes as CblasTrans with lda = M); likewise B.
+void mm(const float* A, bool ta, const float* B, bool tb, int M, int N, int K, float* C, bool accumulate) {
+  cblas_sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, M, N, K, 1.0f, A, ta ? M : K, B,
+              tb ? K : N, accumulate ? 1.0f : 0.0f, C, N);
+}
+
+// mx.addmm(bias, A, W.T) for a row-major A [M, K] and a parameter W [N, K]: the bias copied to every row, then the product
+void linear(const float* A, const float* W, const float* bias, int M, int N, int K, float* out) {
+  for (int r = 0; r < M; ++r) std::memcpy(out + (size_t)r * N, bias, sizeof(float) * N);
+  mm(A, false, W, true, M, N, K, out, true);
+}
+
+TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n) {
+  for (size_t e = 0; e < n; ++e) out[e] = maxf(a[e], 0.0f);
+}
+
+// scratch that lives on the stream's thread from step to step (no page faults for fresh buffers)
+struct Scratch {
+  std::vector<float> bufs[25];
+  float* get(int i, size_t n) {
+    if (bufs[i].size() < n) bufs[i].resize(n);
+    return bufs[i].data();
+  }
+};
+
+}  // namespace
+
+void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s) {
+  thread_local Scratch w;
+  const int R = s.R, D = s.D, H = s.H, A = s.A, L = s.L, T = s.T, G = 2 * H, C = H + A;
+  const size_t LT = (size_t)L * T;
+  float* a1 = w.get(0, (size_t)R * H);
+  float* e1 = w.get(1, (size_t)R * H);
+  float* a2 = w.get(2, (size_t)R * H);
+  float* enc = w.get(3, (size_t)R * H);
+  float* u = w.get(4, (size_t)R * G);
+  float* a3 = w.get(5, (size_t)R * H);
+  float* zt = w.get(6, (size_t)R * H);
+  float* logits = w.get(7, (size_t)R * A);
+  float* aux = w.get(8, (size_t)R * 4);
+  float* d_logits = w.get(9, (size_t)R * A);
+  float* d_aux = w.get(10, (size_t)R * 4);
+  float* t1 = w.get(11, (size_t)R * H);
+  float* t2 = w.get(12, (size_t)R * H);
+  float* d_a3 = w.get(13, (size_t)R * H);
+  float* d_u = w.get(14, (size_t)R * G);
+  float* d_a2 = w.get(15, (size_t)R * H);
+  float* d_a1 = w.get(16, (size_t)R * H);
+
+  // ---- forward ----
+  linear(in.x, in.W0, in.b0, R, H, D, a1);
+  relu(a1, e1, (size_t)R * H);
+  linear(e1, in.W2, in.b2, R, H, H, a2);
+  relu(a2, enc, (size_t)R * H);
+  float *per_row = nullptr, *gh = nullptr, *hs = nullptr, *wg_enc = nullptr;
+  if (s.memory) {
+    float* wg_enc_t = w.get(17, (size_t)H * G);
+    wg_enc = w.get(18, (size_t)G * H);
+    float* wg_hot_t = w.get(19, (size_t)A * G);
+    gate_weights(in.Wg, H, A, wg_enc_t, wg_enc, wg_hot_t);
+    per_row = w.get(20, (size_t)R * G);
+    mm(enc, false, wg_enc_t, false, R, G, H, per_row, false);  // enc @ Wg[:, :H].T (contiguous copy, as MLX's)
+    gh = w.get(21, LT * G);
+    for (size_t r = 0; r < LT; ++r) std::memcpy(gh + r * G, in.bg, sizeof(float) * G);
+    mm(in.label_hot, false, wg_hot_t, false, (int)LT, G, A, gh, true);  // addmm(bg, hot, Wg[:, H:].T)
+    hs = w.get(22, (size_t)L * (T + 1) * H);
+    ScanShape sc{R, L, T, H, s.block};
+    gate_scan(per_row, gh, in.first_row, in.h0, hs, sc);
+    pick(enc, hs, in.row_lane, in.row_dec, in.lane_decisions, u, out.carry, R, L, T, H);
+  } else {
+    for (int r = 0; r < R; ++r) {
+      std::memcpy(u + (size_t)r * G, enc + (size_t)r * H, sizeof(float) * H);
+      std::fill(u + (size_t)r * G + H, u + (size_t)(r + 1) * G, 0.0f);
+    }
+    std::memcpy(out.carry, in.h0, sizeof(float) * (size_t)L * H);
+  }
+  linear(u, in.Wt, in.bt, R, H, G, a3);
+  relu(a3, zt, (size_t)R * H);
+  linear(zt, in.Wp, in.bp, R, A, H, logits);
+  linear(zt, in.Wa, in.ba, R, 4, H, aux);
+
+  // ---- the loss and the heads' gradient ----
+  HeadIn head{logits, aux, in.w, in.aux_valid, in.ko, in.prize, in.terminal, in.ret, in.mask, in.label};
+  loss_head(head, R, A, s.aux_weight, out.values, d_logits, d_aux, out.g_bp, out.g_ba);
+
+  // ---- backward ----
+  mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
+  mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
+  mm(d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
+  mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);
+  relu_back(t1, H, t2, a3, R, H, d_a3, out.g_bt);
+  mm(d_a3, true, u, false, H, G, R, out.g_Wt, false);  // d_a3.T @ u
+  mm(d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
+  if (s.memory) {
+    float* d_gd = w.get(23, LT * G);
+    float* d_per_row = w.get(24, (size_t)R * G);
+    ScanShape sc{R, L, T, H, s.block};
+    scan_back(d_u, per_row, gh, in.first_row, hs, in.row_lane, in.row_dec, d_gd, d_per_row, out.g_bg, sc);
+    // gates.weight = concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
+    float* left = w.get(17, (size_t)G * H);
+    float* right = w.get(19, (size_t)G * A);
+    mm(d_per_row, true, enc, false, G, H, R, left, false);
+    mm(d_gd, true, in.label_hot, false, G, A, (int)LT, right, false);
+    for (int o = 0; o < G; ++o) {
+      std::memcpy(out.g_Wg + (size_t)o * C, left + (size_t)o * H, sizeof(float) * H);
+      std::memcpy(out.g_Wg + (size_t)o * C + H, right + (size_t)o * A, sizeof(float) * A);
+    }
+    float* t3 = w.get(11, (size_t)R * H);
+    mm(d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
+    relu_back(d_u, G, t3, a2, R, H, d_a2, out.g_b2);
+  } else {
+    std::fill(out.g_Wg, out.g_Wg + (size_t)G * C, 0.0f);
+    std::fill(out.g_bg, out.g_bg + G, 0.0f);
+    relu_back(d_u, G, nullptr, a2, R, H, d_a2, out.g_b2);
+  }
+  mm(d_a2, true, e1, false, H, H, R, out.g_W2, false);  // d_a2.T @ e1
+  float* t4 = w.get(12, (size_t)R * H);
+  mm(d_a2, false, in.W2, false, R, H, H, t4, false);  // d_a2 @ W2
+  relu_back(t4, H, nullptr, a1, R, H, d_a1, out.g_b0);
+  mm(d_a1, true, in.x, false, H, D, R, out.g_W0, false);  // d_a1.T @ x
+}
+
+}  // namespace tcg

@@ -1,0 +1,115 @@
+"""What a sweep recorded about itself (Hydra's ``multirun.yaml`` in its sweep dir, written before any job):
+its objective, its base config's choices, the command that ran it, where it tracked.
+
+The report is rebuilt from the sweep dir alone (``tcgexp-report <sweep dir>``), so everything here is
+read from that file: the command to re-run the sweep with seeds, the default option of each swept key
+(the base config's own choice: ``conf/config.yaml``'s defaults list as the sweep's experiment and fixed
+overrides left it), the Aim repo or server and the sweep's id in Aim's runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import shlex
+from pathlib import Path
+from typing import Any, Optional
+
+from ..overrides import printable
+from .findings import SEEDS_TO_ADD
+
+NAME = "multirun.yaml"
+HALVING = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
+
+
+def load(sweep_dir: Path):
+    """The sweep's multirun.yaml (an empty config when it has none: a sweep dir made by hand)."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(Path(sweep_dir) / NAME)
+    except (OSError, ValueError):
+        return OmegaConf.create({})
+
+
+def get(cfg, key: str, default: Any = None) -> Any:
+    """A value of the sweep's config; `default` where it is missing or cannot be resolved here (the
+    ``${launch_now:...}`` resolvers of a run that is over)."""
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.select(cfg, key, default=default)
+    except Exception:  # noqa: BLE001 - an interpolation only a live Hydra resolves
+        return default
+    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+
+
+def optimized_metric(cfg) -> str:
+    return str(get(cfg, "optimized_metric") or "val/loss")
+
+
+def defaults(cfg, keys: list[str]) -> dict[str, Any]:
+    """Each swept key's default: a group's option the base config chose (``hydra.runtime.choices``), a
+    value key's value in the base config (when it is a plain value)."""
+    choices = get(cfg, "hydra.runtime.choices") or {}
+    out = {}
+    for key in keys:
+        if key in choices:
+            out[key] = choices[key]
+        else:
+            value = get(cfg, key)
+            if isinstance(value, (str, int, float, bool)):
+                out[key] = value
+    return out
+
+
+def is_halving(cfg) -> bool:
+    return get(cfg, "hydra.sweeper._target_") == HALVING
+
+
+def sweep_id(sweep_dir: Path, cfg=None) -> str:
+    """The id the sweep's jobs record in Aim (``run.sweep.id``): their absolute sweep dir, hashed as
+    ``context.job_context`` does (relative to the directory the sweep was launched from)."""
+    cfg = load(sweep_dir) if cfg is None else cfg
+    given = get(cfg, "hydra.sweep.dir")
+    cwd = get(cfg, "hydra.runtime.cwd")
+    if isinstance(given, str) and "${" not in given and cwd:
+        where = Path(given) if Path(given).is_absolute() else Path(cwd) / given
+    else:
+        where = Path(sweep_dir).absolute()
+    return hashlib.sha1(str(where).encode()).hexdigest()[:12]
+
+
+def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
+    """The command that re-runs the sweep with `seeds` replicates: a grid sweeps ``seed`` (from the seed
+    it had), a halving sweep sets ``hydra.sweeper.seeds`` in a new sweep folder (seeds are part of a
+    study's settings). A sweep dir the command named becomes ``<it>-seeds<n>``."""
+    cfg = load(sweep_dir) if cfg is None else cfg
+    task = [str(o) for o in get(cfg, "hydra.overrides.task") or []]
+    hydra = [str(o) for o in get(cfg, "hydra.overrides.hydra") or [] if str(o) != "hydra.mode=MULTIRUN"]
+    renamed = []
+    for o in hydra:
+        if o.startswith("hydra.sweep.dir="):
+            renamed.append(f"{o}-seeds{seeds}")
+        elif not o.startswith("hydra.sweeper.seeds="):
+            renamed.append(o)
+    if is_halving(cfg):
+        renamed.append(f"hydra.sweeper.seeds={seeds}")
+    else:
+        first = get(cfg, "seed", 0)
+        first = first if isinstance(first, int) else 0
+        task = [o for o in task if o.split("=", 1)[0].lstrip("+~") != "seed"]
+        task.append("seed=" + ",".join(str(first + i) for i in range(seeds)))
+    # a study database's password is not printed (a report is shared): the command shows *** in its place
+    return " ".join(["tcgexp-train", "--multirun", *(shlex.quote(printable(o)) for o in renamed + task)])
+
+
+def tracking(cfg) -> Optional[dict]:
+    """Where the sweep's runs are: {"repo": <absolute folder>} (tracking=aim), {"uri": ...}
+    (tracking=aim_remote), or None (tracking=off)."""
+    target = str(get(cfg, "tracking._target_") or "")
+    if target.endswith("AimTracker") and not target.endswith("RemoteAimTracker"):
+        repo = Path(str(get(cfg, "tracking.repo") or "."))
+        cwd = get(cfg, "hydra.runtime.cwd")
+        return {"repo": str(repo if repo.is_absolute() or not cwd else Path(cwd) / repo)}
+    if target.endswith("RemoteAimTracker") and get(cfg, "tracking.uri"):
+        return {"uri": str(get(cfg, "tracking.uri"))}
+    return None

@@ -1,0 +1,91 @@
+"""``tcgexp-report <sweep dir>`` (or ``python -m tcgexp.track.report``), and a sweep's last lines on the console.
+
+The command rewrites ``findings.json``, ``summary.md``, ``summary.csv`` and ``summary.png`` from what the
+sweep dir holds (every job's ``result.json`` and ``job_status.json``, Hydra's ``multirun.yaml``, a halving
+sweep's ``trials.json``), then says what the sweep's last lines said: the findings in words, the command
+that re-runs the sweep with seeds when a finding has no interval, the Aim link (``aim_link``) and how to
+rebuild the report. Any sweep dir, finished, failed or still running (the report is rewritten after every
+job). The same lines end a sweep (``SweepReport.on_multirun_end``), and a sweep a failed job stopped as
+its process exits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..console import one_line_errors
+from .aim_link import link
+from .context import swept_keys
+from .findings import SEEDS_TO_ADD, sentence
+from .summary import job_dirs, read_trials, write_summary
+
+REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
+
+
+def groups_of(sweep_dir: Path, found: list[dict]) -> int:
+    """How many configurations the sweep's runs fall into (Aim's colours): a halving sweep's trials, a
+    grid's options of one key times the combinations of the others."""
+    trials = read_trials(sweep_dir)
+    if trials:
+        return len(trials["trials"])
+    return max((r["options"] * math.prod(r["averaged_over"].values()) for r in found if "options" in r), default=0)
+
+
+def keys_of(sweep_dir: Path) -> list[str]:
+    """The swept keys (a halving sweep's space, a grid's sweep overrides), seed never among them."""
+    trials = read_trials(sweep_dir)
+    if trials:
+        return [k for k in trials["space"] if k != "seed"]
+    return sorted(swept_keys(sweep_dir) or [])
+
+
+def lines(sweep_dir: Path) -> list[str]:
+    sweep_dir = Path(sweep_dir)
+    try:
+        found = json.loads((sweep_dir / "findings.json").read_text())
+    except (OSError, ValueError):
+        found = None
+    out = []
+    if found is None:
+        out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
+    elif not found:
+        out.append(f"findings: none yet (two options must complete to be compared); {sweep_dir / 'summary.md'}")
+    else:
+        out.append(f"findings ({sweep_dir / 'findings.json'}; {sweep_dir / 'summary.md'} opens with them):")
+        out += [f"  {sentence(r)}" for r in found]
+        rerun = next((r["rerun"] for r in found if r.get("rerun")), None)
+        if rerun:
+            out.append(f"no interval from one seed: re-run the sweep with {SEEDS_TO_ADD} seeds: {rerun}")
+    aim = link(sweep_dir, keys_of(sweep_dir), groups_of(sweep_dir, found or []))
+    if aim:
+        out.append(f"Aim, the runs coloured by what was swept: {aim[0]}, then open {aim[1]}")
+    out.append(f"rebuild this report any time: {REBUILD} {sweep_dir}")
+    return out
+
+
+def say(sweep_dir: Path) -> None:
+    for line in lines(sweep_dir):
+        print(f"[sweep] {line}", file=sys.stderr, flush=True)
+
+
+@one_line_errors(FileNotFoundError)
+def main(argv: Optional[list[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="tcgexp-report", description=__doc__.split("\n")[0])
+    p.add_argument("sweep_dir", help="a sweep's folder (hydra.sweep.dir: multirun/<date>/<time>, ...)")
+    args = p.parse_args(argv)
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
+    if not read_trials(sweep_dir) and not job_dirs(sweep_dir):
+        raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json); "
+                                "give the folder a --multirun wrote (hydra.sweep.dir)")
+    write_summary(sweep_dir)
+    say(sweep_dir)
+
+
+if __name__ == "__main__":
+    main()

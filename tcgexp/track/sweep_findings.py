@@ -1,0 +1,164 @@
+"""What a sweep's results compare: a grid's swept keys (read as a factorial ablation), a halving sweep's
+best configuration against its runner-up (at equal budget). The statistics are ``findings.py``'s.
+
+A grid: for each swept key (``seed`` is a replicate, never a key) and each metric that matters for it
+(``findings.metrics_for``), its best option against the runner-up, and against the default option
+(the sweep's base config's choice) when that was swept and is neither. An option's value for a seed
+is its mean over every combination of the other swept keys, so each key's effect is averaged over the
+others; a seed counts for a pair only when both options completed every combination in it (the rows
+say how many seeds a failed job removed).
+
+A halving sweep: the best configuration against the runner-up (the best of the others at the highest
+rung it reached), both at the highest rung both reached, seed by seed (``hydra.sweeper.seeds``). The
+objective is the rung's own value; rows/s and data stall (when the space holds a cache or loader key)
+the mean of the per-epoch values up to that rung. The caches' counters are not kept per epoch, and a
+promoted trial's result.json holds its last segment's only, so they are not compared at equal budget.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .findings import THROUGHPUT, Metric, compare, metrics_for, touches_data
+
+
+def label(value: Any) -> str:
+    """An option as the report names it (a sampled float to 4 significant digits)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def value_of(row: dict, metric: str) -> Optional[float]:
+    """`metric` of a completed job's row: a summary.csv column, or an ``optimized_metric`` name."""
+    if row.get("status") != "COMPLETED":
+        return None
+    v = (row.get("metrics") or {}).get(metric) if "/" in metric else row.get(metric)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def cells_of(rows: list[dict], key: str, option: str, others: list[str], combos: list[tuple], metric: str,
+             seeds: list) -> dict:
+    """{seed: [the option's value in each combination of the other keys]}, for the seeds where the option
+    completed every combination."""
+    found: dict[tuple, float] = {}
+    for r in rows:
+        if label(r["params"].get(key)) == option:
+            v = value_of(r, metric)
+            if v is not None:
+                found[(tuple(label(r["params"].get(k)) for k in others), r.get("seed"))] = v
+    cells = {}
+    for s in seeds:
+        values = [found.get((c, s)) for c in combos]
+        if all(v is not None for v in values):
+            cells[s] = values
+    return cells
+
+
+def layout(rows: list[dict], keys: list[str], key: str) -> tuple[list[str], list[tuple], list, list[str]]:
+    """The design around `key`: (the other swept keys, their combinations, the seeds, `key`'s options)."""
+    others = [k for k in keys if k != key]
+    combos = sorted({tuple(label(r["params"].get(k)) for k in others) for r in rows})
+    seeds = sorted({r.get("seed") for r in rows}, key=lambda s: (s is None, str(s)))
+    options = sorted({label(r["params"][key]) for r in rows if key in r["params"]}, key=_order)
+    return others, combos, seeds, options
+
+
+def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], optimized: Metric) -> list[dict]:
+    out = []
+    for key in keys:
+        others, combos, seeds, options = layout(rows, keys, key)
+        if len(options) < 2:
+            continue
+        default = label(defaults[key]) if key in defaults else None
+        for metric in metrics_for(key, optimized):
+            cells = {o: cells_of(rows, key, o, others, combos, metric.name, seeds) for o in options}
+            scored = [o for o in options if cells[o]]
+            if len(scored) < 2:
+                continue
+            sign = -1 if metric.higher else 1
+            ranked = sorted(scored, key=lambda o: sign * _mean([_mean(v) for v in cells[o].values()]))
+            pairs = [(ranked[1], "runner-up")]
+            if default in scored and default not in ranked[:2]:
+                pairs.append((default, "default"))
+            for vs, role in pairs:
+                row = compare(metric, ranked[0], cells[ranked[0]], vs, cells[vs])
+                out.append({"key": key, **row, "vs_is": role, "options": len(options),
+                            "seeds": len(seeds) if seeds != [None] else 1,
+                            "removed": (len(seeds) - row["n"]) if row["n"] else len(seeds),
+                            "averaged_over": {k: len({c[i] for c in combos}) for i, k in enumerate(others)}})
+    return out
+
+
+def unchanged(rows: list[dict], keys: list[str], key: str, metric: str) -> bool:
+    """`key` cannot change `metric` here: wherever two or more of its options completed the same
+    combination of the other keys with the same seed, their values are bit-identical (and one such
+    place at least)."""
+    others, _, _, _ = layout(rows, keys, key)
+    places: dict[tuple, set] = {}
+    for r in rows:
+        v = value_of(r, metric)
+        if v is not None and key in r["params"]:
+            where = (tuple(label(r["params"].get(k)) for k in others), r.get("seed"))
+            places.setdefault(where, set()).add((label(r["params"][key]), v))
+    compared = [p for p in places.values() if len({o for o, _ in p}) > 1]
+    return bool(compared) and all(len({v for _, v in p}) == 1 for p in compared)
+
+
+def _order(option: str):
+    """Numbers by value, then words by name."""
+    try:
+        return (0, float(option), "")
+    except ValueError:
+        return (1, 0.0, option)
+
+
+def _mean(values) -> float:
+    return math.fsum(values) / len(values)
+
+
+def runner_up(trials: dict) -> Optional[dict]:
+    """The best of the other configurations at the highest rung any of them reached (failed ones aside)."""
+    others = [t for t in trials["trials"] if t["number"] != trials["best"] and t["state"] != "failed"
+              and t["seed_values"]]
+    if not others:
+        return None
+    top = max(int(max(t["seed_values"], key=int)) for t in others)
+    at_top = [t for t in others if str(top) in t["seed_values"]]
+    sign = -1 if trials["direction"] == "maximize" else 1
+    return min(at_top, key=lambda t: (sign * _mean(t["seed_values"][str(top)]), t["number"]))
+
+
+def per_epoch(history: list[dict], epochs: int, key: str) -> Optional[float]:
+    """The mean over the first `epochs` epochs of the train side's per-epoch `key` (rows/s, data stall)."""
+    values = [h.get("train", {}).get(key) for h in history[:epochs]]
+    if len(values) < epochs or any(not isinstance(v, (int, float)) for v in values):
+        return None
+    return _mean(values)
+
+
+def halving_findings(trials: dict, rows: list[dict], optimized: Metric) -> list[dict]:
+    """The best configuration against the runner-up at the highest rung both reached, per metric."""
+    by_number = {r["job"]: r for r in rows}
+    best = next((t for t in trials["trials"] if t["number"] == trials["best"]), None)
+    other = runner_up(trials) if best is not None else None
+    if other is None:
+        return []
+    budget = min(max(map(int, t["seed_values"])) for t in (best, other))
+    names = {t["number"]: f"trial {t['number']} ({by_number[t['number']]['overrides']})" for t in (best, other)}
+    metrics = [optimized, *(THROUGHPUT if any(touches_data(k) for k in trials["space"]) else ())]
+    out = []
+    for metric in metrics:
+        cells = {}
+        for t in (best, other):
+            if metric is optimized:
+                values = t["seed_values"][str(budget)]
+            else:
+                factor = 100.0 if metric.name == "data_stall_pct" else 1.0
+                key = "data_stall_share" if metric.name == "data_stall_pct" else "rows_per_second"
+                values = [per_epoch(h, budget, key) for h in by_number[t["number"]].get("histories") or []]
+                values = [v * factor if v is not None else None for v in values]
+            cells[t["number"]] = {i: [v] for i, v in enumerate(values) if v is not None}
+        row = compare(metric, names[best["number"]], cells[best["number"]], names[other["number"]],
+                      cells[other["number"]])
+        out.append({"configuration": f"best vs runner-up at {budget} epochs", **row, "epochs": budget,
+                    "seeds": trials["seeds"], "removed": trials["seeds"] - row["n"]})
+    return out

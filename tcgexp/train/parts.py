@@ -1,0 +1,70 @@
+"""What a run is made of, as ``run.py`` hands it to the trainer: the data side, the learner, the run's context.
+
+Plain records, built in one place (``run.py``, the composition root) and read by the trainer
+(``trainer.py``) and what it leaves behind (``outputs.py``); nothing here builds anything.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import mlx.optimizers as optim
+from omegaconf import DictConfig
+from rich.console import Console
+
+from ..data import Corpus
+from ..plan import LaneIndex, Planner
+from .distributed import World
+from .model import RecurrentPolicy
+from .schedule import Schedule
+from .signals import StopSignals
+from .state import LaneMemory, TrainState
+
+
+@dataclass
+class DataParts:
+    """The data side: the days, their lanes and plans, and every epoch's counts (the horizon)."""
+
+    corpus: Corpus
+    manifests: list[dict]
+    index: LaneIndex
+    planner: Planner
+    planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)): positions)
+    planned_steps: list[int]
+    planned_real: list[int]  # per epoch, microbatches with rows over all ranks (= positions without shards)
+
+
+@dataclass
+class Learner:
+    """What learns and what it carries: the model, its optimizer and schedule, progress and lane memory."""
+
+    model: RecurrentPolicy
+    optimizer: optim.Optimizer  # owns the schedule (learning_rate = optimizer.lr x schedule(step))
+    schedule: Schedule
+    progress: TrainState
+    memory: LaneMemory
+    aim_hash: Optional[str] = None
+    resumed_from: Optional[Path] = None
+    # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
+    start_rows: int = field(init=False, default=0)
+    start_opt_steps: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.start_rows, self.start_opt_steps = self.progress.rows, self.progress.opt_steps
+
+
+@dataclass
+class RunContext:
+    """What only the run knows, beside its parts: its config, folder, ranks, console and signals."""
+
+    cfg: DictConfig
+    run_dir: Path
+    world: World
+    console: Console
+    blas: str
+    signals: Optional[StopSignals] = None
+    memory_probe: Optional[Callable[[], float]] = None  # replaces the caches' psutil probe (tests)
+    overrides: Optional[list[str]] = None  # the command line's: every checkpoint records them
+    started: float = field(default_factory=time.perf_counter)
