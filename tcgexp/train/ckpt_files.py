@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
 CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
@@ -120,22 +121,37 @@ def _read_once(path: Path) -> tuple[dict[str, bytes], bool]:
     return out, replaced
 
 
+def _newer(path: Path) -> Optional[Path]:
+    """The folder a live run renames in after ``.<name>.old`` (``latest/`` for ``.latest.old``), or None."""
+    if path.name.startswith(".") and path.name.endswith(".old"):
+        return path.with_name(path.name[1:-len(".old")])
+    return None
+
+
 def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
-    """One checkpoint's files, read whole while a live run may be replacing the folder: (where, bytes)."""
+    """One checkpoint's files, read whole while a live run may be replacing the folder: (where, bytes).
+
+    A folder that moved while it was read (or a ``.latest.old`` whose ``latest/`` exists: the writer is
+    removing it) is read again, on the new ``latest/``; only a folder nobody replaced can be incomplete."""
     path = Path(path)
     for attempt in range(ATTEMPTS):
-        if not path.is_dir() and path.name.endswith(".old"):  # the previous latest/, gone since: the new one
-            path = path.with_name(path.name[1:-len(".old")])
+        newer = _newer(path)
+        if newer is not None and (newer.is_dir() or not path.is_dir()):  # the one a live run renamed in
+            path = newer
         try:
             files, replaced = _read_once(path)
         except FileNotFoundError:
             files, replaced = {}, True
         except NotADirectoryError as exc:
             raise CheckpointError(f"{path} is not a checkpoint folder (a file)") from exc
-        missing = [n for n in FILES if n not in files]
-        if not missing:
+        newer = _newer(path)
+        moved = replaced or (newer is not None and newer.is_dir())
+        missing = [n for n in OURS if n not in files]
+        # a checkpoint without checksums.json may be one an older version wrote (verify decides), unless its
+        # folder moved or was being removed while it was read: then the writer took the file, read again
+        if not missing or (missing == [CHECKSUMS] and not moved):
             return path, files
-        if not replaced:
+        if not moved:
             raise CheckpointError(f"{path / missing[0]} is missing: the checkpoint is incomplete")
         time.sleep(0.05 * (attempt + 1))
     raise CheckpointError(f"{path} was replaced {ATTEMPTS} times while this resume read it (a live run is writing "

@@ -177,6 +177,51 @@ def test_foreign_files_in_a_checkpoint_folder_are_never_deleted(fresh, where, tm
 
 # -- the folder: replaced by a live run while another process resumes from it ---------------------------
 
+def newer_checkpoint(latest: Path, dest: Path) -> Path:
+    """A sealed copy of `latest` one step on (as the live run's next save would be), at `dest`."""
+    shutil.copytree(latest, dest)
+    edit_state(dest, lambda s: s["progress"].update(opt_steps=s["progress"]["opt_steps"] + 1))
+    ckpt.seal(dest)
+    return dest
+
+
+def test_a_latest_old_being_removed_is_read_from_the_latest_renamed_in(fresh):  # noqa: F811
+    """``find`` may hand over ``.latest.old`` (between the writer's two renames), which the writer then empties
+    file by file: the read goes to the new ``latest/``, never "model.safetensors is missing"."""
+    tmp, latest = fresh
+    old = latest.with_name(".latest.old")
+    os.replace(latest, old)
+    newer_checkpoint(old, latest)
+    steps = json.loads((latest / "state.json").read_text())["progress"]["opt_steps"]
+    for name in ("model.safetensors", "optimizer.safetensors"):  # the writer's remove(old), cut half way
+        (old / name).unlink()
+        assert ckpt.read_state(old)["progress"]["opt_steps"] == steps
+    shutil.rmtree(old)
+
+
+def test_a_folder_replaced_after_its_seal_was_removed_is_read_again(fresh, monkeypatch):  # noqa: F811
+    """The reader has every file but checksums.json when the writer replaces latest/ and removes the old
+    folder: what it holds is a sealed checkpoint without its seal, so it reads the new latest/ instead of
+    refusing ("checksums.json is missing") or taking it for an older version's unsealed one."""
+    from tcgexp.train import ckpt_files
+
+    tmp, latest = fresh
+    steps = json.loads((latest / "state.json").read_text())["progress"]["opt_steps"]
+    tmp_new = newer_checkpoint(latest, latest.with_name(".latest.tmp"))
+    real_open, fired = os.open, []
+
+    def open_racing(name, flags, *args, **kwargs):
+        if name == ckpt.CHECKSUMS and kwargs.get("dir_fd") is not None and not fired:
+            fired.append(name)
+            ckpt_files.replace(tmp_new, latest)  # the live run's save, at this very moment
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_racing)
+    state = ckpt.read_state(latest)
+    assert fired and state["progress"]["opt_steps"] == steps + 1
+
+
+
 WRITER = ["checkpoint.latest_every_steps=1", "trainer.epochs=200", "tracking=off"]
 TINY_ARGS = [a for a in TINY_TRAIN if not a.startswith(("trainer.epochs", "checkpoint.latest_every_steps", "tracking"))]
 
