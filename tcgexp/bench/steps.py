@@ -28,8 +28,10 @@ from .table import markdown_table, root_override
 PASSES, VERIFY_STEPS, WARMUP = 4, 10, 20
 MLX_PURE = "MLX step, pure MLX operations (trainer.kernels=pure)"
 MLX_FUSED = "MLX step on tcgexp's kernels (trainer.kernels=fused)"
-MLX_FUSED_MKL2 = "MLX step on tcgexp's kernels, MKL on the other thread count (1 <-> 2)"
-KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_MKL2: "mlx:fused", **{p: f"peer:{p}" for p in PEERS}}
+# the same step held to one thread: MKL_NUM_THREADS=1 set by hand (so no helper thread for the weight gradients,
+# blas.spare_core), what the second core buys at hidden 128 and MKL's second thread at 256
+MLX_FUSED_ONE = "MLX step on tcgexp's kernels, one thread (MKL_NUM_THREADS=1: no helper thread)"
+KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_ONE: "mlx:fused", **{p: f"peer:{p}" for p in PEERS}}
 
 
 def prepared_batches(args, chunk: int) -> tuple[list, int]:
@@ -180,19 +182,15 @@ def spawn(kind: str, chunk: int, hidden: int, args, env: dict | None = None) -> 
 def compare(args) -> dict:
     """The interleaved rounds and the table (rows/s, ratios to the fastest peer and to the pure MLX step,
     compilations, verification)."""
-    from ..train.blas import mkl_threads
-
     cells = [(c, h) for c in args.chunks for h in args.hiddens]
-    kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_MKL2, *PEERS]
+    kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_ONE, *PEERS]
     best: dict[tuple, dict | str] = {}
     print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
           f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n")
     for rnd in range(args.rounds):
         for cell in cells:
             for label in kinds:
-                # MLX: blas.mkl_threads()
-                other = "2" if mkl_threads(cell[1]) == 1 else "1"
-                env = {MLX_FUSED_MKL2: {"MKL_NUM_THREADS": other}}.get(label)
+                env = {MLX_FUSED_ONE: {"MKL_NUM_THREADS": "1"}}.get(label)
                 got = spawn(KINDS[label], *cell, args, env=env)
                 old = best.get((*cell, label))
                 if isinstance(got, str):

@@ -15,7 +15,8 @@ width): the products are small (a few hundred rows), MLX already runs two thread
 threads spin for 200 ms after every product. At model.hidden 128 a second MKL thread took a
 core from MLX's own and slowed the step; from 256 on the products are large enough to pay for
 it (the README's step table). A MKL_NUM_THREADS the user set (or ``launch.share_cores`` set
-for ranks) wins.
+for ranks) wins. Where MKL runs one thread, the fused step puts the weight gradients' products on
+the core it leaves (``spare_core``).
 """
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def fit_threads(hidden: int) -> Optional[int]:
     n = mkl_threads(hidden)
     _MKL.MKL_Set_Num_Threads(n)
     return n
+
+
+def spare_core(threads: Optional[int]) -> bool:
+    """Whether the fused step may compute its weight gradients on a second thread (tcgexp/kernels/csrc/helper.h):
+    MKL runs one thread because ``fit_threads`` set it so (not the user, nor ``launch.share_cores``), and this
+    process may use two cores or more. The helper only takes work when it gets a core, so a busy machine
+    costs it nothing but the hand-over."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return threads == 1 and cores >= 2
 
 
 def load_fast_blas() -> str:

@@ -48,8 +48,9 @@ def fits(model) -> Optional[str]:
     return None
 
 
-def choose(kernels: str, model, optimizer, say=None) -> tuple[Optional["FusedStep"], str]:
-    """(the fused step or None, one line: which path and why) for ``trainer.kernels``."""
+def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tuple[Optional["FusedStep"], str]:
+    """(the fused step or None, one line: which path and why) for ``trainer.kernels``; `helper`: the weight
+    gradients on a second thread (``blas.spare_core``)."""
     if kernels not in CHOICES:
         raise ValueError(f"trainer.kernels={kernels} is not one of {', '.join(CHOICES)}")
     if kernels == "pure":
@@ -60,14 +61,15 @@ def choose(kernels: str, model, optimizer, say=None) -> tuple[Optional["FusedSte
         if kernels == "fused":
             raise KernelsUnavailable(f"trainer.kernels=fused, but {line}; use trainer.kernels=auto or pure")
         return None, f"pure MLX step (trainer.kernels=auto: {line})"
-    return FusedStep(module, model, optimizer), f"fused step ({line})"
+    on = "; the weight gradients on a second thread" if helper else ""
+    return FusedStep(module, model, optimizer, helper=helper), f"fused step ({line}{on})"
 
 
 class FusedStep:
     """loss_and_grad and update for the Stepper's compiled functions, on the kernels in `module`."""
 
-    def __init__(self, module, model: RecurrentPolicy, optimizer: optim.Optimizer) -> None:
-        self.k, self.model, self.optimizer = module, model, optimizer
+    def __init__(self, module, model: RecurrentPolicy, optimizer: optim.Optimizer, helper: bool = False) -> None:
+        self.k, self.model, self.optimizer, self.helper = module, model, optimizer, helper
         self.adamw = isinstance(optimizer, optim.AdamW) and not getattr(optimizer, "bias_correction", False)
 
     # -- loss and gradients: backprop.loss_and_grads as one task (csrc/step.cpp) ----------------------
@@ -80,7 +82,7 @@ class FusedStep:
             [x, inputs["row_lane"], inputs["row_dec"], first_row, label_hot.reshape(L * T, label_hot.shape[-1]),
              inputs["lane_decisions"], h0],
             [targets[k] for k in TARGETS], [p[name] for name in PARAMS], self.model.memory, SCAN_BLOCK,
-            float(aux_weight))
+            float(aux_weight), self.helper)
         g = dict(zip(PARAMS, out[2:]))
         grads = tree_map_with_path(lambda name, _: g[name], self.model.trainable_parameters())
         return out[0][0], out[0], mx.stop_gradient(out[1]), grads

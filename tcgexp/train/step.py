@@ -18,7 +18,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
-from .blas import fit_threads
+from .blas import fit_threads, spare_core
 from .fused_step import choose
 from .losses import METRICS, losses, masked_logits  # noqa: F401 (re-exported)
 from .model import RecurrentPolicy, written_backward
@@ -67,10 +67,10 @@ class Stepper:
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
         self.compilations = 0  # traces of the compiled steps (one per padded shape set); the benchmark reports it
-        fit_threads(model.hidden)  # MKL's threads for products of this width (blas.py)
+        threads = fit_threads(model.hidden)  # MKL's threads for products of this width (blas.py)
         # trainer.kernels: the fused step (tcgexp's kernels, fused_step.py) or this module's pure MLX one;
         # bit-identical, so `path` is recorded (result.json, checkpoints) but never pins a resume
-        fused, self.path_line = choose(kernels, model, optimizer, say)
+        fused, self.path_line = choose(kernels, model, optimizer, say, helper=spare_core(threads))
         self.path = "fused" if fused else "pure"
         written = written_backward(model)
         self.backward = "written out" if written else "autodiff"

@@ -110,7 +110,8 @@ def test_gradient_accumulation_is_bit_identical_on_both_paths(kernels, tmp_path)
 @pytest.mark.parametrize("hidden", [1, 16], ids=lambda h: f"hidden{h}")
 @pytest.mark.parametrize("memory", [True, False], ids=["memory", "no-memory"])
 @pytest.mark.parametrize("gates", [1.0, 30.0], ids=["gates-as-built", "gates-saturated"])
-def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions, hidden, memory, gates):
+@pytest.mark.parametrize("helper", [False, True], ids=["one-thread", "weight-gradients-on-a-helper"])
+def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions, hidden, memory, gates, helper):
     rng = np.random.default_rng(decisions * 100 + hidden)
     inp, _ = lane_inputs(rng, decisions, [1, 2, 1, 3])
     mx.random.seed(decisions)
@@ -120,7 +121,7 @@ def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions
     inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
     h0 = mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))
     want = loss_and_grads(model, inputs, t, h0, 0.25)
-    got = FusedStep(kernels, model, None).loss_and_grads(inputs, t, h0, 0.25)
+    got = FusedStep(kernels, model, None, helper=helper).loss_and_grads(inputs, t, h0, 0.25)
     for a, b in zip(want[:3], got[:3]):
         assert np.array_equal(np.array(a), np.array(b))
     assert_same({k: np.array(v) for k, v in tree_flatten(want[3])}, {k: np.array(v) for k, v in tree_flatten(got[3])})
@@ -191,3 +192,19 @@ def test_the_installed_nanobind_speaks_mlxs_nanobind_abi():
     mlx_dir, _ = build._mlx()
     nb_dir, _ = build._nanobind()
     assert build.mlx_nanobind_abi(mlx_dir) == build.nanobind_abi(nb_dir) != "unknown"
+
+
+@pytest.mark.parametrize("hidden", [64, 128, 256, 1024], ids=lambda h: f"hidden{h}")
+def test_the_weight_gradients_go_to_a_second_thread_only_where_mkl_leaves_a_core(kernels, hidden):
+    """MKL runs one thread below hidden 256 (blas.mkl_threads); there, on two cores or more, the fused step
+    puts the weight gradients on a helper thread and its line says so; where MKL takes the cores, or the user
+    set MKL's threads (fit_threads gives None), it does not."""
+    from tcgexp.train.blas import mkl_threads, spare_core
+    from tcgexp.train.fused_step import choose
+
+    cores = len(os.sched_getaffinity(0))
+    want = mkl_threads(hidden) == 1 and cores >= 2
+    assert spare_core(mkl_threads(hidden)) is want and spare_core(None) is False
+    model = RecurrentPolicy(F, A, hidden=hidden, memory=True)
+    step, line = choose("fused", model, None, helper=spare_core(mkl_threads(hidden)))
+    assert step.helper is want and ("second thread" in line) is want, line

@@ -89,6 +89,7 @@ struct GradsShape {
   int R, D, H, A, L, T, block;
   bool memory;
   float aux_weight;
+  bool helper;  // the weight gradients on a second thread (helper.h)
 };
 void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s);
 
@@ -97,7 +98,8 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
 // row_weight, aux_valid, aux_ko, aux_prize_delta, aux_terminal, aux_return), then the 12 parameters;
 // outputs: values [7], carry [L, H], then the 12 gradients
 std::vector<mx::array> grads_op(const std::vector<mx::array>& inputs, const std::vector<mx::array>& targets,
-                                const std::vector<mx::array>& params, bool memory, int block, float aux_weight);
+                                const std::vector<mx::array>& params, bool memory, int block, float aux_weight,
+                                bool helper);
 std::vector<mx::array> clip_adamw_op(const std::vector<mx::array>& grads, const std::vector<mx::array>& params,
                                      const std::vector<mx::array>& m, const std::vector<mx::array>& v,
                                      const mx::array& lr, const std::optional<mx::array>& prescale,

@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "fused.h"
+#include "helper.h"
 
 extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K, float alpha, const float* A,
                             int lda, const float* B, int ldb, float beta, float* C, int ldc);
@@ -40,7 +41,9 @@ TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n)
   for (size_t e = 0; e < n; ++e) out[e] = maxf(a[e], 0.0f);
 }
 
-// scratch that lives on the stream's thread from step to step (no page faults for fresh buffers)
+// scratch that lives on the stream's thread from step to step (no page faults for fresh buffers). With the
+// helper, a buffer a posted weight gradient reads is never written again in the pass, and no buffer is
+// asked for with a larger size after a post (that would move it under the task)
 struct Scratch {
   std::vector<float> bufs[25];
   float* get(int i, size_t n) {
@@ -53,6 +56,12 @@ struct Scratch {
 
 void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s) {
   thread_local Scratch w;
+  thread_local Helper* helper = nullptr;  // one per stream thread, made when a pass first asks for it
+  if (s.helper && helper == nullptr) helper = new Helper();
+  Helper* h = s.helper ? helper : nullptr;
+  auto later = [h](std::function<void()> fn) {  // a weight gradient: on the helper when there is one
+    if (h) h->post(std::move(fn)); else fn();
+  };
   const int R = s.R, D = s.D, H = s.H, A = s.A, L = s.L, T = s.T, G = 2 * H, C = H + A;
   const size_t LT = (size_t)L * T;
   float* a1 = w.get(0, (size_t)R * H);
@@ -110,12 +119,14 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   loss_head(head, R, A, s.aux_weight, out.values, d_logits, d_aux, out.g_bp, out.g_ba);
 
   // ---- backward ----
-  mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
-  mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
+  later([=] {
+    mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
+    mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
+  });
   mm(d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
   mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);
   relu_back(t1, H, t2, a3, R, H, d_a3, out.g_bt);
-  mm(d_a3, true, u, false, H, G, R, out.g_Wt, false);  // d_a3.T @ u
+  later([=] { mm(d_a3, true, u, false, H, G, R, out.g_Wt, false); });  // d_a3.T @ u
   mm(d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
   if (s.memory) {
     float* d_gd = w.get(23, LT * G);
@@ -125,12 +136,16 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
     // gates.weight = concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
     float* left = w.get(17, (size_t)G * H);
     float* right = w.get(19, (size_t)G * A);
-    mm(d_per_row, true, enc, false, G, H, R, left, false);
-    mm(d_gd, true, in.label_hot, false, G, A, (int)LT, right, false);
-    for (int o = 0; o < G; ++o) {
-      std::memcpy(out.g_Wg + (size_t)o * C, left + (size_t)o * H, sizeof(float) * H);
-      std::memcpy(out.g_Wg + (size_t)o * C + H, right + (size_t)o * A, sizeof(float) * A);
-    }
+    const float* hot = in.label_hot;
+    float* g_Wg = out.g_Wg;
+    later([=] {
+      mm(d_per_row, true, enc, false, G, H, R, left, false);
+      mm(d_gd, true, hot, false, G, A, (int)LT, right, false);
+      for (int o = 0; o < G; ++o) {
+        std::memcpy(g_Wg + (size_t)o * C, left + (size_t)o * H, sizeof(float) * H);
+        std::memcpy(g_Wg + (size_t)o * C + H, right + (size_t)o * A, sizeof(float) * A);
+      }
+    });
     float* t3 = w.get(11, (size_t)R * H);
     mm(d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
     relu_back(d_u, G, t3, a2, R, H, d_a2, out.g_b2);
@@ -139,11 +154,12 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
     std::fill(out.g_bg, out.g_bg + G, 0.0f);
     relu_back(d_u, G, nullptr, a2, R, H, d_a2, out.g_b2);
   }
-  mm(d_a2, true, e1, false, H, H, R, out.g_W2, false);  // d_a2.T @ e1
+  later([=] { mm(d_a2, true, e1, false, H, H, R, out.g_W2, false); });  // d_a2.T @ e1
   float* t4 = w.get(12, (size_t)R * H);
   mm(d_a2, false, in.W2, false, R, H, H, t4, false);  // d_a2 @ W2
   relu_back(t4, H, nullptr, a1, R, H, d_a1, out.g_b0);
   mm(d_a1, true, in.x, false, H, D, R, out.g_W0, false);  // d_a1.T @ x
+  if (h) h->finish();  // every weight gradient written before the task ends
 }
 
 }  // namespace tcg
