@@ -16,8 +16,9 @@ What crosses ranks, and when (everything else stays on its rank):
 
 A peer that dies makes the ring's next send fail ("connection to a peer was
 lost") within a second: ``PeerLost`` turns that into one line naming the rank
-whose run lock is free (dead) when it can tell, so no rank waits at an
-all-reduce for a partner that is gone.
+whose run lock is free (dead) when it can tell (waiting up to 3 s for a
+dying peer's lock), so no rank waits at an all-reduce for a partner that
+is gone.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import hashlib
 import json
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -193,24 +195,35 @@ class World:
                         f"stops on every rank; resume={self.run_dir} continues from its last latest/ with "
                         f"{self.size} ranks")
 
-    def dead_ranks(self) -> list[int]:
-        """Ranks on this host whose run lock is free: their process is gone (flock dies with it)."""
+    def dead_ranks(self, grace: float = 3.0) -> list[int]:
+        """Ranks on this host whose run lock is free: their process is gone (flock dies with it).
+
+        Probed for up to `grace` seconds: a killed process's sockets can close before its lock's
+        descriptor does (the kernel closes a dying process's files one by one, after freeing its
+        memory), so the peer sees the connection drop while the lock is, for a moment, still held.
+        """
         if self.run_dir is None:
             return []
-        dead = []
-        for r in range(self.size):
-            path = Path(self.run_dir) / lock_name(r)
-            if r == self.rank or not path.exists() or read_info(path).get("host") != socket.gethostname():
-                continue
-            lock = HeldLock(path, "probe")
-            try:
-                if lock.acquire() is None:  # we could take it: its holder is dead
-                    dead.append(r)
-            except OSError:
-                continue
-            finally:
-                lock.release()
-        return dead
+        locks = {r: Path(self.run_dir) / lock_name(r) for r in range(self.size) if r != self.rank}
+        here = {r: path for r, path in locks.items()
+                if path.exists() and read_info(path).get("host") == socket.gethostname()}
+        deadline = time.monotonic() + grace
+        while True:
+            dead = [r for r, path in here.items() if lock_free(path)]
+            if dead or not here or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.05)
+
+
+def lock_free(path: Path) -> bool:
+    """Whether nobody holds the flock on `path` (probed by taking and at once releasing it)."""
+    lock = HeldLock(path, "probe")
+    try:
+        return lock.acquire() is None
+    except OSError:
+        return False
+    finally:
+        lock.release()
 
 
 def flat(tree, prefix: str = "") -> dict:

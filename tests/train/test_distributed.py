@@ -170,3 +170,37 @@ def test_every_rank_names_the_lowest_signalled_ranks_signal():
     assert [list(r) for r in rows] == [[0, 0, 0], [0, int(signal.SIGINT), 0], [0, 0, int(signal.SIGTERM)]]
     assert World.first_signal(sum(rows)) == "SIGINT"
     assert World.first_signal(rows[2]) == "SIGTERM" and World.first_signal(rows[0]) is None
+
+
+HOLD_LOCK = """
+import sys, time
+from tcgexp.ownership import HeldLock
+lock = HeldLock(sys.argv[1], "run")
+assert lock.acquire() is None
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("holds, grace, dead", [(0.4, 3.0, [1]), (30.0, 0.3, [])],
+                         ids=["lock-freed-after-the-socket", "peer-alive"])
+def test_a_lost_peer_is_named_once_its_lock_is_free(tmp_path, holds, grace, dead):
+    """A killed rank's sockets close before its lock does (its files are closed one by one as it
+    exits): the survivor waits a moment for the lock before saying it cannot tell who died (CI saw
+    'a peer rank died or became unreachable' for a rank SIGKILLed on the same host). A peer whose
+    lock stays held is not called dead."""
+    import subprocess
+    import sys
+
+    from tcgexp.train.distributed import World
+    from tcgexp.train.rundir import lock_name
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / lock_name(1)), str(holds)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert World(rank=0, size=2, run_dir=tmp_path).dead_ranks(grace=grace) == dead
+    finally:
+        holder.kill()
+        holder.wait()
+    assert World(rank=0, size=2, run_dir=tmp_path).dead_ranks(grace=0) == [1]
