@@ -146,7 +146,9 @@ def what(row: dict) -> str:
 def seeds_note(row: dict) -> str:
     """How many seeds stand behind the row, and how many a failed job took away."""
     n = f"{row['n']} seed{'s' if row['n'] != 1 else ''}"
-    return n + (f", {row['removed']} removed by failed jobs" if row.get("removed") else "")
+    n += f", {row['removed']} removed by failed jobs" if row.get("removed") else ""
+    left = row.get("left_out") or []
+    return n + (f"; left out, every job failed: {', '.join(left)}" if left else "")
 
 
 def sentence(row: dict) -> str:
@@ -186,7 +188,8 @@ def markdown(found: list[dict], kind: str, averaged: str = "") -> list[str]:
         cells = [what(r), f"{r['metric']} ({r['direction']})", f"{r['best']}: {fmt(r['best_value'], r['unit'])}",
                  f"{r['vs']}{' (default)' if r.get('vs_is') == 'default' else ''}: {fmt(r['vs_value'], r['unit'])}",
                  fmt(r["difference"], r["unit"], signed=True), interval_text(r),
-                 str(r["n"]) + (f" ({r['removed']} removed by failed jobs)" if r.get("removed") else ""),
+                 str(r["n"]) + (f" ({r['removed']} removed by failed jobs)" if r.get("removed") else "")
+                 + (f" (left out, every job failed: {', '.join(r['left_out'])})" if r.get("left_out") else ""),
                  f"**{r['verdict']}**"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", HOW_TO_READ + (" " + averaged if averaged else "")]

@@ -6,7 +6,8 @@ A grid: for each swept key (``seed`` is a replicate, never a key) and each metri
 (the sweep's base config's choice) when that was swept and is neither. An option's value for a seed
 is its mean over every combination of the other swept keys, so each key's effect is averaged over the
 others; a seed counts for a pair only when both options completed every combination in it (the rows
-say how many seeds a failed job removed).
+say how many seeds a failed job removed). A combination where every job failed is left out (``left_out``
+names it), so one impossible value of another key does not take away every comparison.
 
 A halving sweep: the best configuration against the runner-up (the best of the others at the highest
 rung it reached), both at the highest rung both reached, seed by seed (``hydra.sweeper.seeds``). The
@@ -70,7 +71,13 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
             continue
         default = label(defaults[key]) if key in defaults else None
         for metric in metrics_for(key, optimized):
-            cells = {o: cells_of(rows, key, o, others, combos, metric.name, seeds) for o in options}
+            # a combination of the other keys where every job failed (an impossible value swept for another
+            # key) says nothing of `key`: it is left out (and named) rather than taking every seed away
+            kept = [c for c in combos if any(value_of(r, metric.name) is not None and
+                                             tuple(label(r["params"].get(k)) for k in others) == c for r in rows)]
+            if not kept:
+                continue
+            cells = {o: cells_of(rows, key, o, others, kept, metric.name, seeds) for o in options}
             scored = [o for o in options if cells[o]]
             if len(scored) < 2:
                 continue
@@ -84,7 +91,9 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
                 out.append({"key": key, **row, "vs_is": role, "options": len(options),
                             "seeds": len(seeds) if seeds != [None] else 1,
                             "removed": (len(seeds) - row["n"]) if row["n"] else len(seeds),
-                            "averaged_over": {k: len({c[i] for c in combos}) for i, k in enumerate(others)}})
+                            "averaged_over": {k: len({c[i] for c in kept}) for i, k in enumerate(others)},
+                            "left_out": [" ".join(f"{k}={v}" for k, v in zip(others, c)) for c in combos
+                                         if c not in kept]})
     return out
 
 

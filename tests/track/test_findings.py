@@ -97,6 +97,23 @@ def test_a_seed_a_failed_job_took_away_is_said():
     assert "2 seeds, 1 removed by failed jobs" in sentence(row)
 
 
+def test_a_combination_where_every_job_failed_is_left_out_and_named_not_every_seed_taken_away():
+    # model.hidden=0 fails in every job (an impossible value): the cache is still compared at hidden 8
+    rows = [job({"cache": c, "model.hidden": h}, s, None if h == 0 else 1.0 + 0.01 * s,
+                status="FAILED" if h == 0 else "COMPLETED", rows_per_s=None if h == 0 else r + s)
+            for c, r in (("off", 900.0), ("plan", 1000.0)) for h in (8, 0) for s in (0, 1)]
+    found = grid_findings(rows, ["cache", "model.hidden"], {}, LOSS)
+    speed = next(f for f in found if f["metric"] == "rows_per_s")
+    assert (speed["best"], speed["vs"], speed["n"], speed["removed"]) == ("plan", "off", 2, 0)
+    assert speed["difference"] == pytest.approx(100.0) and speed["averaged_over"] == {"model.hidden": 1}
+    assert speed["left_out"] == ["model.hidden=0"] and "left out, every job failed: model.hidden=0" in sentence(speed)
+    assert not [f for f in found if f["key"] == "model.hidden"]  # one of its options completed: nothing to compare
+    # one failed job where others completed still takes its seed away (the combination is kept)
+    rows[1] = job({"cache": "off", "model.hidden": 8}, 1, None, status="FAILED")
+    speed = next(f for f in grid_findings(rows, ["cache", "model.hidden"], {}, LOSS) if f["metric"] == "rows_per_s")
+    assert (speed["n"], speed["removed"], speed["left_out"]) == (1, 1, ["model.hidden=0"])
+
+
 def test_a_halving_sweep_compares_the_best_with_the_runner_up_at_the_rung_both_reached():
     def trial(number, state, values):
         return {"number": number, "state": state, "seed_values": values, "params": {"lr": number}}
