@@ -168,6 +168,7 @@ def halving_findings(trials: dict, rows: list[dict], optimized: Metric) -> list[
             cells[t["number"]] = {i: [v] for i, v in enumerate(values) if v is not None}
         row = compare(metric, names[best["number"]], cells[best["number"]], names[other["number"]],
                       cells[other["number"]])
-        out.append({"configuration": f"best vs runner-up at {budget} epochs", **row, "epochs": budget,
+        at = f"{budget} epoch{'' if budget == 1 else 's'}"
+        out.append({"configuration": f"best vs runner-up at {at}", **row, "epochs": budget,
                     "seeds": trials["seeds"], "removed": trials["seeds"] - row["n"]})
     return out

@@ -67,7 +67,7 @@ def test_a_promoted_trial_ends_bit_identical_to_training_straight(tmp_path):
     # there), one seed, so no interval and the command that re-runs the study with three in a new folder
     [row] = json.loads((tmp_path / "sweep" / "findings.json").read_text())
     assert (row["configuration"], row["epochs"], row["n"], row["verdict"]) == (
-        "best vs runner-up at 1 epochs", 1, 1, "no interval")
+        "best vs runner-up at 1 epoch", 1, 1, "no interval")
     assert row["best"].startswith(f"trial {done['number']} (") and row["metric"] == "val/loss"
     assert row["difference"] == pytest.approx(done["seed_values"]["1"][0] - float(row["vs_value"]))
     assert "hydra.sweeper.seeds=3" in row["rerun"] and f"hydra.sweep.dir={tmp_path / 'sweep'}-seeds3" in row["rerun"]
