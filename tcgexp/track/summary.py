@@ -19,7 +19,7 @@ from typing import Optional
 from ..ownership import RUN_LOCK, held_by_someone
 from . import multirun
 from .findings import NO_INTERVAL, Metric, markdown, objective
-from .sweep_findings import grid_findings, halving_findings, value_of
+from .sweep_findings import grid_findings, halving_findings, label, value_of
 
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = ["job", "overrides", "status", "error", "val_loss", "best_val_loss", "val_accuracy",
@@ -169,7 +169,7 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
         run = Path(t["run_dirs"][0])
         row = job_row(run) if run.is_dir() else {c: "" for c in COLUMNS}
         state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
-        row.update(job=t["number"], overrides=" ".join(f"{k}={_fmt(v)}" for k, v in t["params"].items()),
+        row.update(job=t["number"], overrides=" ".join(f"{k}={label(v)}" for k, v in t["params"].items()),
                    status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
                    error=t["error"] or "", params=t["params"], value=t["value"], interval=t["interval"],
                    epochs=t["epochs"], epochs_trained=t["epochs_trained"], best=t["number"] == trials["best"],
