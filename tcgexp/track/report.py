@@ -21,7 +21,7 @@ from ..console import one_line_errors
 from .aim_link import link
 from .context import swept_keys
 from .findings import SEEDS_TO_ADD, sentence
-from .summary import job_dirs, read_trials, write_summary
+from .summary import job_dirs, read_trials, replicates_of, write_summary
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
 
@@ -53,7 +53,9 @@ def lines(sweep_dir: Path) -> list[str]:
     if found is None:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
-        out.append(f"findings: none yet (two options must complete to be compared); {sweep_dir / 'summary.md'}")
+        only_seeds = replicates_of(sweep_dir)
+        out.append(f"findings: {only_seeds}; {sweep_dir / 'summary.md'}" if only_seeds else
+                   f"findings: none yet (two options must complete to be compared); {sweep_dir / 'summary.md'}")
     else:
         out.append(f"findings ({sweep_dir / 'findings.json'}; {sweep_dir / 'summary.md'} opens with them):")
         out += [f"  {sentence(r)}" for r in found]

@@ -18,7 +18,8 @@ from typing import Optional
 
 from ..ownership import RUN_LOCK, held_by_someone
 from . import multirun
-from .findings import NO_INTERVAL, Metric, markdown, objective
+from .findings import NO_INTERVAL, Metric, fmt, markdown, objective
+from .stats import mean_interval
 from .sweep_findings import grid_findings, halving_findings, label, value_of
 
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
@@ -217,8 +218,11 @@ def write_summary(sweep_dir: Path) -> list[dict]:
     write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
     lines = halving_md(sweep_dir, rows, trials, meta) if trials else grid_md(sweep_dir, rows, cached)
     # the answer first: the title and its one paragraph, the findings, then the table they come from
-    lines = lines[:4] + markdown(found, "halving" if trials else "grid", averaged(meta, rows, trials)) + \
-        ["## Configurations" if trials else "## Jobs", ""] + lines[4:]
+    section = markdown(found, "halving" if trials else "grid", averaged(meta, rows, trials))
+    only_seeds = "" if trials or found else replicates(rows, meta, metric)
+    if only_seeds:
+        section = ["## Findings", "", only_seeds[0].upper() + only_seeds[1:] + ".", ""]
+    lines = lines[:4] + section + ["## Configurations" if trials else "## Jobs", ""] + lines[4:]
     failed = [r for r in rows if r["error"]]
     if failed:
         lines += ["", "## Failed jobs", ""] + [f"- {'trial' if trials else 'job'} {r['job']} "
@@ -247,6 +251,31 @@ def findings_of(sweep_dir: Path, cfg, rows: list[dict], trials: dict, meta: dict
             if f["verdict"] == NO_INTERVAL:
                 f["rerun"] = command
     return found
+
+
+def replicates(rows: list[dict], meta: dict, metric: Metric) -> str:
+    """A grid that swept no key but `seed` (replicates) compares nothing; what it measured instead: the
+    objective's mean over the seeds that completed and its 95 % interval (the spread a difference between
+    two options would have to exceed). "" when a key was swept or no job completed."""
+    if any(k != "seed" for k in meta):
+        return ""
+    values = [v for v in (value_of(r, metric.name) for r in rows) if v is not None]
+    if not values:
+        return ""
+    mean, half = mean_interval(values)
+    spread = f", 95 % [{fmt(mean - half)}, {fmt(mean + half)}]" if half is not None else " (no interval: one seed)"
+    return (f"no key was swept, only seed (replicates, never a key), so there is nothing to compare: "
+            f"{metric.name} {fmt(mean)}{spread} over {len(values)} seed{'s' if len(values) != 1 else ''}; "
+            "sweep a key beside the seeds (cache=off,plan, optimizer.lr=1e-3,3e-3) to compare its options")
+
+
+def replicates_of(sweep_dir: Path) -> str:
+    """``replicates`` for a grid sweep's folder, read from its jobs (the console's last lines)."""
+    if read_trials(sweep_dir):
+        return ""
+    rows = [job_row(d) for d in job_dirs(sweep_dir)]
+    metric = objective(multirun.optimized_metric(multirun.load(sweep_dir)))
+    return replicates(rows, grid_params(sweep_dir, rows), metric)
 
 
 def averaged(meta: dict, rows: list[dict], trials: dict) -> str:

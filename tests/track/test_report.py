@@ -5,6 +5,10 @@ import json
 
 from omegaconf import OmegaConf
 
+import pytest
+from scipy.stats import t as student
+
+from tcgexp.track.report import lines
 from tcgexp.track.summary import grid_params, job_row, job_dirs, write_summary
 
 
@@ -51,6 +55,31 @@ def test_a_cache_sweep_keeps_its_cache_columns_and_the_sentence(tmp_path):
     assert meta["cache"] == {"categorical": True, "log": False}
     assert meta["tbptt.chunk"] == {"categorical": False, "log": False}  # 16..32: less than a decade
     assert [job_row(d)["job"] for d in job_dirs(sweep)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("seeds", [[0, 1, 2], [7]], ids=["three-seeds", "one-seed"])
+def test_a_sweep_of_seeds_alone_says_what_its_replicates_measured_not_none_yet(tmp_path, seeds):
+    losses = [1.2 + 0.1 * i for i in range(len(seeds))]
+    sweep = fake_sweep(tmp_path, ["seed=" + ",".join(map(str, seeds))],
+                       [([f"seed={s}"], loss) for s, loss in zip(seeds, losses)])
+    write_summary(sweep)
+    assert json.loads((sweep / "findings.json").read_text()) == []  # nothing compared
+    said = lines(sweep)[0]
+    assert said.startswith("findings: no key was swept, only seed (replicates") and "none yet" not in said
+    mean = sum(losses) / len(losses)
+    if len(seeds) > 1:
+        half = student.ppf(0.975, len(seeds) - 1) * 0.1 / len(seeds) ** 0.5  # the losses' sd is 0.1
+        assert f"val/loss {mean:.4g}, 95 % [{mean - half:.4g}, {mean + half:.4g}] over 3 seeds" in said
+    else:
+        assert "val/loss 1.2 (no interval: one seed) over 1 seed;" in said
+    md = (sweep / "summary.md").read_text()
+    assert md.split("## Findings")[1].split("## Jobs")[0].strip().startswith("No key was swept, only seed")
+
+
+def test_a_sweep_whose_options_have_not_completed_still_says_none_yet(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3)])
+    write_summary(sweep)
+    assert lines(sweep)[0].startswith("findings: none yet (two options must complete to be compared)")
 
 
 def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
