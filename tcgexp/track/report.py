@@ -74,6 +74,13 @@ def say(sweep_dir: Path) -> None:
         print(f"[sweep] {line}", file=sys.stderr, flush=True)
 
 
+def sweeps_below(folder: Path, depth: int = 2, shown: int = 3) -> list[Path]:
+    """The newest sweep dirs (a multirun.yaml) up to `depth` levels below `folder` (multirun/ holds
+    <date>/<time>/), newest first: what a user who named their parent most likely meant."""
+    found = [p.parent for k in range(1, depth + 1) for p in folder.glob("/".join(["*"] * k) + "/multirun.yaml")]
+    return sorted(found, key=lambda d: (d / "multirun.yaml").stat().st_mtime, reverse=True)[:shown]
+
+
 @one_line_errors(FileNotFoundError)
 def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="tcgexp-report", description=__doc__.split("\n")[0])
@@ -83,8 +90,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
     if not read_trials(sweep_dir) and not job_dirs(sweep_dir):
-        raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json); "
-                                "give the folder a --multirun wrote (hydra.sweep.dir)")
+        below = sweeps_below(sweep_dir)
+        hint = (f"; the newest sweeps below it: {', '.join(str(d) for d in below)}" if below else
+                "; give the folder a --multirun wrote (hydra.sweep.dir)")
+        raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json){hint}")
     write_summary(sweep_dir)
     say(sweep_dir)
 

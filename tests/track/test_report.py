@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 import pytest
 from scipy.stats import t as student
 
-from tcgexp.track.report import lines
+from tcgexp.track.report import lines, main
 from tcgexp.track.summary import grid_params, job_row, job_dirs, write_summary
 
 
@@ -80,6 +80,22 @@ def test_a_sweep_whose_options_have_not_completed_still_says_none_yet(tmp_path):
     sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3)])
     write_summary(sweep)
     assert lines(sweep)[0].startswith("findings: none yet (two options must complete to be compared)")
+
+
+def test_tcgexp_report_on_the_parent_of_sweeps_names_the_newest_ones(tmp_path):
+    import os
+
+    for i, name in enumerate(("09-00-00", "10-00-00", "11-00-00", "12-00-00")):
+        sweep = tmp_path / "multirun" / "2026-12-03" / name
+        sweep.mkdir(parents=True)
+        fake_sweep(sweep, ["cache=off,lru"], [(["cache=off"], 1.3)])
+        os.utime(sweep / "multirun.yaml", (1e9 + i, 1e9 + i))
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / "multirun")])
+    day = tmp_path / "multirun" / "2026-12-03"  # the line Python prints as the process exits (status 1)
+    assert stopped.value.code == (
+        f"error: {tmp_path / 'multirun'}: not a sweep dir (no job folders 0, 1, ... and no trials.json); the newest "
+        f"sweeps below it: {day / '12-00-00'}, {day / '11-00-00'}, {day / '10-00-00'}")
 
 
 def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
