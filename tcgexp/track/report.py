@@ -21,7 +21,7 @@ from ..console import one_line_errors
 from .aim_link import link
 from .context import swept_keys
 from .findings import SEEDS_TO_ADD, sentence
-from .summary import job_dirs, read_trials, replicates_of, write_summary
+from .summary import job_dirs, job_row, read_trials, replicates_of, write_summary
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
 
@@ -43,6 +43,20 @@ def keys_of(sweep_dir: Path) -> list[str]:
     return sorted(swept_keys(sweep_dir) or [])
 
 
+def why_none(sweep_dir: Path) -> str:
+    """Why a sweep has no finding: nothing was swept, every job ended without a result, or two options
+    have not completed yet."""
+    trials = read_trials(sweep_dir)
+    statuses = [t["state"] for t in trials["trials"]] if trials else [job_row(d)["status"] for d in job_dirs(sweep_dir)]
+    done = [s for s in statuses if s.upper() in ("COMPLETED", "COMPLETE") or s.startswith("pruned")]
+    ended = [s for s in statuses if s.upper() in ("FAILED", "KILLED", "INTERRUPTED")]
+    if statuses and not done and len(ended) == len(statuses):
+        return f"none: no job completed ({len(ended)} ended without a result; summary.md lists each error)"
+    if not trials and not swept_keys(sweep_dir) and len(statuses) == 1:
+        return "none: nothing was swept (one job), so there is nothing to compare"
+    return "none yet (two options must complete to be compared)"
+
+
 def lines(sweep_dir: Path) -> list[str]:
     sweep_dir = Path(sweep_dir)
     try:
@@ -54,8 +68,7 @@ def lines(sweep_dir: Path) -> list[str]:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
         only_seeds = replicates_of(sweep_dir)
-        out.append(f"findings: {only_seeds}; {sweep_dir / 'summary.md'}" if only_seeds else
-                   f"findings: none yet (two options must complete to be compared); {sweep_dir / 'summary.md'}")
+        out.append(f"findings: {only_seeds or why_none(sweep_dir)}; {sweep_dir / 'summary.md'}")
     else:
         out.append(f"findings ({sweep_dir / 'findings.json'}; {sweep_dir / 'summary.md'} opens with them):")
         out += [f"  {sentence(r)}" for r in found]

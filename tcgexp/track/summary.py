@@ -257,7 +257,7 @@ def replicates(rows: list[dict], meta: dict, metric: Metric) -> str:
     """A grid that swept no key but `seed` (replicates) compares nothing; what it measured instead: the
     objective's mean over the seeds that completed and its 95 % interval (the spread a difference between
     two options would have to exceed). "" when a key was swept or no job completed."""
-    if any(k != "seed" for k in meta):
+    if any(k != "seed" for k in meta) or len({r.get("seed") for r in rows}) < 2:
         return ""
     values = [v for v in (value_of(r, metric.name) for r in rows) if v is not None]
     if not values:

@@ -65,13 +65,13 @@ def test_a_sweep_of_seeds_alone_says_what_its_replicates_measured_not_none_yet(t
     write_summary(sweep)
     assert json.loads((sweep / "findings.json").read_text()) == []  # nothing compared
     said = lines(sweep)[0]
+    if len(seeds) == 1:  # seed=7: one job, nothing swept
+        assert said.startswith("findings: none: nothing was swept (one job)")
+        return
     assert said.startswith("findings: no key was swept, only seed (replicates") and "none yet" not in said
     mean = sum(losses) / len(losses)
-    if len(seeds) > 1:
-        half = student.ppf(0.975, len(seeds) - 1) * 0.1 / len(seeds) ** 0.5  # the losses' sd is 0.1
-        assert f"val/loss {mean:.4g}, 95 % [{mean - half:.4g}, {mean + half:.4g}] over 3 seeds" in said
-    else:
-        assert "val/loss 1.2 (no interval: one seed) over 1 seed;" in said
+    half = student.ppf(0.975, len(seeds) - 1) * 0.1 / len(seeds) ** 0.5  # the losses' sd is 0.1
+    assert f"val/loss {mean:.4g}, 95 % [{mean - half:.4g}, {mean + half:.4g}] over 3 seeds" in said
     md = (sweep / "summary.md").read_text()
     assert md.split("## Findings")[1].split("## Jobs")[0].strip().startswith("No key was swept, only seed")
 
@@ -80,6 +80,20 @@ def test_a_sweep_whose_options_have_not_completed_still_says_none_yet(tmp_path):
     sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3)])
     write_summary(sweep)
     assert lines(sweep)[0].startswith("findings: none yet (two options must complete to be compared)")
+
+
+def test_a_sweep_whose_every_job_failed_says_so_not_none_yet(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3), (["cache=lru"], 1.3)])
+    for job in ("0", "1"):
+        (sweep / job / "job_status.json").write_text(json.dumps({"status": "FAILED", "error": "ConfigError: no"}))
+    write_summary(sweep)
+    assert lines(sweep)[0].startswith("findings: none: no job completed (2 ended without a result; summary.md")
+
+
+def test_a_multirun_of_one_job_says_nothing_was_swept(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=plan"], [(["cache=plan"], 1.3)])
+    write_summary(sweep)
+    assert lines(sweep)[0].startswith("findings: none: nothing was swept (one job), so there is nothing to compare")
 
 
 def test_tcgexp_report_on_the_parent_of_sweeps_names_the_newest_ones(tmp_path):
