@@ -78,12 +78,15 @@ class AimTracker:
     """
 
     NICE = 10
+    CHILD = ("-m", "tcgexp.track.remote")  # the process that writes the run (its arguments to this Python)
+    REASON_SECONDS = 2.0  # how long a lost pipe waits for the child's own reason (the line it wrote before exiting)
 
     def __init__(self, *, repo: Optional[str], experiment: Optional[str], hparams: dict, context: JobContext,
                  resume_hash: Optional[str] = None) -> None:
         self.where = str(Path(str(repo or ".")).expanduser().absolute())
         self._hash: Optional[str] = None
         self._opened, self._failed = threading.Event(), False
+        self._drained = threading.Event()  # the child's replies read to their end (it has exited)
         self._lines: queue.SimpleQueue = queue.SimpleQueue()
         self._closing = False  # its last line (close) is queued
         self.proc: Optional[subprocess.Popen] = None  # None once closed
@@ -94,7 +97,7 @@ class AimTracker:
             # a session of its own: Ctrl-C (the terminal's foreground group) never reaches it, not even while it
             # starts, before it ignores signals (remote.child): the job says when it closes
             self.proc = self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                [sys.executable, *self.CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                 bufsize=1, start_new_session=True)
             self.proc.stdin.write(json.dumps(init, default=str) + "\n")
             self.proc.stdin.flush()
@@ -136,6 +139,8 @@ class AimTracker:
                     self._give_up(f"lost the Aim run at {self.where} ({json.loads(line)['lost']})")
         except (OSError, ValueError):
             pass
+        finally:
+            self._drained.set()
 
     def _write(self, proc: subprocess.Popen) -> None:
         while True:
@@ -144,6 +149,10 @@ class AimTracker:
                 proc.stdin.write(line)
                 proc.stdin.flush()
             except (OSError, ValueError):
+                # the child exits right after saying why (a full disk: its "lost" line); that line may still be
+                # on its way to the reader when this write finds the pipe closed: wait for it, so the one line
+                # says the cause rather than "its process ended"
+                self._drained.wait(self.REASON_SECONDS)
                 if not self._failed:
                     self._give_up(f"lost the Aim run at {self.where} (its process ended)")
                 return

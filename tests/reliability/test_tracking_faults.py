@@ -197,3 +197,32 @@ def test_a_tracker_whose_process_cannot_start_answers_at_once(tmp_path, capfd, m
     tracker.close()
     assert time.monotonic() - t0 < 5, "waited for a run that could never open"
     assert capfd.readouterr().err.count("[tracking]") == 1
+
+
+class ChildThatLosesItsRun(AimTracker):
+    """A stand-in for the Aim child at the moment a full disk ends it: it opens the run (a hash), stops
+    reading the job's lines (its end of the pipe closed, so the job's next write fails at once), then says why
+    a moment later and exits, as ``remote.child`` does on an error."""
+
+    CHILD = ("-c", "import json, os, sys, time\n"
+                   "sys.stdin.readline()\n"
+                   "print(json.dumps({'hash': 'h'}), flush=True)\n"
+                   "os.close(0)\n"
+                   "time.sleep(0.5)\n"
+                   "print(json.dumps({'lost': 'OSError: [Errno 28] No space left on device'}), flush=True)\n"
+                   "os._exit(0)\n")
+
+
+def test_a_lost_run_is_said_with_its_cause_even_when_the_pipe_breaks_first(tmp_path, capfd):
+    """The job's write finds the child's pipe closed before the child's reason reaches the reader (CI saw it
+    under load: the one line said "its process ended", not the full disk): the writer waits for the reason."""
+    tracker = ChildThatLosesItsRun(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    assert tracker.hash == "h"
+    time.sleep(0.2)  # the child has closed its stdin: the next line's write fails before its reason is said
+    tracker.track({"train/loss": 1.0}, step=0)
+    deadline = time.monotonic() + 10
+    while "[tracking]" not in (err := capfd.readouterr().err) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tracker.close()
+    said = [line for line in (err + capfd.readouterr().err).splitlines() if line.startswith("[tracking]")]
+    assert len(said) == 1 and "No space left on device" in said[0], said
