@@ -9,6 +9,7 @@ job trains on untracked.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -29,8 +30,12 @@ def say_untracked(why: str) -> None:
 
 
 def one_line(text: str, limit: int = 300) -> str:
-    """`text` on one line: an Aim or SQLAlchemy error spans many."""
-    flat = " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    """`text` on one line: an Aim or SQLAlchemy error spans many. SQLAlchemy appends the statement, its
+    parameters and a link after the database's own message ("database or disk is full"); they are cut, so
+    the limit never cuts the cause instead."""
+    text = re.sub(r"\n\[SQL: .*?(?:\n\(Background on this error at: [^)\s]*\)|$)", "", str(text), flags=re.S)
+    text = re.sub(r"\n\(Background on this error at: [^)\s]*\)", "", text)
+    flat = " ".join(part.strip() for part in text.splitlines() if part.strip())
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 

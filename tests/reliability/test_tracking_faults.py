@@ -226,3 +226,23 @@ def test_a_lost_run_is_said_with_its_cause_even_when_the_pipe_breaks_first(tmp_p
     tracker.close()
     said = [line for line in (err + capfd.readouterr().err).splitlines() if line.startswith("[tracking]")]
     assert len(said) == 1 and "No space left on device" in said[0], said
+
+
+def test_a_database_error_is_said_by_its_cause_without_the_statement(tmp_path):
+    """Aim's metadata lives in SQLite through SQLAlchemy, whose errors append the statement, its parameters and a
+    link after the cause; the one line keeps the cause (a database that fills: SQLite's page limit, a real
+    'database or disk is full')."""
+    import sqlalchemy as sa
+
+    from tcgexp.track.aim_repo import one_line
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'run_metadata.sqlite'}")
+    with pytest.raises(sa.exc.OperationalError) as full:
+        with engine.begin() as db:
+            db.execute(sa.text("CREATE TABLE run (hash TEXT, name TEXT)"))
+            db.execute(sa.text("PRAGMA max_page_count = 3"))
+            db.execute(sa.text("INSERT INTO run (hash, name) VALUES (:h, :n)"), {"h": "x" * 200, "n": "y" * 20000})
+    assert "[SQL: " in str(full.value)
+    said = one_line(f"could not start an Aim run at {tmp_path} ({type(full.value).__name__}: {full.value})")
+    assert said == f"could not start an Aim run at {tmp_path} (OperationalError: (sqlite3.OperationalError) " \
+                   "database or disk is full)"
