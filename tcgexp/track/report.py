@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..console import one_line_errors
+from . import multirun
 from .aim_link import link
 from .context import swept_keys
-from .findings import SEEDS_TO_ADD, sentence
-from .summary import job_dirs, job_row, read_trials, replicates_of, write_summary
+from .findings import SEEDS_TO_ADD, objective, sentence
+from .summary import grid_params, job_dirs, job_row, read_trials, replicates, write_summary
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
 
@@ -44,10 +45,19 @@ def keys_of(sweep_dir: Path) -> list[str]:
 
 
 def why_none(sweep_dir: Path) -> str:
-    """Why a sweep has no finding: nothing was swept, every job ended without a result, or two options
-    have not completed yet."""
+    """What a sweep without a finding says instead, its jobs read once: a grid of seeds alone, what its
+    replicates measured (``summary.replicates``); else why none: every job ended without a result, nothing
+    was swept, or two options have not completed yet."""
     trials = read_trials(sweep_dir)
-    statuses = [t["state"] for t in trials["trials"]] if trials else [job_row(d)["status"] for d in job_dirs(sweep_dir)]
+    if trials:
+        statuses = [t["state"] for t in trials["trials"]]
+    else:
+        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        only_seeds = replicates(rows, grid_params(sweep_dir, rows),
+                                objective(multirun.optimized_metric(multirun.load(sweep_dir))))
+        if only_seeds:
+            return only_seeds
+        statuses = [r["status"] for r in rows]
     done = [s for s in statuses if s.upper() in ("COMPLETED", "COMPLETE") or s.startswith("pruned")]
     ended = [s for s in statuses if s.upper() in ("FAILED", "KILLED", "INTERRUPTED")]
     if statuses and not done and len(ended) == len(statuses):
@@ -67,8 +77,7 @@ def lines(sweep_dir: Path) -> list[str]:
     if found is None:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
-        only_seeds = replicates_of(sweep_dir)
-        out.append(f"findings: {only_seeds or why_none(sweep_dir)}; {sweep_dir / 'summary.md'}")
+        out.append(f"findings: {why_none(sweep_dir)}; {sweep_dir / 'summary.md'}")
     else:
         out.append(f"findings ({sweep_dir / 'findings.json'}; {sweep_dir / 'summary.md'} opens with them):")
         out += [f"  {sentence(r)}" for r in found]

@@ -269,15 +269,6 @@ def replicates(rows: list[dict], meta: dict, metric: Metric) -> str:
             "sweep a key beside the seeds (cache=off,plan, optimizer.lr=1e-3,3e-3) to compare its options")
 
 
-def replicates_of(sweep_dir: Path) -> str:
-    """``replicates`` for a grid sweep's folder, read from its jobs (the console's last lines)."""
-    if read_trials(sweep_dir):
-        return ""
-    rows = [job_row(d) for d in job_dirs(sweep_dir)]
-    metric = objective(multirun.optimized_metric(multirun.load(sweep_dir)))
-    return replicates(rows, grid_params(sweep_dir, rows), metric)
-
-
 def averaged(meta: dict, rows: list[dict], trials: dict) -> str:
     """What each grid key's effect is averaged over (a sentence for summary.md), or ""."""
     if trials or len(meta) < 2:
