@@ -9,14 +9,17 @@ library (``libmkl_rt``, PyPI package ``mkl``) with RTLD_GLOBAL *before*
 MKL_CBWR=AUTO,STRICT asks MKL for bit-reproducible results independent of
 buffer alignment, which exact resume (bit-identical weights) relies on.
 
-MKL's threads fit the step's products (``fit_threads``, called by the Stepper with the model's
-width): the products are small (a few hundred rows), MLX already runs two threads of its own
-(the Python thread building the graph, the stream thread executing it), and idle OpenMP
-threads spin for 200 ms after every product. At model.hidden 128 a second MKL thread took a
-core from MLX's own and slowed the step; from 256 on the products are large enough to pay for
-it (the README's step table). A MKL_NUM_THREADS the user set (or ``launch.share_cores`` set
-for ranks) wins. Where MKL runs one thread, the fused step puts the weight gradients' products on
-the core it leaves (``spare_core``).
+MKL's threads fit the step (``fit_threads``, called by the Stepper with the model's width and path).
+On the fused path (tcgexp/kernels) with two cores or more, MKL runs one thread and the kernels share
+the cores themselves (``spare_core``): every product of a few hundred thousand multiply-adds or more
+is split by rows over the stream's thread and a helper, the scan by lanes, and the weight gradients
+go to the helper whole; with MKL_CBWR=AUTO,STRICT each element of a product comes out the same
+whatever block of rows a call computes, so the split keeps the pure step's bits. On the pure path
+the products are MLX's: MKL runs one thread below hidden 256 (products of ~17 MFLOP at most: MLX
+already runs two threads of its own, the Python thread building the graph and the stream thread
+executing it, and idle OpenMP threads spin for 200 ms after every product), more from 256 on.
+A MKL_NUM_THREADS the user set (or ``launch.share_cores`` set for ranks) wins, and then the fused
+pass stays on one thread.
 """
 from __future__ import annotations
 
@@ -44,23 +47,25 @@ def mkl_threads(hidden: int, cores: int | None = None) -> int:
     return 1 if hidden < 256 else max(1, min(4, cores))
 
 
-def fit_threads(hidden: int) -> Optional[int]:
-    """Set MKL's thread count for a model of width `hidden` (unless the user set MKL_NUM_THREADS);
-    returns the count set, or None (no MKL, or the user's choice stands)."""
+def fit_threads(hidden: int, shared: bool = False) -> Optional[int]:
+    """Set MKL's thread count for a model of width `hidden` (unless the user set MKL_NUM_THREADS): one where
+    the fused step shares the cores itself (`shared`), else ``mkl_threads``; returns the count set, or None
+    (no MKL, or the user's choice stands)."""
     if _MKL is None or _USER_THREADS:
         return None
-    n = mkl_threads(hidden)
+    n = 1 if shared else mkl_threads(hidden)
     _MKL.MKL_Set_Num_Threads(n)
     return n
 
 
-def spare_core(threads: Optional[int]) -> bool:
-    """Whether the fused step may compute its weight gradients on a second thread (tcgexp/kernels/csrc/helper.h):
-    MKL runs one thread because ``fit_threads`` set it so (not the user, nor ``launch.share_cores``), and this
-    process may use two cores or more. The helper only takes work when it gets a core, so a busy machine
-    costs it nothing but the hand-over."""
+def spare_core() -> bool:
+    """Whether the fused step may share its pass with a second thread (tcgexp/kernels/csrc/helper.h): tcgexp
+    sets MKL's threads (MKL is loaded and neither the user nor ``launch.share_cores`` set MKL_NUM_THREADS), and
+    this process may use two cores or more. The helper takes work only when it gets a core (whatever it has not
+    taken when the stream's thread needs it, that thread runs itself), so a busy machine costs it the hand-over,
+    not a wait."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return threads == 1 and cores >= 2
+    return _MKL is not None and not _USER_THREADS and cores >= 2
 
 
 def load_fast_blas() -> str:

@@ -27,6 +27,9 @@ from .model import RecurrentPolicy
 from .scan import SCAN_BLOCK, linear_scan
 
 CHOICES = ("auto", "fused", "pure")
+# with a helper thread: work of at least this many multiply-adds (a product, the scan) is split over both threads,
+# ~15 us of a product on one core; smaller work costs more to hand over than it saves
+SPLIT_MIN = 1 << 19
 # what the loss-and-gradients kernel takes, in its order (csrc/fused.h GradsIn)
 TARGETS = ("action_mask", "label", "row_weight", "aux_valid", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
 PARAMS = ("encoder.layers.0.weight", "encoder.layers.0.bias", "encoder.layers.2.weight", "encoder.layers.2.bias",
@@ -49,8 +52,8 @@ def fits(model) -> Optional[str]:
 
 
 def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tuple[Optional["FusedStep"], str]:
-    """(the fused step or None, one line: which path and why) for ``trainer.kernels``; `helper`: the weight
-    gradients on a second thread (``blas.spare_core``)."""
+    """(the fused step or None, one line: which path and why) for ``trainer.kernels``; `helper`: a second
+    thread shares the pass (``blas.spare_core``)."""
     if kernels not in CHOICES:
         raise ValueError(f"trainer.kernels={kernels} is not one of {', '.join(CHOICES)}")
     if kernels == "pure":
@@ -61,15 +64,16 @@ def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tu
         if kernels == "fused":
             raise KernelsUnavailable(f"trainer.kernels=fused, but {line}; use trainer.kernels=auto or pure")
         return None, f"pure MLX step (trainer.kernels=auto: {line})"
-    on = "; the weight gradients on a second thread" if helper else ""
+    on = "; on two threads" if helper else ""
     return FusedStep(module, model, optimizer, helper=helper), f"fused step ({line}{on})"
 
 
 class FusedStep:
     """loss_and_grad and update for the Stepper's compiled functions, on the kernels in `module`."""
 
-    def __init__(self, module, model: RecurrentPolicy, optimizer: optim.Optimizer, helper: bool = False) -> None:
-        self.k, self.model, self.optimizer, self.helper = module, model, optimizer, helper
+    def __init__(self, module, model: RecurrentPolicy, optimizer: optim.Optimizer, helper: bool = False,
+                 split_min: int = SPLIT_MIN) -> None:
+        self.k, self.model, self.optimizer, self.helper, self.split_min = module, model, optimizer, helper, split_min
         self.adamw = isinstance(optimizer, optim.AdamW) and not getattr(optimizer, "bias_correction", False)
 
     # -- loss and gradients: backprop.loss_and_grads as one task (csrc/step.cpp) ----------------------
@@ -82,7 +86,7 @@ class FusedStep:
             [x, inputs["row_lane"], inputs["row_dec"], first_row, label_hot.reshape(L * T, label_hot.shape[-1]),
              inputs["lane_decisions"], h0],
             [targets[k] for k in TARGETS], [p[name] for name in PARAMS], self.model.memory, SCAN_BLOCK,
-            float(aux_weight), self.helper)
+            float(aux_weight), self.helper, self.split_min)
         g = dict(zip(PARAMS, out[2:]))
         grads = tree_map_with_path(lambda name, _: g[name], self.model.trainable_parameters())
         return out[0][0], out[0], mx.stop_gradient(out[1]), grads

@@ -67,10 +67,11 @@ class Stepper:
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
         self.compilations = 0  # traces of the compiled steps (one per padded shape set); the benchmark reports it
-        threads = fit_threads(model.hidden)  # MKL's threads for products of this width (blas.py)
         # trainer.kernels: the fused step (tcgexp's kernels, fused_step.py) or this module's pure MLX one;
         # bit-identical, so `path` is recorded (result.json, checkpoints) but never pins a resume
-        fused, self.path_line = choose(kernels, model, optimizer, say, helper=spare_core(threads))
+        fused, self.path_line = choose(kernels, model, optimizer, say, helper=spare_core())
+        # MKL's threads: one where the fused pass shares the cores itself, else fit to the products' width (blas.py)
+        fit_threads(model.hidden, shared=fused is not None and fused.helper)
         self.path = "fused" if fused else "pure"
         written = written_backward(model)
         self.backward = "written out" if written else "autodiff"

@@ -106,12 +106,17 @@ def test_gradient_accumulation_is_bit_identical_on_both_paths(kernels, tmp_path)
     assert_same(runs["pure"][1], runs["fused"][1])
 
 
+# the helper with the default split threshold (the weight gradients on it, these small products whole) and with
+# none (every product split by rows, the scan by lanes, the gate gradients by columns, over both threads)
+THREADS = {"one-thread": (False, None), "weight-gradients-on-a-helper": (True, None), "every-product-split": (True, 0)}
+
+
 @pytest.mark.parametrize("decisions", [1, 7, 16, 33, 64], ids=lambda d: f"T{d}")
 @pytest.mark.parametrize("hidden", [1, 16], ids=lambda h: f"hidden{h}")
 @pytest.mark.parametrize("memory", [True, False], ids=["memory", "no-memory"])
 @pytest.mark.parametrize("gates", [1.0, 30.0], ids=["gates-as-built", "gates-saturated"])
-@pytest.mark.parametrize("helper", [False, True], ids=["one-thread", "weight-gradients-on-a-helper"])
-def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions, hidden, memory, gates, helper):
+@pytest.mark.parametrize("threads", list(THREADS))
+def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions, hidden, memory, gates, threads):
     rng = np.random.default_rng(decisions * 100 + hidden)
     inp, _ = lane_inputs(rng, decisions, [1, 2, 1, 3])
     mx.random.seed(decisions)
@@ -121,7 +126,10 @@ def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions
     inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
     h0 = mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))
     want = loss_and_grads(model, inputs, t, h0, 0.25)
-    got = FusedStep(kernels, model, None, helper=helper).loss_and_grads(inputs, t, h0, 0.25)
+    helper, split_min = THREADS[threads]
+    step = FusedStep(kernels, model, None, helper=helper) if split_min is None else \
+        FusedStep(kernels, model, None, helper=helper, split_min=split_min)
+    got = step.loss_and_grads(inputs, t, h0, 0.25)
     for a, b in zip(want[:3], got[:3]):
         assert np.array_equal(np.array(a), np.array(b))
     assert_same({k: np.array(v) for k, v in tree_flatten(want[3])}, {k: np.array(v) for k, v in tree_flatten(got[3])})
@@ -195,16 +203,23 @@ def test_the_installed_nanobind_speaks_mlxs_nanobind_abi():
 
 
 @pytest.mark.parametrize("hidden", [64, 128, 256, 1024], ids=lambda h: f"hidden{h}")
-def test_the_weight_gradients_go_to_a_second_thread_only_where_mkl_leaves_a_core(kernels, hidden):
-    """MKL runs one thread below hidden 256 (blas.mkl_threads); there, on two cores or more, the fused step
-    puts the weight gradients on a helper thread and its line says so; where MKL takes the cores, or the user
-    set MKL's threads (fit_threads gives None), it does not."""
-    from tcgexp.train.blas import mkl_threads, spare_core
+def test_the_fused_pass_shares_two_cores_unless_the_user_set_mkls_threads(kernels, hidden, monkeypatch):
+    """On two cores or more, at any width, the fused step shares its pass with a helper thread and MKL runs one
+    thread (the kernels split the products themselves); its line says so. The pure path keeps MKL's threads fit to
+    the width. Where the user set MKL_NUM_THREADS (fit_threads gives None), the fused pass stays on one thread."""
+    from tcgexp.train import blas
     from tcgexp.train.fused_step import choose
 
-    cores = len(os.sched_getaffinity(0))
-    want = mkl_threads(hidden) == 1 and cores >= 2
-    assert spare_core(mkl_threads(hidden)) is want and spare_core(None) is False
+    want = len(os.sched_getaffinity(0)) >= 2 and blas._MKL is not None and not blas._USER_THREADS
+    assert blas.spare_core() is want
     model = RecurrentPolicy(F, A, hidden=hidden, memory=True)
-    step, line = choose("fused", model, None, helper=spare_core(mkl_threads(hidden)))
-    assert step.helper is want and ("second thread" in line) is want, line
+    step, line = choose("fused", model, None, helper=blas.spare_core())
+    assert step.helper is want and ("on two threads" in line) is want, line
+    if blas._MKL is not None and not blas._USER_THREADS:
+        try:
+            assert blas.fit_threads(hidden, shared=True) == 1
+            assert blas.fit_threads(hidden) == blas.mkl_threads(hidden)
+        finally:
+            blas.fit_threads(128)
+    monkeypatch.setattr(blas, "_USER_THREADS", True)
+    assert blas.spare_core() is False and blas.fit_threads(hidden, shared=True) is None

@@ -41,11 +41,12 @@ class Fused : public mx::Primitive {
 struct ScanShape {
   int R, L, T, H, block;
 };
+class Helper;  // helper.h: a second thread that shares a pass (nullptr: none)
 void gate_scan(const float* per_row, const float* gh, const int* first_row, const float* h0, float* hs,
-               const ScanShape& s);
+               const ScanShape& s, Helper* h);
 void scan_back(const float* d_u, const float* per_row, const float* gh, const int* first_row, const float* hs,
                const int* row_lane, const int* row_dec, float* d_gd, float* d_per_row, float* g_bias,
-               const ScanShape& s);
+               const ScanShape& s, Helper* h);
 // Wg [2H, H + A] -> Wg[:, :H].T, Wg[:, :H] and Wg[:, H:].T, each row-major: the layouts MLX's matmul
 // copies them into (it hands BLAS only contiguous operands), made once per step in one task
 void gate_weights(const float* Wg, int H, int A, float* enc_t, float* enc_rows, float* hot_t);
@@ -89,7 +90,8 @@ struct GradsShape {
   int R, D, H, A, L, T, block;
   bool memory;
   float aux_weight;
-  bool helper;  // the weight gradients on a second thread (helper.h)
+  bool helper;     // a second thread shares the pass (helper.h)
+  long split_min;  // with it, work of at least this many multiply-adds is split over both threads
 };
 void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s);
 
@@ -99,7 +101,7 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
 // outputs: values [7], carry [L, H], then the 12 gradients
 std::vector<mx::array> grads_op(const std::vector<mx::array>& inputs, const std::vector<mx::array>& targets,
                                 const std::vector<mx::array>& params, bool memory, int block, float aux_weight,
-                                bool helper);
+                                bool helper, long split_min);
 std::vector<mx::array> clip_adamw_op(const std::vector<mx::array>& grads, const std::vector<mx::array>& params,
                                      const std::vector<mx::array>& m, const std::vector<mx::array>& v,
                                      const mx::array& lr, const std::optional<mx::array>& prescale,

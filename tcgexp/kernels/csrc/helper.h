@@ -1,11 +1,12 @@
-// A second thread for the products off the backward pass's critical path (the weight gradients, dY.T X:
-// nothing later in the pass reads them), on the core MKL leaves idle when it runs one thread.
+// A second thread that shares the fused pass with the stream's thread (MKL runs one thread then): the weight
+// gradients (dY.T X: nothing later in the pass reads them), posted whole, and one half of each large product
+// and of the scan (split2, step.cpp's mm2), joined before the result is read.
 //
 // Work sharing, not hand-off: the helper takes a posted task only when it gets to run, and whatever it has
-// not taken when the stream's thread reaches the end of the pass, that thread runs itself. So a helper the
+// not taken when the stream's thread needs it (a join, the end of the pass), that thread runs itself. So a helper the
 // scheduler keeps off the CPU (a busy machine, two jobs on two cores) costs the posts, never a wait for it.
 // (A plain queue that the stream's thread waited on lost 14 % on a loaded machine.) Each task is the same
-// BLAS call with the same operands whichever thread runs it, and MKL's results do not depend on the calling
+// work with the same operands whichever thread runs it, and MKL's results do not depend on the calling
 // thread (one MKL thread, MKL_CBWR=AUTO,STRICT): the weights stay bit-identical to the pure step's.
 #pragma once
 
@@ -21,7 +22,7 @@ namespace tcg {
 
 class Helper {
  public:
-  static constexpr int kTasks = 8;
+  static constexpr int kTasks = 32;
 
   Helper() : owner_(getpid()) {
     for (auto& st : state_) st.store(kDone);
@@ -29,11 +30,11 @@ class Helper {
     worker_.detach();  // lives as long as the process (one per stream thread that asked for it)
   }
 
-  // a task the helper may take (at most kTasks per pass; more run at once)
-  void post(std::function<void()> fn) {
+  // a task the helper may take (at most kTasks per pass; more run at once); its slot, or -1 where it ran here
+  int post(std::function<void()> fn) {
     if (n_ == kTasks || getpid() != owner_) {  // a forked child has no helper thread: run it here
       fn();
-      return;
+      return -1;
     }
     int i = n_++;
     fns_[i] = std::move(fn);
@@ -43,6 +44,14 @@ class Helper {
       posted_ = n_;
     }
     cv_.notify_one();
+    return i;
+  }
+
+  // task `i` done: run here if the helper has not taken it, else wait for the helper to finish it
+  void join(int i) {
+    if (i < 0) return;
+    take(i);
+    while (state_[i].load(std::memory_order_acquire) != kDone) std::this_thread::yield();
   }
 
   // the end of the pass: run what the helper has not taken, wait for what it has
@@ -97,5 +106,19 @@ class Helper {
   long round_ = 0;  // under mu_
   std::thread worker_;
 };
+
+// fn(lo, hi) over [0, n) on two threads: the upper half posted to the helper, the lower one run here, then
+// joined (here too when the helper has not taken it); with no helper, fn(0, n)
+template <class F>
+void split2(Helper* h, int n, F fn) {
+  if (h == nullptr || n < 2) {
+    fn(0, n);
+    return;
+  }
+  int mid = n / 2;
+  int i = h->post([=] { fn(mid, n); });
+  fn(0, mid);
+  h->join(i);
+}
 
 }  // namespace tcg

@@ -1,4 +1,5 @@
 // The Fused primitive: builds each kernel's output arrays and runs the kernel as one task on the CPU stream.
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -59,7 +60,7 @@ void run(Kind kind, const std::vector<int>& ints, const std::vector<float>& floa
       GradsOut go{o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13]};
       const auto& x = xs[0];
       GradsShape sh{x.shape(0), x.shape(1), xs[6].shape(1), xs[7].shape(1), xs[3].shape(0), xs[3].shape(1), ints[1],
-                    ints[0] != 0, floats[0], ints[2] != 0};
+                    ints[0] != 0, floats[0], ints[2] != 0, (long)ints[3]};
       loss_and_grads(g, go, sh);
       break;
     }
@@ -133,7 +134,7 @@ bool Fused::is_equivalent(const mx::Primitive& other) const {
 // ---- operations ----
 std::vector<mx::array> grads_op(const std::vector<mx::array>& inputs, const std::vector<mx::array>& targets,
                                 const std::vector<mx::array>& params, bool memory, int block, float aux_weight,
-                                bool helper) {
+                                bool helper, long split_min) {
   check(inputs.size() == 7 && targets.size() == 8 && params.size() == 12, "grads: 7 inputs, 8 targets, 12 parameters");
   const auto& h0 = inputs[6];
   std::vector<mx::Shape> shapes{{7}, h0.shape()};
@@ -145,7 +146,8 @@ std::vector<mx::array> grads_op(const std::vector<mx::array>& inputs, const std:
   for (int i : {1, 2, 3, 5, 8}) check(all[i].dtype() == mx::int32, "grads: indices and labels must be int32");
   check(all[7].dtype() == mx::bool_, "grads: action_mask must be bool");
   for (int i = 9; i < 27; ++i) check(all[i].dtype() == mx::float32, "grads: targets and parameters must be float32");
-  return make(Kind::Grads, {memory ? 1 : 0, block, helper ? 1 : 0}, {aux_weight}, shapes, all);
+  check(split_min >= 0 && split_min <= INT32_MAX, "grads: split_min in [0, 2**31)");
+  return make(Kind::Grads, {memory ? 1 : 0, block, helper ? 1 : 0, static_cast<int>(split_min)}, {aux_weight}, shapes, all);
 }
 
 std::vector<mx::array> clip_adamw_op(const std::vector<mx::array>& grads, const std::vector<mx::array>& params,

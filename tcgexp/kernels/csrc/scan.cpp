@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "fused.h"
+#include "helper.h"
 
 namespace tcg {
 
@@ -115,14 +116,15 @@ TCG_CLONES void fill_gates(const float* per_row, const float* gh, const int* fir
 
 }  // namespace
 
-TCG_CLONES void gate_scan(const float* per_row, const float* gh, const int* first_row, const float* h0, float* hs,
-               const ScanShape& s) {
-  int L = s.L, T = s.T, H = s.H, B = std::min(s.block, T);
+// lanes [l0, l1) of the forward scan (each lane's is independent of the others')
+void gate_scan_lanes(const float* per_row, const float* gh, const int* first_row, const float* h0, float* hs,
+                     const ScanShape& s, int l0, int l1) {
+  int T = s.T, H = s.H, B = std::min(s.block, T);
   int nb = (T + B - 1) / B, Tp = nb * B;
   Scratch w(Tp, H, nb);
   std::fill(w.a.begin(), w.a.end(), 1.0f);
   std::fill(w.b.begin(), w.b.end(), 0.0f);
-  for (int l = 0; l < L; ++l) {
+  for (int l = l0; l < l1; ++l) {
     fill_gates(per_row, gh, first_row, l, T, H, w.a.data(), w.b.data());
     float* out = hs + (size_t)l * (T + 1) * H;
     std::copy(h0 + (size_t)l * H, h0 + (size_t)(l + 1) * H, out);
@@ -141,6 +143,11 @@ void gate_weights(const float* Wg, int H, int A, float* enc_t, float* enc_rows, 
   }
 }
 
+void gate_scan(const float* per_row, const float* gh, const int* first_row, const float* h0, float* hs,
+               const ScanShape& s, Helper* h) {
+  split2(h, s.L, [=](int l0, int l1) { gate_scan_lanes(per_row, gh, first_row, h0, hs, s, l0, l1); });
+}
+
 void pick(const float* enc, const float* hs, const int* row_lane, const int* row_dec, const int* lane_decisions,
           float* u, float* carry, int R, int L, int T, int H) {
   for (int r = 0; r < R; ++r) {
@@ -154,28 +161,28 @@ void pick(const float* enc, const float* hs, const int* row_lane, const int* row
   }
 }
 
-TCG_CLONES void scan_back(const float* d_u, const float* per_row, const float* gh, const int* first_row, const float* hs,
-               const int* row_lane, const int* row_dec, float* d_gd, float* d_per_row, float* g_bias,
-               const ScanShape& s) {
-  int R = s.R, L = s.L, T = s.T, H = s.H, B = std::min(s.block, T);
+// lanes [l0, l1) of the scan's adjoint: their memory gradients (the rows' gradients scattered onto their
+// (lane, decision) slots, rows in order) scanned in reverse, and their slots' gate gradients d_gd
+TCG_CLONES void scan_back_lanes(const float* d_u, const float* per_row, const float* gh, const int* first_row,
+                                const float* hs, const int* row_lane, const int* row_dec, float* d_hs, float* d_gd,
+                                const ScanShape& s, int l0, int l1) {
+  int R = s.R, T = s.T, H = s.H, B = std::min(s.block, T);
   int nb = (T + B - 1) / B, Tp = nb * B;
-  // d_hs: the rows' memory gradients scattered onto their (lane, decision) slots, rows in order
-  std::vector<float> d_hs((size_t)L * (T + 1) * H, 0.0f);
   for (int r = 0; r < R; ++r) {
-    float* dst = d_hs.data() + ((size_t)row_lane[r] * (T + 1) + row_dec[r]) * H;
+    if (row_lane[r] < l0 || row_lane[r] >= l1) continue;
+    float* dst = d_hs + ((size_t)row_lane[r] * (T + 1) + row_dec[r]) * H;
     const float* src = d_u + (size_t)r * 2 * H + H;
     for (int j = 0; j < H; ++j) dst[j] = dst[j] + src[j];
   }
   Scratch w(Tp, H, nb);
   std::vector<float> a_here((size_t)T * H), zeros(H, 0.0f);
-  for (int l = 0; l < L; ++l) {
+  for (int l = l0; l < l1; ++l) {
     // a_next[t] = a[t + 1] (1 at the chunk's end and in the padding), b = d_hs[t + 1]
     std::fill(w.a.begin(), w.a.end(), 1.0f);
     std::fill(w.b.begin(), w.b.end(), 0.0f);
     fill_gates(per_row, gh, first_row, l, T, H, a_here.data(), w.out.data());
     std::copy(a_here.begin() + H, a_here.end(), w.a.begin());
-    std::copy(d_hs.begin() + ((size_t)l * (T + 1) + 1) * H, d_hs.begin() + ((size_t)(l + 1) * (T + 1)) * H,
-              w.b.begin());
+    std::copy(d_hs + ((size_t)l * (T + 1) + 1) * H, d_hs + ((size_t)(l + 1) * (T + 1)) * H, w.b.begin());
     lane_scan(w.a.data(), w.b.data(), zeros.data(), w.out.data(), T, Tp, H, B, true, w.keep.data(), w.K.data(),
               w.acc.data(), w.h_in.data());
     const float* hl = hs + (size_t)l * (T + 1) * H;
@@ -193,19 +200,34 @@ TCG_CLONES void scan_back(const float* d_u, const float* per_row, const float* g
       }
     }
   }
-  // d_per_row: the slots' gate gradients scattered back onto the rows that fed them, slots in order;
-  // the gate bias: the slots' sum, in order
-  int G = 2 * H;
-  std::fill(d_per_row, d_per_row + (size_t)R * G, 0.0f);
-  std::fill(g_bias, g_bias + G, 0.0f);
-  for (size_t slot = 0; slot < (size_t)L * T; ++slot) {
+}
+
+// columns [j0, j1) of d_per_row (the slots' gate gradients scattered back onto the rows that fed them, slots in
+// order) and of the gate bias's gradient (the slots' sum, in order)
+TCG_CLONES void gate_grads_cols(const float* d_gd, const int* first_row, float* d_per_row, float* g_bias, int R,
+                                size_t slots, int G, int j0, int j1) {
+  for (int r = 0; r < R; ++r) std::fill(d_per_row + (size_t)r * G + j0, d_per_row + (size_t)r * G + j1, 0.0f);
+  std::fill(g_bias + j0, g_bias + j1, 0.0f);
+  for (size_t slot = 0; slot < slots; ++slot) {
     float* dst = d_per_row + (size_t)first_row[slot] * G;
     const float* src = d_gd + slot * G;
-    for (int j = 0; j < G; ++j) {
+    for (int j = j0; j < j1; ++j) {
       dst[j] = dst[j] + src[j];
       g_bias[j] = g_bias[j] + src[j];
     }
   }
+}
+
+void scan_back(const float* d_u, const float* per_row, const float* gh, const int* first_row, const float* hs,
+               const int* row_lane, const int* row_dec, float* d_gd, float* d_per_row, float* g_bias,
+               const ScanShape& s, Helper* h) {
+  int L = s.L, T = s.T, H = s.H, G = 2 * H;
+  std::vector<float> d_hs((size_t)L * (T + 1) * H, 0.0f);
+  float* dh = d_hs.data();
+  split2(h, L, [=](int l0, int l1) {
+    scan_back_lanes(d_u, per_row, gh, first_row, hs, row_lane, row_dec, dh, d_gd, s, l0, l1);
+  });
+  split2(h, G, [=](int j0, int j1) { gate_grads_cols(d_gd, first_row, d_per_row, g_bias, s.R, (size_t)L * T, G, j0, j1); });
 }
 
 }  // namespace tcg

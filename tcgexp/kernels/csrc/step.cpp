@@ -7,6 +7,11 @@
 // linker exactly as libmlx's own reference is (MKL when tcgexp loaded it globally, else MLX's BLAS),
 // so a product here equals MLX's bit for bit. Everything between two products is the kernels of
 // scan.cpp and head.cpp, and the ReLU forward is MLX's maximum(x, 0).
+//
+// With a helper thread (helper.h) the pass shares two cores: a product of at least split_min multiply-adds is
+// computed as two blocks of rows, one on each thread (the same call on fewer rows: under MKL_CBWR=AUTO,STRICT
+// every element comes out as in the whole product), the scan by lanes, and the weight gradients (dY.T X,
+// which nothing later in the pass reads) go to the helper whole.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -31,10 +36,38 @@ void mm(const float* A, bool ta, const float* B, bool tb, int M, int N, int K, f
               tb ? K : N, accumulate ? 1.0f : 0.0f, C, N);
 }
 
+// rows [r0, r1) of C = op(A) op(B) (+ C), optionally first filled with `bias`: MLX's product restricted to those
+// rows. With MKL_CBWR=AUTO,STRICT each element of C comes out the same whatever block of rows a call computes
+// (tests/train/test_kernels.py holds the split against the whole product)
+void mm_rows(const float* A, bool ta, const float* B, bool tb, int M, int N, int K, float* C, bool accumulate,
+             const float* bias, int r0, int r1) {
+  if (r1 <= r0) return;
+  if (bias)
+    for (int r = r0; r < r1; ++r) std::memcpy(C + (size_t)r * N, bias, sizeof(float) * N);
+  const float* a = ta ? A + r0 : A + (size_t)r0 * K;
+  cblas_sgemm(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, r1 - r0, N, K, 1.0f, a, ta ? M : K, B,
+              tb ? K : N, (accumulate || bias) ? 1.0f : 0.0f, C + (size_t)r0 * N, N);
+}
+
+// the product on two threads where there is a helper and it is large enough: the lower rows posted to the
+// helper, the upper ones here, then joined (the stream's thread runs the posted half when the helper has not
+// taken it)
+void mm2(Helper* h, long split_min, const float* A, bool ta, const float* B, bool tb, int M, int N, int K, float* C,
+         bool accumulate, const float* bias = nullptr) {
+  if (h == nullptr || (double)M * N * K < (double)split_min || M < 2) {
+    mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, 0, M);
+    return;
+  }
+  int half = M >= 16 ? M / 2 / 8 * 8 : M / 2;  // rows of whole vectors where there are enough
+  int i = h->post([=] { mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, half, M); });
+  mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, 0, half);
+  h->join(i);
+}
+
 // mx.addmm(bias, A, W.T) for a row-major A [M, K] and a parameter W [N, K]: the bias copied to every row, then the product
-void linear(const float* A, const float* W, const float* bias, int M, int N, int K, float* out) {
-  for (int r = 0; r < M; ++r) std::memcpy(out + (size_t)r * N, bias, sizeof(float) * N);
-  mm(A, false, W, true, M, N, K, out, true);
+void linear(Helper* h, long split_min, const float* A, const float* W, const float* bias, int M, int N, int K,
+            float* out) {
+  mm2(h, split_min, A, false, W, true, M, N, K, out, true, bias);
 }
 
 TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n) {
@@ -42,8 +75,9 @@ TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n)
 }
 
 // scratch that lives on the stream's thread from step to step (no page faults for fresh buffers). With the
-// helper, a buffer a posted weight gradient reads is never written again in the pass, and no buffer is
-// asked for with a larger size after a post (that would move it under the task)
+// helper, a buffer a posted weight gradient reads is never written again in the pass, a split product's
+// halves write disjoint rows and are joined before their output is read, and no buffer is asked for with a
+// larger size while a task that uses it may run (that would move it under the task)
 struct Scratch {
   std::vector<float> bufs[25];
   float* get(int i, size_t n) {
@@ -64,6 +98,8 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   };
   const int R = s.R, D = s.D, H = s.H, A = s.A, L = s.L, T = s.T, G = 2 * H, C = H + A;
   const size_t LT = (size_t)L * T;
+  // the scan's lanes over both threads when the scan is worth it (~16 operations per element and decision)
+  Helper* scan_helper = h && (double)LT * H * 16 >= (double)s.split_min ? h : nullptr;
   float* a1 = w.get(0, (size_t)R * H);
   float* e1 = w.get(1, (size_t)R * H);
   float* a2 = w.get(2, (size_t)R * H);
@@ -83,24 +119,28 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   float* d_a1 = w.get(16, (size_t)R * H);
 
   // ---- forward ----
-  linear(in.x, in.W0, in.b0, R, H, D, a1);
-  relu(a1, e1, (size_t)R * H);
-  linear(e1, in.W2, in.b2, R, H, H, a2);
-  relu(a2, enc, (size_t)R * H);
-  float *per_row = nullptr, *gh = nullptr, *hs = nullptr, *wg_enc = nullptr;
+  float *per_row = nullptr, *gh = nullptr, *hs = nullptr, *wg_enc = nullptr, *wg_enc_t = nullptr, *wg_hot_t = nullptr;
+  int gw = -1;  // the gate weights' layouts, made beside the encoder's products when there is a helper
   if (s.memory) {
-    float* wg_enc_t = w.get(17, (size_t)H * G);
+    wg_enc_t = w.get(17, (size_t)H * G);
     wg_enc = w.get(18, (size_t)G * H);
-    float* wg_hot_t = w.get(19, (size_t)A * G);
-    gate_weights(in.Wg, H, A, wg_enc_t, wg_enc, wg_hot_t);
+    wg_hot_t = w.get(19, (size_t)A * G);
+    auto layouts = [=, Wg = in.Wg] { gate_weights(Wg, H, A, wg_enc_t, wg_enc, wg_hot_t); };
+    if (h) gw = h->post(layouts); else layouts();
+  }
+  linear(h, s.split_min, in.x, in.W0, in.b0, R, H, D, a1);
+  relu(a1, e1, (size_t)R * H);
+  linear(h, s.split_min, e1, in.W2, in.b2, R, H, H, a2);
+  relu(a2, enc, (size_t)R * H);
+  if (s.memory) {
+    if (h) h->join(gw);
     per_row = w.get(20, (size_t)R * G);
-    mm(enc, false, wg_enc_t, false, R, G, H, per_row, false);  // enc @ Wg[:, :H].T (contiguous copy, as MLX's)
+    mm2(h, s.split_min, enc, false, wg_enc_t, false, R, G, H, per_row, false);  // enc @ Wg[:, :H].T (contiguous copy, as MLX's)
     gh = w.get(21, LT * G);
-    for (size_t r = 0; r < LT; ++r) std::memcpy(gh + r * G, in.bg, sizeof(float) * G);
-    mm(in.label_hot, false, wg_hot_t, false, (int)LT, G, A, gh, true);  // addmm(bg, hot, Wg[:, H:].T)
+    mm2(h, s.split_min, in.label_hot, false, wg_hot_t, false, (int)LT, G, A, gh, true, in.bg);  // addmm(bg, hot, Wg[:, H:].T)
     hs = w.get(22, (size_t)L * (T + 1) * H);
     ScanShape sc{R, L, T, H, s.block};
-    gate_scan(per_row, gh, in.first_row, in.h0, hs, sc);
+    gate_scan(per_row, gh, in.first_row, in.h0, hs, sc, scan_helper);
     pick(enc, hs, in.row_lane, in.row_dec, in.lane_decisions, u, out.carry, R, L, T, H);
   } else {
     for (int r = 0; r < R; ++r) {
@@ -109,10 +149,10 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
     }
     std::memcpy(out.carry, in.h0, sizeof(float) * (size_t)L * H);
   }
-  linear(u, in.Wt, in.bt, R, H, G, a3);
+  linear(h, s.split_min, u, in.Wt, in.bt, R, H, G, a3);
   relu(a3, zt, (size_t)R * H);
-  linear(zt, in.Wp, in.bp, R, A, H, logits);
-  linear(zt, in.Wa, in.ba, R, 4, H, aux);
+  linear(h, s.split_min, zt, in.Wp, in.bp, R, A, H, logits);
+  linear(h, s.split_min, zt, in.Wa, in.ba, R, 4, H, aux);
 
   // ---- the loss and the heads' gradient ----
   HeadIn head{logits, aux, in.w, in.aux_valid, in.ko, in.prize, in.terminal, in.ret, in.mask, in.label};
@@ -123,16 +163,16 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
     mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
     mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
   });
-  mm(d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
+  mm2(h, s.split_min, d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
   mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);
   relu_back(t1, H, t2, a3, R, H, d_a3, out.g_bt);
   later([=] { mm(d_a3, true, u, false, H, G, R, out.g_Wt, false); });  // d_a3.T @ u
-  mm(d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
+  mm2(h, s.split_min, d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
   if (s.memory) {
     float* d_gd = w.get(23, LT * G);
     float* d_per_row = w.get(24, (size_t)R * G);
     ScanShape sc{R, L, T, H, s.block};
-    scan_back(d_u, per_row, gh, in.first_row, hs, in.row_lane, in.row_dec, d_gd, d_per_row, out.g_bg, sc);
+    scan_back(d_u, per_row, gh, in.first_row, hs, in.row_lane, in.row_dec, d_gd, d_per_row, out.g_bg, sc, scan_helper);
     // gates.weight = concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
     float* left = w.get(17, (size_t)G * H);
     float* right = w.get(19, (size_t)G * A);
@@ -147,7 +187,7 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
       }
     });
     float* t3 = w.get(11, (size_t)R * H);
-    mm(d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
+    mm2(h, s.split_min, d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
     relu_back(d_u, G, t3, a2, R, H, d_a2, out.g_b2);
   } else {
     std::fill(out.g_Wg, out.g_Wg + (size_t)G * C, 0.0f);
@@ -156,9 +196,9 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   }
   later([=] { mm(d_a2, true, e1, false, H, H, R, out.g_W2, false); });  // d_a2.T @ e1
   float* t4 = w.get(12, (size_t)R * H);
-  mm(d_a2, false, in.W2, false, R, H, H, t4, false);  // d_a2 @ W2
+  mm2(h, s.split_min, d_a2, false, in.W2, false, R, H, H, t4, false);  // d_a2 @ W2
   relu_back(t4, H, nullptr, a1, R, H, d_a1, out.g_b0);
-  mm(d_a1, true, in.x, false, H, D, R, out.g_W0, false);  // d_a1.T @ x
+  mm2(h, s.split_min, d_a1, true, in.x, false, H, D, R, out.g_W0, false);  // d_a1.T @ x
   if (h) h->finish();  // every weight gradient written before the task ends
 }
 
