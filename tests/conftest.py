@@ -14,10 +14,20 @@ from tcgexp.train.blas import load_fast_blas
 # before any test module imports mlx.core: every test then runs the BLAS a user's run does
 BLAS = load_fast_blas()
 
+from tcgexp import extras  # noqa: E402
 from tcgexp.app import compose  # noqa: E402
 from tcgexp.bench.loopback_s3 import wait_listening  # noqa: E402
 from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
 from tcgexp.config import build  # noqa: E402
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``extra("<name>")`` needs that extra of pyproject.toml: where it is not installed the test is
+    skipped with the extra and its install line (the README's install alone must end green, never failed)."""
+    for item in items:
+        for mark in item.iter_markers("extra"):
+            if not extras.installed(mark.args[0]):
+                item.add_marker(pytest.mark.skip(reason=extras.missing("this test", mark.args[0])))
+
 
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
         "dataset.workers=1"]

@@ -4,7 +4,7 @@ imports one on a layer above it.
 
 The layers, bottom up (``docs/design.md`` draws them):
 
-- base: the top-level modules every layer may use (errors, console, schema, config, launch, ownership,
+- base: the top-level modules every layer may use (errors, console, schema, config, launch, ownership, extras,
   plugins, progress, overrides, memlimit), importing nothing above them;
 - sim < data < plan, cache, track (the planner and the cache never import each other) < train < sweep
   (with the sweeper's Hydra plugin class in hydra_plugins/); kernels (the step's compiled kernels, built
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = {"errors", "console", "schema", "config", "launch", "ownership", "plugins", "progress", "overrides", "memlimit"}
+BASE = {"errors", "console", "schema", "config", "launch", "ownership", "plugins", "progress", "overrides", "memlimit", "extras"}
 RANK = {"base": 0, "sim": 1, "kernels": 1, "data": 2, "plan": 3, "cache": 3, "track": 3, "train": 4, "sweep": 5,
         "hydra_plugins": 5, "entry": 6, "bench": 7, "reference": 7, "api": 8}
 APART = {("plan", "cache"), ("cache", "plan"), ("plan", "track"), ("track", "plan"), ("cache", "track"),

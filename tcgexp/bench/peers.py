@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..extras import NEEDS, missing
 from .adamw_rule import AdamWRule
 
 
@@ -88,7 +89,7 @@ def peer_factories(threads: int) -> dict[str, Callable | str]:
 
         out["JAX jit"] = lambda w, rule: JaxStepper(w, rule)
     except ImportError as exc:
-        out["JAX jit"] = f"not installed ({exc.name}): pip install 'tcgexp[peers]'"
+        out["JAX jit"] = missing("JAX jit", NEEDS["tcgexp.bench.jax_peer"], exc)
     try:
         from .torch_peer import TorchStepper
 
@@ -96,6 +97,6 @@ def peer_factories(threads: int) -> dict[str, Callable | str]:
                                                                                          threads=threads)
         out["PyTorch eager"] = lambda w, rule: TorchStepper(w, rule, compiled=False, threads=threads)
     except ImportError as exc:
-        why = f"not installed ({exc.name}): pip install torch==2.13.0 (the CPU wheel), see pyproject.toml"
+        why = missing("PyTorch", NEEDS["tcgexp.bench.torch_peer"], exc)
         out["torch.compile (max-autotune, no cudagraphs)"] = out["PyTorch eager"] = why
     return out

@@ -21,6 +21,7 @@ from functools import partial
 
 import numpy as np
 
+from ..extras import NEEDS, missing
 from .adamw_rule import AdamWRule
 from .peers import PEER_NAMES as PEERS
 from .table import markdown_table, root_override
@@ -31,6 +32,7 @@ MLX_FUSED = "MLX step on tcgexp's kernels (trainer.kernels=fused)"
 # the same step held to one thread: MKL_NUM_THREADS=1 set by hand (so no helper thread for the weight gradients,
 # blas.spare_core), what the second core buys at hidden 128 and MKL's second thread at 256
 MLX_FUSED_ONE = "MLX step on tcgexp's kernels, one thread (MKL_NUM_THREADS=1: no helper thread)"
+PEER_KEYS = dict(zip(("jax", "compile", "eager"), PEERS))  # --peers: a short name each
 KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_ONE: "mlx:fused", **{p: f"peer:{p}" for p in PEERS}}
 
 
@@ -88,8 +90,11 @@ def op_cost(framework: str) -> dict:
         f, x = mx.compile(chain), mx.array(x0)
         run = lambda: mx.eval(f(x))  # noqa: E731
     else:
-        import jax
-        import jax.numpy as jnp
+        try:
+            import jax
+            import jax.numpy as jnp
+        except ImportError as exc:
+            raise SystemExit(missing("JAX", NEEDS["tcgexp.bench.jax_peer"], exc)) from None
 
         def chain(x):
             for _ in range(CHAIN):
@@ -183,7 +188,8 @@ def compare(args) -> dict:
     """The interleaved rounds and the table (rows/s, ratios to the fastest peer and to the pure MLX step,
     compilations, verification)."""
     cells = [(c, h) for c in args.chunks for h in args.hiddens]
-    kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_ONE, *PEERS]
+    chosen = [PEER_KEYS[k] for k in args.peers]
+    kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_ONE, *chosen]
     best: dict[tuple, dict | str] = {}
     print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
           f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n")
@@ -200,7 +206,7 @@ def compare(args) -> dict:
         print(f"round {rnd + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
     rows = []
     for cell in cells:
-        peers = [best[(*cell, p)]["rows_per_s"] for p in PEERS if isinstance(best[(*cell, p)], dict)]
+        peers = [best[(*cell, p)]["rows_per_s"] for p in chosen if isinstance(best[(*cell, p)], dict)]
         fastest = max(peers) if peers else None
         pure = best[(*cell, MLX_PURE)]
         pure = pure["rows_per_s"] if isinstance(pure, dict) else None

@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--track-every", type=int, nargs="+", default=None,
                    help="trainer.track_every values of the tracked runs (default: the schema's)")
     p.add_argument("--run-policies", nargs="+", default=["plan", "off"], help="cache policies of the runs part")
+    p.add_argument("--peers", nargs="+", choices=sorted(steps.PEER_KEYS), default=sorted(steps.PEER_KEYS),
+                   help="which peers the step table runs (jax: JAX jit; compile: torch.compile; eager: PyTorch eager)")
     p.add_argument("--parts", nargs="+", choices=["policies", "steps", "runs"], default=["policies", "steps", "runs"])
     p.add_argument("--only-steps", help=argparse.SUPPRESS)  # child process: one step timing, printed as JSON
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError
+from ..extras import install_line
 from . import asha, dbbounds
 
 DRIVERS = {"mysql": "PyMySQL (mysql+pymysql://)", "mariadb": "PyMySQL (mariadb+pymysql://)",
@@ -64,7 +65,7 @@ def open_storage(storage: Optional[str], sweep_dir: Path):
         return dbbounds.bounded_storage(dbbounds.bounded(url, key, connect), url, key), key
     except ImportError as exc:
         dialect = dbbounds.dialect(url)
-        raise ConfigError(f"{key}: its database driver is not installed ({exc}); pip install 'tcgexp[sweep]' "
+        raise ConfigError(f"{key}: its database driver is not installed ({exc}); {install_line('sweep')} "
                           f"brings {DRIVERS.get(dialect, 'PyMySQL and psycopg')}") from None
 
 

@@ -2,7 +2,7 @@
 
 Each port (JAX ``jit``, ``torch.compile``, PyTorch eager) starts from the MLX model's weights and
 applies MLX's AdamW (no bias correction) with the same clipping, on the same prepared microbatches
-of a real (tiny) corpus. Skipped, with the reason, where the optional ``peers`` extra is missing.
+of a real (tiny) corpus. Skipped, naming the extra, where the optional ``peers`` extra is not installed.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
 from tcgexp.train.batch import prepare
 from tcgexp.train.model import RecurrentPolicy
 
+pytestmark = pytest.mark.extra("peers")
 HIDDEN, CHUNK, ROWS, STEPS = 32, 16, 64, 10
 
 
@@ -50,8 +51,7 @@ def batches(tmp_path_factory):
                                   for n in peers.PEER_NAMES])
 def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
     factory = peers.peer_factories(threads=2)[name]
-    if isinstance(factory, str):
-        pytest.skip(f"{name}: {factory}")
+    assert not isinstance(factory, str), factory  # the extra is installed (the marker skips otherwise)
     prepared, lanes = batches
     mx.random.seed(0)
     model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=HIDDEN, memory=True)
@@ -72,7 +72,7 @@ def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
 
 def test_torch_adamw_would_not_do(batches):
     """Why the peers carry their own AdamW: torch.optim.AdamW corrects the moments' bias, MLX's does not."""
-    torch = pytest.importorskip("torch", reason="the peers extra (pip install torch==2.13.0) is not installed")
+    import torch
     w = torch.zeros(3, requires_grad=True)
     opt = torch.optim.AdamW([w], lr=1e-3, weight_decay=0.0)
     w.grad = torch.ones(3)

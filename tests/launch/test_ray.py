@@ -18,8 +18,7 @@ from tcgexp.track.aim_repo import open_repo
 from tests.conftest import free_port
 from tests.launch.conftest import SMOKE, check_sweep, job_env, multirun
 
-pytestmark = pytest.mark.slow
-ray = pytest.importorskip("ray", reason="the Ray launcher is in the test extra: pip install -e '.[test]'")
+pytestmark = [pytest.mark.slow, pytest.mark.extra("ray")]
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
 
 

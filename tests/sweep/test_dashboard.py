@@ -9,11 +9,10 @@ import pytest
 
 from tests.sweep.conftest import ROOT, SPACE, halving, job_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extra("sweep")]
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (apt-get install chromium)")
-@pytest.mark.skipif(not shutil.which("optuna-dashboard"), reason="needs optuna-dashboard: pip install 'tcgexp[sweep]'")
 def test_the_dashboard_shows_the_sweeps_study(tmp_path):
     res = halving(tmp_path, "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=3", "hydra.sweeper.n_trials=3",
                   "tracking=off", *SPACE)

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import free_port, wait_listening
 from tests.sweep.conftest import SPACE, halving, study_of, trials
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extra("sweep")]  # psycopg, PyMySQL
 
 
 def as_owner(user: str, cmd: list[str], **kw) -> subprocess.CompletedProcess:

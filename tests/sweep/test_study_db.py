@@ -26,6 +26,7 @@ def test_a_damaged_optuna_db_is_named_damaged_with_the_fix(monkeypatch, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.extra("sweep")
 @pytest.mark.parametrize("scheme, bound", [("mysql+pymysql", dbbounds.CONNECT_TIMEOUT_S + dbbounds.READ_TIMEOUT_S),
                                            ("postgresql+psycopg", dbbounds.CONNECT_TIMEOUT_S)],
                          ids=["mysql", "postgresql"])
@@ -40,6 +41,7 @@ def test_a_database_server_that_accepts_and_never_answers_is_one_line_within_its
     assert "cannot open the study database" in line and "secret" not in line and host in line, line
 
 
+@pytest.mark.extra("sweep")
 def test_a_call_the_driver_does_not_bound_is_ended_by_the_deadline():
     """PyMySQL without a read timeout waits for a silent server's greeting for ever; the deadline ends it."""
     import pymysql
