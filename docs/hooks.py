@@ -3,6 +3,7 @@
 Built from the checkout this file sits in, so ``mkdocs build`` documents the code beside it, installed
 or not.
 """
+
 from __future__ import annotations
 
 import sys

@@ -15,6 +15,7 @@ Its tests compose and train with ``compose``/``option``/``train`` and expect ``C
 refused value. These names keep this import path whatever moves inside tcgexp (``tests/test_plugins.py``
 imports nothing else); the docs' "Extending" page shows each kind of option.
 """
+
 from __future__ import annotations
 
 from .app import compose, option
@@ -31,10 +32,29 @@ from .train.schedule import Schedule, SchedulerConfig
 
 __all__ = [
     # declaring an option's schema and checking values
-    "schema", "within", "validate", "ALL", "FLOAT32_MAX", "INT32_MAX", "ConfigError",
+    "schema",
+    "within",
+    "validate",
+    "ALL",
+    "FLOAT32_MAX",
+    "INT32_MAX",
+    "ConfigError",
     # the groups' base schemas and classes an option extends
-    "CacheConfig", "PolicyConfig", "Policy", "SchedulerConfig", "Schedule", "ModelConfig", "RecurrentPolicy",
-    "OptimizerConfig", "scaled", "TrackingConfig", "Tracker", "NullTracker",
+    "CacheConfig",
+    "PolicyConfig",
+    "Policy",
+    "SchedulerConfig",
+    "Schedule",
+    "ModelConfig",
+    "RecurrentPolicy",
+    "OptimizerConfig",
+    "scaled",
+    "TrackingConfig",
+    "Tracker",
+    "NullTracker",
     # an option's tests: compose, train, and what a refused resume raises
-    "compose", "option", "train", "CheckpointError",
+    "compose",
+    "option",
+    "train",
+    "CheckpointError",
 ]

@@ -20,20 +20,22 @@ command (tests, benchmarks, a plug-in's tests through ``tcgexp.api``).
 
 Nothing below this layer imports it: the benchmark tools and ``tcgexp.api`` stand above it.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 # the modules declaring tcgexp's schemas (each group's, each option's with knobs of its own, the apps' roots)
-import tcgexp.cache.rowgroup  # noqa: F401  (cache and cache.policy.*)
-import tcgexp.data.corpus  # noqa: F401  (dataset and the data app's root, base_data)
-import tcgexp.plan.loader  # noqa: F401
-import tcgexp.plan.planner  # noqa: F401  (tbptt)
-import tcgexp.track.aim_run  # noqa: F401  (tracking=aim)
-import tcgexp.track.remote  # noqa: F401  (tracking=aim_remote)
+import tcgexp.cache.rowgroup  # cache and cache.policy.*
+import tcgexp.data.corpus  # dataset and the data app's root, base_data
+import tcgexp.plan.loader
+import tcgexp.plan.planner  # tbptt
+import tcgexp.track.aim_run  # tracking=aim
+import tcgexp.track.remote  # tracking=aim_remote
 import tcgexp.train.run  # noqa: F401  (the train app's root, base_config, and every group it names)
 from hydra_plugins.tcgexp_sweepers.halving import HalvingSweeper
 
@@ -73,9 +75,14 @@ def _search_path_options(config_name: str) -> Callable[[str], list[str]]:
     paths = list(HydraConfig.get().searchpath or [])
     quoted = ",".join("'" + p.replace("\\", "\\\\").replace("'", "\\'") + "'" for p in paths)
     overrides = [f"hydra.searchpath=[{quoted}]"] if paths else []
-    return lambda group: sorted(loader.get_group_options(
-        group, results_filter=ObjectType.GROUP if not group else ObjectType.CONFIG, config_name=config_name,
-        overrides=overrides))
+    return lambda group: sorted(
+        loader.get_group_options(
+            group,
+            results_filter=ObjectType.GROUP if not group else ObjectType.CONFIG,
+            config_name=config_name,
+            overrides=overrides,
+        )
+    )
 
 
 def register() -> None:
@@ -84,8 +91,9 @@ def register() -> None:
 
     # ${now:} differs between the ranks of one mlx.launch by however long they took to start:
     # ${launch_now:} is rank 0's clock on every rank, so they share one run dir; a plain run is unchanged.
-    OmegaConf.register_new_resolver("launch_now", lambda pattern: launch_time().strftime(pattern),
-                                    use_cache=True, replace=True)
+    OmegaConf.register_new_resolver(
+        "launch_now", lambda pattern: launch_time().strftime(pattern), use_cache=True, replace=True
+    )
     OmegaConf.register_new_resolver("rank_suffix", rank_suffix, replace=True)  # train.log, train.rank1.log, ...
     OmegaConf.register_new_resolver("sweep_name", sweep_name, replace=True)  # (no cache: it reads the root)
     OmegaConf.register_new_resolver("tcgexp.groups", groups_help, replace=True)

@@ -8,6 +8,7 @@ needs every schema registered first, so it lives with the registration in
 the entry layer (``tcgexp.app``); checking a composed config is
 ``tcgexp.schema.validate``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

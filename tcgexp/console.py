@@ -12,14 +12,16 @@ top of its stack (a launched rank the launcher is about to stop).
 At the bottom of the house with ``errors.py``: the trainer, the sweeper and
 the entry points all speak through it; it imports nothing of tcgexp above it.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from .errors import ConfigError
 from .launch import keep_exit
@@ -51,7 +53,7 @@ def flatten(text: str) -> str:
 MLX_LOAD_FAILED = "Could not load C++ shared library "
 
 
-def mlx_cache_damage(exc: BaseException) -> Optional[str]:
+def mlx_cache_damage(exc: BaseException) -> str | None:
     """The line for a kernel in MLX's own cache of compiled CPU kernels that cannot be loaded, or None.
 
     MLX compiles each fused graph into ``$TMPDIR/mlx/<version>/cpu/lib*.so`` once and loads it from
@@ -61,13 +63,15 @@ def mlx_cache_damage(exc: BaseException) -> Optional[str]:
     text = str(exc)
     if not isinstance(exc, RuntimeError) or not text.startswith(MLX_LOAD_FAILED):
         return None
-    path, _, why = text[len(MLX_LOAD_FAILED):].partition(": ")
-    return (f"MLX could not load its compiled kernel {path} ({why or 'unreadable'}): a file in MLX's kernel cache "
-            f"is damaged (a process killed while MLX compiled it); delete {Path(path).parent} (MLX compiles "
-            "again what it needs) and run again")
+    path, _, why = text[len(MLX_LOAD_FAILED) :].partition(": ")
+    return (
+        f"MLX could not load its compiled kernel {path} ({why or 'unreadable'}): a file in MLX's kernel cache "
+        f"is damaged (a process killed while MLX compiled it); delete {Path(path).parent} (MLX compiles "
+        "again what it needs) and run again"
+    )
 
 
-def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Optional[str]:
+def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> str | None:
     """The one line for `exc` if it is the user's to fix (config, input files), None for a bug."""
     from hydra.errors import HydraException, InstantiationException
     from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -79,8 +83,10 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> Option
         return damaged
     cause = exc.__cause__ or exc.__context__
     if isinstance(exc, InstantiationException):  # our ValueError/ConfigError (or a bad _target_) inside
-        if cause is None or isinstance(cause, (ValueError, TypeError, ImportError, AttributeError, LookupError,
-                                                OmegaConfBaseException, *user_errors)):
+        if cause is None or isinstance(
+            cause,
+            (ValueError, TypeError, ImportError, AttributeError, LookupError, OmegaConfBaseException, *user_errors),
+        ):
             return flatten(exc)
         return None
     if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
@@ -110,8 +116,10 @@ def said(exc: BaseException) -> bool:
     return bool(getattr(exc, "tcgexp_said", False))
 
 
-INTERRUPTED = ("interrupted by SIGINT (Ctrl-C); a run or sweep job that had started keeps the latest/ it had "
-               "written: resume=<its run dir> continues it (a halving sweep: the same command)")
+INTERRUPTED = (
+    "interrupted by SIGINT (Ctrl-C); a run or sweep job that had started keeps the latest/ it had "
+    "written: resume=<its run dir> continues it (a halving sweep: the same command)"
+)
 
 
 def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -122,6 +130,7 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
     lets this wrapper decide. `user_errors` are the app's own (``DataError``, ...);
     ``ConfigError`` and Hydra's and OmegaConf's errors always are.
     """
+
     def decorate(main: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(main)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -145,7 +154,7 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
                 # sweep whose jobs run in other processes (joblib, submitit), which stop by themselves
                 print(INTERRUPTED, file=sys.stderr, flush=True)
                 raise SystemExit(130) from None
-            except Exception as exc:  # noqa: BLE001 - sorted below: the user's error, or a bug
+            except Exception as exc:  # sorted below: the user's error, or a bug
                 line = user_error(exc, user_errors)
                 if line is None:
                     raise

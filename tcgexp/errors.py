@@ -4,6 +4,7 @@ At the bottom of the house: schemas, data, caches, the trainer and the sweeper r
 entry point prints it as one line (``console.py``). The layers' own errors (``DataError``,
 ``CheckpointError``, ...) live beside them.
 """
+
 from __future__ import annotations
 
 

@@ -7,6 +7,7 @@ extras the tests exercise). A module of tcgexp whose own imports need an extra i
 other module imports with the base install alone, which ``tests/test_extras.py`` checks by importing each
 module in a process that can see only the base install's packages.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -6,6 +6,7 @@ and ``${rank_suffix:}`` (``tcgexp.config``) and the job-end callback use them.
 The one collective here (rank 0's clock to every rank) is a single
 ``all_sum`` of one float64.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -13,17 +14,16 @@ import os
 import signal
 import threading
 import time
-from typing import Optional
 
 # what a launcher sets in every rank's environment (mlx.launch: MLX_RANK; mpirun: OMPI_/PMI_ variables)
 LAUNCH_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 RANK_VARS = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
-_LAUNCH_TIME: Optional[datetime.datetime] = None  # per process: when this launch started, by rank 0's clock
+_LAUNCH_TIME: datetime.datetime | None = None  # per process: when this launch started, by rank 0's clock
 _STARTED_BY = os.getppid()  # the process that started this one, as early as tcgexp is imported
 
 
-def launcher_pid() -> Optional[int]:
+def launcher_pid() -> int | None:
     """A rank's launcher (the parent it started with: mlx.launch execs each rank from its own process);
     None outside a launch. Compared with ``os.getppid()`` it says whether the launcher still lives."""
     return _STARTED_BY if launched() else None
@@ -45,8 +45,11 @@ def keep_exit() -> None:
     signal arms SIGALRM, whose default action ends the process. Nothing changes outside a launch, off
     the main thread, or where someone else holds SIGTERM (a run's own handler).
     """
-    if (launched() and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)):
+    if (
+        launched()
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+    ):
         signal.signal(signal.SIGTERM, _exit_kept)
 
 
@@ -67,7 +70,7 @@ def launched_rank() -> int:
 
 
 def rank_suffix() -> str:
-    """"" for rank 0 (and every plain run), ".rank<r>" for the others: their own job logs and status."""
+    """ "" for rank 0 (and every plain run), ".rank<r>" for the others: their own job logs and status."""
     rank = launched_rank()
     return f".rank{rank}" if rank else ""
 

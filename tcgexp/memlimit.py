@@ -15,12 +15,13 @@ a run has is the least of:
 ``/proc`` is read through `proc` so tests can point at a made-up tree; nothing here raises: a file
 that cannot be read is a limit that is not there.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
 
 UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
@@ -31,7 +32,7 @@ class Room:
     source: str  # which limit binds, for messages
 
 
-def _int(path: Path) -> Optional[int]:
+def _int(path: Path) -> int | None:
     try:
         text = path.read_text().strip()
     except (OSError, UnicodeDecodeError):
@@ -79,11 +80,14 @@ def cgroup_dirs(proc: Path = Path("/proc"), pid: str = "self") -> list[tuple[int
             continue
         for g in groups:
             parts = g.split(":", 2)
-            if len(parts) != 3 or (version == 2 and parts[0] != "0") or \
-                    (version == 1 and want not in parts[1].split(",")):
+            if (
+                len(parts) != 3
+                or (version == 2 and parts[0] != "0")
+                or (version == 1 and want not in parts[1].split(","))
+            ):
                 continue
             path = parts[2]
-            rel = path[len(root):] if root != "/" and path.startswith(root) else path
+            rel = path[len(root) :] if root != "/" and path.startswith(root) else path
             where = Path(point)
             leaf = where / rel.lstrip("/")
             found.append((version, leaf if leaf.is_dir() else where, where))  # a namespaced view: its root
@@ -102,13 +106,14 @@ def _own_unreclaimable(proc: Path, pid: str) -> int:
     return own
 
 
-def cgroup_room(proc: Path = Path("/proc"), pid: str = "self") -> Optional[Room]:
+def cgroup_room(proc: Path = Path("/proc"), pid: str = "self") -> Room | None:
     """The tightest memory cgroup limit over this process, less what the cgroup's other processes hold."""
-    best: Optional[Room] = None
+    best: Room | None = None
     own = _own_unreclaimable(proc, pid)
     for version, leaf, top in cgroup_dirs(proc, pid):
-        limit_file, usage_file = ("memory.max", "memory.current") if version == 2 else \
-            ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        limit_file, usage_file = (
+            ("memory.max", "memory.current") if version == 2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        )
         node = leaf
         while True:
             limit = _int(node / limit_file)
@@ -117,8 +122,11 @@ def cgroup_room(proc: Path = Path("/proc"), pid: str = "self") -> Optional[Room]
                 pre = "" if version == 2 else "total_"
                 cache = stat.get(f"{pre}file" if version == 2 else "total_cache", 0) - stat.get(f"{pre}shmem", 0)
                 others = max(0, (_int(node / usage_file) or 0) - max(cache, 0) - own)
-                room = Room(limit - others, f"cgroup v{version} {node / limit_file} = {limit / 2**30:,.1f} GiB"
-                            + (f", {others / 2**30:,.1f} GiB of it held by other processes" if others >= 2**26 else ""))
+                room = Room(
+                    limit - others,
+                    f"cgroup v{version} {node / limit_file} = {limit / 2**30:,.1f} GiB"
+                    + (f", {others / 2**30:,.1f} GiB of it held by other processes" if others >= 2**26 else ""),
+                )
                 if best is None or room.bytes < best.bytes:
                     best = room
             if node == top or node.parent == node:
@@ -127,9 +135,10 @@ def cgroup_room(proc: Path = Path("/proc"), pid: str = "self") -> Optional[Room]
     return best
 
 
-def slurm_room(env: Mapping[str, str]) -> Optional[Room]:
+def slurm_room(env: Mapping[str, str]) -> Room | None:
     """SLURM's allocation for this task (MiB in SLURM's variables), when the job runs under SLURM."""
-    def number(name: str) -> Optional[int]:
+
+    def number(name: str) -> int | None:
         try:
             return int(str(env.get(name, "")).split("(")[0].split(",")[0])
         except ValueError:
@@ -141,8 +150,10 @@ def slurm_room(env: Mapping[str, str]) -> Optional[Room]:
         return Room(per_cpu * cpus * 2**20, f"SLURM_MEM_PER_CPU={per_cpu} MiB x {cpus} CPU(s) per task")
     if per_node:
         tasks = number("SLURM_NTASKS_PER_NODE") or 1
-        return Room(per_node * 2**20 // tasks, f"SLURM_MEM_PER_NODE={per_node} MiB" +
-                    (f" / {tasks} tasks per node" if tasks > 1 else ""))
+        return Room(
+            per_node * 2**20 // tasks,
+            f"SLURM_MEM_PER_NODE={per_node} MiB" + (f" / {tasks} tasks per node" if tasks > 1 else ""),
+        )
     return None
 
 
@@ -153,8 +164,9 @@ def machine_room() -> Room:
     return Room(psutil.virtual_memory().available + held, "the machine's free memory")
 
 
-def room(proc: Path = Path("/proc"), env: Optional[Mapping[str, str]] = None) -> Room:
+def room(proc: Path = Path("/proc"), env: Mapping[str, str] | None = None) -> Room:
     """The least of the cgroup's, SLURM's and the machine's room for this process."""
-    rooms = [r for r in (cgroup_room(proc), slurm_room(os.environ if env is None else env), machine_room())
-             if r is not None]
+    rooms = [
+        r for r in (cgroup_room(proc), slurm_room(os.environ if env is None else env), machine_room()) if r is not None
+    ]
     return min(rooms, key=lambda r: r.bytes)

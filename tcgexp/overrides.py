@@ -5,6 +5,7 @@ bare (``resume=/data/my runs/été`` is a lexer error blaming the user; ``a,b`` 
 ``override`` writes the value bare when Hydra's grammar reads it back unchanged, else in single quotes with the
 grammar's escapes (a quote, and backslashes before a quote or at the end), and checks the round trip.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,12 +28,14 @@ def override(key: str, value: Any) -> str:
     for line in (f"{key}={text}", f"{key}={quoted(text)}"):
         try:
             back = parser.parse_override(line).value()
-        except Exception:  # noqa: BLE001 - Hydra's lexer and parser errors: try the quoted form
+        except Exception:  # noqa: BLE001, S112 - Hydra's lexer and parser errors: try the quoted form
             continue
         if back == value and type(back) is type(value):
             return line
-    raise ConfigError(f"{key}={text!r} cannot be written as a Hydra override that reads back the same; use a "
-                      "value without a trailing backslash inside quotes")
+    raise ConfigError(
+        f"{key}={text!r} cannot be written as a Hydra override that reads back the same; use a "
+        "value without a trailing backslash inside quotes"
+    )
 
 
 def printable(line: str) -> str:

@@ -15,6 +15,7 @@ same file in the same process conflicts too, which is what a run dir's second
 run in one process must see. Locks are node-local; on a network filesystem a
 lock file records its host, and other hosts' entries are never judged dead.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -25,8 +26,8 @@ import re
 import shutil
 import socket
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from .errors import ConfigError
 
@@ -48,8 +49,12 @@ def is_spill_file(path: Path) -> bool:
 
 def holder_info(kind: str) -> dict:
     """Who created or holds something: what it is, pid, host, start time (UTC)."""
-    return {"kind": kind, "pid": os.getpid(), "host": socket.gethostname(),
-            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "kind": kind,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def describe(info: dict) -> str:
@@ -69,8 +74,9 @@ def write_marker(directory: Path, name: str, kind: str) -> None:
     (Path(directory) / name).write_text(json.dumps(holder_info(kind)))
 
 
-def remove_owned(directory: Path, marker: str, *, what: str = "directory",
-                 ours: Optional[Callable[[Path], bool]] = None) -> bool:
+def remove_owned(
+    directory: Path, marker: str, *, what: str = "directory", ours: Callable[[Path], bool] | None = None
+) -> bool:
     """Remove `directory` if it carries `marker` (tcgexp made it); else leave it and warn. True if removed.
 
     `ours`: which entries tcgexp put there (a spill dir: its row-group files); a marked directory
@@ -82,15 +88,22 @@ def remove_owned(directory: Path, marker: str, *, what: str = "directory",
     if not directory.exists() and not directory.is_symlink():
         return False
     if directory.is_symlink() or not directory.is_dir() or not (directory / marker).is_file():
-        warnings.warn(f"not deleting {what} {directory}: tcgexp did not create it (no {marker} marker); "
-                      "left as it is", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"not deleting {what} {directory}: tcgexp did not create it (no {marker} marker); left as it is",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return False
     try:
         entries = [e for e in directory.iterdir() if e.name != marker]
         foreign = [e.name for e in entries if ours is not None and not ours(e)]
         if foreign:
-            warnings.warn(f"not deleting {what} {directory}: it holds files tcgexp did not write "
-                          f"({', '.join(sorted(foreign)[:3])}); left as it is", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"not deleting {what} {directory}: it holds files tcgexp did not write "
+                f"({', '.join(sorted(foreign)[:3])}); left as it is",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return False
         for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
@@ -100,8 +113,7 @@ def remove_owned(directory: Path, marker: str, *, what: str = "directory",
         (directory / marker).unlink()
         directory.rmdir()
     except OSError as exc:
-        warnings.warn(f"could not remove {what} {directory} ({exc}); remove it by hand", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(f"could not remove {what} {directory} ({exc}); remove it by hand", RuntimeWarning, stacklevel=2)
         return False
     return True
 
@@ -144,8 +156,10 @@ def make_spill_root(spill_root: Path) -> None:
     refused in one line, never replaced."""
     spill_root = Path(spill_root)
     if spill_root.is_symlink() or (spill_root.exists() and not spill_root.is_dir()):
-        raise NotOurs(f"{spill_root} is not a folder tcgexp made (a {'link' if spill_root.is_symlink() else 'file'}); "
-                      "nothing was deleted: move it away, or give the run its own folder (hydra.run.dir=...)")
+        raise NotOurs(
+            f"{spill_root} is not a folder tcgexp made (a {'link' if spill_root.is_symlink() else 'file'}); "
+            "nothing was deleted: move it away, or give the run its own folder (hydra.run.dir=...)"
+        )
     spill_root.mkdir(exist_ok=True)
 
 
@@ -172,7 +186,7 @@ class HeldLock:
         self.path, self.kind = Path(path), kind
         self._fh = None  # a file object, not a bare fd: if its holder is garbage-collected, so is the lock
 
-    def acquire(self) -> Optional[dict]:
+    def acquire(self) -> dict | None:
         # Held through a read-only handle: a file kept open for writing would stop its filesystem
         # from being remounted read-only (EBUSY), and the holder has nothing to write after this.
         fh = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644), "r")
@@ -201,7 +215,7 @@ class HeldLock:
             fh.close()  # closing the last descriptor releases the flock
 
 
-def held_by_someone(path: Path) -> Optional[bool]:
+def held_by_someone(path: Path) -> bool | None:
     """Is the flock on `path` held? True / False; None when the file is missing or cannot be opened.
 
     Opened read-only without O_CREAT: probing must never create or change anything.

@@ -7,12 +7,12 @@ an ImportError from inside the plugin. The first is a composition error (``conso
 the hint); the others are checked by ``RunDirGuard.on_multirun_start`` (``tcgexp.train.run_guard``), after
 composition and before the sweep dir is created.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import re
 import shutil
-from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,8 +23,10 @@ INSTALL = {
     "hydra/launcher/ray": 'pip install -e ".[ray]" (hydra-ray-launcher and Ray)',
     "hydra/launcher/ray_aws": 'pip install -e ".[ray]" (hydra-ray-launcher and Ray)',
     # Hydra's own Optuna sweeper pins optuna < 3 (tcgexp needs optuna >= 4): ours runs on current Optuna
-    "hydra/sweeper/optuna": ("use hydra/sweeper=halving, tcgexp's Optuna sweeper on current Optuna (Hydra's "
-                             "hydra-optuna-sweeper pins optuna < 3 and cannot be installed beside tcgexp)"),
+    "hydra/sweeper/optuna": (
+        "use hydra/sweeper=halving, tcgexp's Optuna sweeper on current Optuna (Hydra's "
+        "hydra-optuna-sweeper pins optuna < 3 and cannot be installed beside tcgexp)"
+    ),
     "hydra/launcher/submitit_slurm": "pip install hydra-submitit-launcher (a dependency of tcgexp: reinstall it)",
     "hydra/launcher/submitit_local": "pip install hydra-submitit-launcher (a dependency of tcgexp: reinstall it)",
     "hydra/launcher/joblib": "pip install hydra-joblib-launcher (a dependency of tcgexp: reinstall it)",
@@ -32,7 +34,7 @@ INSTALL = {
 MISSING = re.compile(r"Could not find '(hydra/(?:launcher|sweeper)/([^'/]+))'")
 
 
-def missing_plugin_hint(message: str) -> Optional[str]:
+def missing_plugin_hint(message: str) -> str | None:
     """For Hydra's "Could not find 'hydra/launcher/x'": what to install (None for other messages)."""
     found = MISSING.search(message)
     if not found:
@@ -53,9 +55,11 @@ def check_launcher(config: DictConfig) -> None:
     if target.endswith("submitit_launcher.SlurmLauncher"):
         absent = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
         if absent:
-            raise ConfigError(f"hydra/launcher=submitit_slurm submits jobs to SLURM, but {' and '.join(absent)} "
-                              f"{'is' if len(absent) == 1 else 'are'} not on PATH: run the sweep where SLURM's "
-                              "client commands are (a login node), or try it on this machine with "
-                              "hydra/launcher=submitit_local or hydra/launcher=joblib")
+            raise ConfigError(
+                f"hydra/launcher=submitit_slurm submits jobs to SLURM, but {' and '.join(absent)} "
+                f"{'is' if len(absent) == 1 else 'are'} not on PATH: run the sweep where SLURM's "
+                "client commands are (a login node), or try it on this machine with "
+                "hydra/launcher=submitit_local or hydra/launcher=joblib"
+            )
     elif ".hydra_ray_launcher." in target and importlib.util.find_spec("ray") is None:
         raise ConfigError(f"hydra/launcher=ray needs Ray, which is not installed: {INSTALL['hydra/launcher/ray']}")

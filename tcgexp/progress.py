@@ -1,4 +1,5 @@
 """Rich progress helpers shared by the entry points: quiet when not on a terminal."""
+
 from __future__ import annotations
 
 import logging
@@ -9,11 +10,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
-def stage_progress(console: Console | None = None) -> tuple[Progress, "callable"]:
+def stage_progress(console: Console | None = None) -> tuple[Progress, callable]:
     """A Progress plus a ``(stage, done, total)`` callback that opens one bar per stage."""
     console = console or Console(stderr=True)
-    progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console, disable=not console.is_terminal)
+    progress = Progress(
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
     tasks: dict[str, int] = {}
 
     def update(stage: str, done: int, total: int) -> None:

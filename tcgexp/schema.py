@@ -24,11 +24,13 @@ group, so shell completion, ``--help`` and ``group=option`` offer only the
 YAML options. A module outside tcgexp registers its schemas the same way when
 Hydra's search path names it (``hydra.searchpath=[file://my_conf,structured://my_module]``).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, TypeVar, dataclass_transform
+from collections.abc import Callable
+from typing import Any, TypeVar, dataclass_transform
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -47,8 +49,9 @@ REGISTRY: dict[str, type] = {}
 
 
 @dataclass_transform()
-def schema(group: Optional[str] = None, option: Optional[str] = None, *,
-           name: Optional[str] = None) -> Callable[[type[T]], type[T]]:
+def schema(
+    group: str | None = None, option: str | None = None, *, name: str | None = None
+) -> Callable[[type[T]], type[T]]:
     """Make the class a dataclass and store it in Hydra's ConfigStore.
 
     ``schema("cache")``: the group's own schema, stored as ``schema.cache`` (a node inside one:
@@ -66,8 +69,10 @@ def schema(group: Optional[str] = None, option: Optional[str] = None, *,
         cls = dataclasses.dataclass(cls)
         known = REGISTRY.get(key)
         if known is not None and known.__qualname__ != cls.__qualname__:  # the same class imported twice is fine
-            raise ConfigError(f"two schemas are registered as {key}: {known.__module__}.{known.__qualname__} and "
-                              f"{cls.__module__}.{cls.__qualname__}; give one of the options another name")
+            raise ConfigError(
+                f"two schemas are registered as {key}: {known.__module__}.{known.__qualname__} and "
+                f"{cls.__module__}.{cls.__qualname__}; give one of the options another name"
+            )
         REGISTRY[key] = cls
         ConfigStore.instance().store(name=key, node=cls)
         return cls
@@ -75,7 +80,7 @@ def schema(group: Optional[str] = None, option: Optional[str] = None, *,
     return declare
 
 
-def check(schema_cls: type, values, prefix: str = "") -> Optional[str]:
+def check(schema_cls: type, values, prefix: str = "") -> str | None:
     """The first of the schema's CHECKS that `values` (a node or a mapping) fails, as one line; None when all pass.
 
     Also what a part built outside ``train()`` (a Corpus of ``python -m tcgexp.data``) applies to its
@@ -128,7 +133,7 @@ def field_default(schema_cls: type, field: str) -> Any:
 
 def _leaves(cfg, prefix: str = ""):
     """(dotted key, value) for every leaf of the composed config, list items too (the hydra node excluded)."""
-    for key in (cfg if isinstance(cfg, DictConfig) else range(len(cfg))):
+    for key in cfg if isinstance(cfg, DictConfig) else range(len(cfg)):
         if key == "hydra":
             continue
         node, name = cfg[key], f"{prefix}{key}"

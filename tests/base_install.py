@@ -9,6 +9,7 @@ pyproject.toml with no list kept here. Prints one JSON object: {"hidden": [distr
 "modules": {module: null, or [the missing import, the distribution it belongs to ("" when it is not installed
 at all)]}}.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -80,9 +81,9 @@ class HideExtras(importlib.abc.MetaPathFinder):
                 return None
         return spec
 
-    def find_distributions(self, context=md.DistributionFinder.Context()):
+    def find_distributions(self, context=None):
         """The installed metadata, without the hidden distributions' (``importlib.metadata.version(...)``)."""
-        for dist in importlib.machinery.PathFinder.find_distributions(context):
+        for dist in importlib.machinery.PathFinder.find_distributions(context or md.DistributionFinder.Context()):
             if canonicalize_name(dist.metadata["Name"] or "") in self.allowed:
                 yield dist
 
@@ -98,8 +99,9 @@ def walk() -> dict:
     import tcgexp
 
     names = [m.name for m in pkgutil.walk_packages(tcgexp.__path__, "tcgexp.")]
-    names += [m.name for m in pkgutil.walk_packages(hydra_plugins.tcgexp_sweepers.__path__,
-                                                    "hydra_plugins.tcgexp_sweepers.")]
+    names += [
+        m.name for m in pkgutil.walk_packages(hydra_plugins.tcgexp_sweepers.__path__, "hydra_plugins.tcgexp_sweepers.")
+    ]
     modules: dict[str, list[str] | None] = {}
     for name in ["tcgexp", *names]:
         if name.endswith("__main__"):

@@ -1,4 +1,5 @@
 """One fixture composes the real config (conf/) with tiny overrides."""
+
 from __future__ import annotations
 
 import os
@@ -14,11 +15,12 @@ from tcgexp.train.blas import load_fast_blas
 # before any test module imports mlx.core: every test then runs the BLAS a user's run does
 BLAS = load_fast_blas()
 
-from tcgexp import extras  # noqa: E402
-from tcgexp.app import compose  # noqa: E402
-from tcgexp.bench.loopback_s3 import wait_listening  # noqa: E402
-from tcgexp.config import CONF_DIR as CONF  # noqa: E402,F401  (re-exported to the tests)
-from tcgexp.config import build  # noqa: E402
+from tcgexp import extras
+from tcgexp.app import compose
+from tcgexp.bench.loopback_s3 import wait_listening
+from tcgexp.config import CONF_DIR as CONF  # re-exported to the tests
+from tcgexp.config import build
+
 
 def pytest_collection_modifyitems(config, items):
     """A test marked ``extra("<name>")`` needs that extra of pyproject.toml: where it is not installed the test is
@@ -29,8 +31,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=extras.missing("this test", mark.args[0])))
 
 
-TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
-        "dataset.workers=1"]
+TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128", "dataset.workers=1"]
 
 
 def compose_config(*overrides: str, config_name: str = "config"):
@@ -42,8 +43,11 @@ def assert_continued(result: dict, from_steps: int) -> None:
     trained only what was left. A run that ignored resume= and started again trains to the very same weights,
     so bit-identical weights alone cannot tell a resume from a restart."""
     assert result["resumed_from"], "the run did not resume"
-    assert result["segment"]["optimizer_steps"] == result["processed"]["optimizer_steps"] - from_steps, \
-        (result["segment"], result["processed"]["optimizer_steps"], from_steps)
+    assert result["segment"]["optimizer_steps"] == result["processed"]["optimizer_steps"] - from_steps, (
+        result["segment"],
+        result["processed"]["optimizer_steps"],
+        from_steps,
+    )
 
 
 @pytest.fixture
@@ -169,8 +173,12 @@ def aim_server(tmp_path):
     repo.mkdir()
     subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True)
     port = free_port()
-    proc = subprocess.Popen(["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        ["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_listening(port, proc, "aim server")
     yield repo, port, proc
     if proc.poll() is None:

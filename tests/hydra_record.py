@@ -1,7 +1,8 @@
 """A test-only Hydra callback: what each job's task function returned, one JSON line per job.
 
-    +hydra.callbacks.record._target_=tests.hydra_record.RecordReturns +hydra.callbacks.record.path=<file>
++hydra.callbacks.record._target_=tests.hydra_record.RecordReturns +hydra.callbacks.record.path=<file>
 """
+
 from __future__ import annotations
 
 import json
@@ -16,5 +17,14 @@ class RecordReturns(Callback):
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         with open(self.path, "a") as f:
-            f.write(json.dumps({"num": config.hydra.job.num, "metric": config.optimized_metric,
-                                "value": job_return.return_value, "dir": config.hydra.runtime.output_dir}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "num": config.hydra.job.num,
+                        "metric": config.optimized_metric,
+                        "value": job_return.return_value,
+                        "dir": config.hydra.runtime.output_dir,
+                    }
+                )
+                + "\n"
+            )

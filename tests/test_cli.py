@@ -1,4 +1,5 @@
 """The entry points as a user runs them: real processes, real Hydra."""
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,18 @@ def test_data_entry_builds_then_validates(tmp_path):
 
 def test_train_entry_trains_and_leaves_its_outputs(tmp_path):
     run_dir = tmp_path / "run"
-    res = run("tcgexp.train", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=600",
-              "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8", "model.hidden=16",
-              "trainer.epochs=1", "tracking=off", f"hydra.run.dir={run_dir}")
+    res = run(
+        "tcgexp.train",
+        f"dataset.root={tmp_path / 'data'}",
+        "dataset.rows_per_day=600",
+        "dataset.row_group_rows=128",
+        "tbptt.batch_size=64",
+        "tbptt.chunk=8",
+        "model.hidden=16",
+        "trainer.epochs=1",
+        "tracking=off",
+        f"hydra.run.dir={run_dir}",
+    )
     assert res.returncode == 0, res.stderr
     assert "[cache-train] hits=" in res.stdout and "[cache-val] hits=" in res.stdout
     assert (run_dir / ".hydra" / "config.yaml").exists()
@@ -64,10 +74,16 @@ def test_errors_reach_the_user_as_one_line(tmp_path):
 
 def test_sigkilled_build_resumes_to_identical_content(tmp_path):
     """A real build process killed with SIGKILL mid-day resumes, redoing only unfinished shards."""
-    args = ("tcgexp.data", f"dataset.root={tmp_path / 'a'}", "dataset.rows_per_day=20000",
-            "dataset.episodes_per_shard=2", "dataset.workers=1")
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    args = (
+        "tcgexp.data",
+        f"dataset.root={tmp_path / 'a'}",
+        "dataset.rows_per_day=20000",
+        "dataset.episodes_per_shard=2",
+        "dataset.workers=1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     work = tmp_path / "a" / "bc_data" / ".build" / "2026-07-27"
     deadline = time.monotonic() + 120
     while len(list(work.glob("*.done"))) < 5:
@@ -100,9 +116,19 @@ def test_5d_corpus_builds_with_full_verification(tmp_path):
 
 def test_multirun_sweeps_with_the_basic_launcher(tmp_path):
     sweep = tmp_path / "sweep"
-    res = run("tcgexp.train", "--multirun", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=500",
-              "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8", "trainer.epochs=1",
-              "tracking=off", "model.hidden=8,16", f"hydra.sweep.dir={sweep}")
+    res = run(
+        "tcgexp.train",
+        "--multirun",
+        f"dataset.root={tmp_path / 'data'}",
+        "dataset.rows_per_day=500",
+        "dataset.row_group_rows=128",
+        "tbptt.batch_size=64",
+        "tbptt.chunk=8",
+        "trainer.epochs=1",
+        "tracking=off",
+        "model.hidden=8,16",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert res.returncode == 0, res.stderr
     results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in range(2)]
     assert [r["processed"]["optimizer_steps"] > 0 for r in results] == [True, True]
@@ -111,31 +137,57 @@ def test_multirun_sweeps_with_the_basic_launcher(tmp_path):
 
 def test_resume_alone_continues_and_refuses_what_would_change_the_result(tmp_path):
     """`resume=<run dir>` needs nothing else: the checkpoint's overrides are the base."""
-    tiny = [f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=600", "dataset.row_group_rows=128",
-            "tbptt.batch_size=64", "tbptt.chunk=8", "model.hidden=16", "trainer.epochs=2", "tracking=off",
-            "cache=lru"]
+    tiny = [
+        f"dataset.root={tmp_path / 'data'}",
+        "dataset.rows_per_day=600",
+        "dataset.row_group_rows=128",
+        "tbptt.batch_size=64",
+        "tbptt.chunk=8",
+        "model.hidden=16",
+        "trainer.epochs=2",
+        "tracking=off",
+        "cache=lru",
+    ]
     whole = run("tcgexp.train", *tiny, f"hydra.run.dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr
     first = run("tcgexp.train", *tiny, "trainer.max_steps=4", f"hydra.run.dir={tmp_path / 'first'}")
     assert first.returncode == 0, first.stderr
     assert json.loads((tmp_path / "first" / "result.json").read_text())["status"] == "stopped"
 
-    refused = run("tcgexp.train", f"resume={tmp_path / 'first'}", "model.hidden=32", "trainer.max_steps=0",
-                  f"hydra.run.dir={tmp_path / 'x'}")
+    refused = run(
+        "tcgexp.train",
+        f"resume={tmp_path / 'first'}",
+        "model.hidden=32",
+        "trainer.max_steps=0",
+        f"hydra.run.dir={tmp_path / 'x'}",
+    )
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines()[-1].startswith("error: resume=") and "model.hidden=32" in refused.stderr
-    schedule = run("tcgexp.train", f"resume={tmp_path / 'first'}", "scheduler=constant", "trainer.max_steps=0",
-                   f"hydra.run.dir={tmp_path / 'y'}")
+    schedule = run(
+        "tcgexp.train",
+        f"resume={tmp_path / 'first'}",
+        "scheduler=constant",
+        "trainer.max_steps=0",
+        f"hydra.run.dir={tmp_path / 'y'}",
+    )
     assert schedule.returncode != 0 and "scheduler.reset=true" in schedule.stderr
 
     # cache and loader may change (they never change what is computed); nothing else is passed
-    rest = run("tcgexp.train", f"resume={tmp_path / 'first'}", "trainer.max_steps=0", "cache=plan", "loader.workers=0",
-               f"hydra.run.dir={tmp_path / 'rest'}")
+    rest = run(
+        "tcgexp.train",
+        f"resume={tmp_path / 'first'}",
+        "trainer.max_steps=0",
+        "cache=plan",
+        "loader.workers=0",
+        f"hydra.run.dir={tmp_path / 'rest'}",
+    )
     assert rest.returncode == 0, rest.stderr
     done = json.loads((tmp_path / "rest" / "result.json").read_text())
     ran = OmegaConf.load(tmp_path / "rest" / ".hydra" / "config.yaml")
     assert ran.model.hidden == 16 and ran.tbptt.chunk == 8 and ran.cache.policy._target_.endswith("PlanPolicy")
     want = json.loads((tmp_path / "whole" / "result.json").read_text())
-    assert done["status"] == "completed" and done["processed"]["optimizer_steps"] == want["processed"]["optimizer_steps"]
+    assert (
+        done["status"] == "completed" and done["processed"]["optimizer_steps"] == want["processed"]["optimizer_steps"]
+    )
     assert_continued(done, 4)  # trainer.max_steps=4 stopped the first
     assert done["final"]["loss"] == want["final"]["loss"], "the resumed run ends where the whole run ends"

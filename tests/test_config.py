@@ -1,4 +1,5 @@
 """Every option of every group composes (and instantiates where it builds something)."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,12 +37,16 @@ def test_dataset_options_instantiate_to_a_corpus(option, tmp_path):
         assert len(corpus.dates) == 5 and corpus.specs[0].rows_per_day == 30000
 
 
-@pytest.mark.parametrize("override, exc", [
-    ("dataset.rows_per_dya=5", ConfigCompositionException),
-    ("dataset.days=two", ConfigCompositionException),
-    ("cache.capacity=lots", ConfigCompositionException),
-    ("dataset=7d", ConfigCompositionException),
-], ids=["unknown-key", "wrong-type", "wrong-type-cache", "unknown-option"])
+@pytest.mark.parametrize(
+    "override, exc",
+    [
+        ("dataset.rows_per_dya=5", ConfigCompositionException),
+        ("dataset.days=two", ConfigCompositionException),
+        ("cache.capacity=lots", ConfigCompositionException),
+        ("dataset=7d", ConfigCompositionException),
+    ],
+    ids=["unknown-key", "wrong-type", "wrong-type-cache", "unknown-option"],
+)
 def test_bad_overrides_fail_at_composition(override, exc):
     with pytest.raises(exc) as err:
         compose_config(override)
@@ -55,8 +60,9 @@ def test_data_app_rejects_unknown_action():
     assert "action" in str(err.value) or "action" in str(err.value.__cause__)
 
 
-@pytest.mark.parametrize("override", ["dataset.val_fraction=1.5", "dataset.days=0", "dataset.verify=deep",
-                                      "dataset.start_date=yesterday"])
+@pytest.mark.parametrize(
+    "override", ["dataset.val_fraction=1.5", "dataset.days=0", "dataset.verify=deep", "dataset.start_date=yesterday"]
+)
 def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
     cfg = compose_config(override, f"dataset.root={tmp_path}")
     with pytest.raises(DataError) as err:
@@ -64,22 +70,34 @@ def test_impossible_dataset_values_refused_naming_the_key(override, tmp_path):
     assert override.split("=")[0] in str(err.value)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("cache.policy.hot_fraction=1.5", "cache.policy.hot_fraction"),
-    ("cache.policy.hot_fraction=-0.1", "cache.policy.hot_fraction"),
-    ("cache.opt_step_guard=never", "cache.opt_step_guard"), ("tbptt.accum_steps=0", "tbptt.accum_steps"),
-    ("tbptt.chunk=0", "tbptt.chunk"), ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
-    ("optimizer.lr=0", "optimizer.lr"), ("loader.workers=-1", "loader.workers"),
-    ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum"), ("trainer.grad_clip=-1", "trainer.grad_clip"),
-    ("cache.high_watermark_pct=150", "cache.high_watermark_pct"), ("trainer.epochs=0", "trainer.epochs"),
-    ("tracking=aim_remote tracking.uri=http://x", "tracking.uri"),
-], ids=lambda v: v if "=" in v else None)
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("cache.policy.hot_fraction=1.5", "cache.policy.hot_fraction"),
+        ("cache.policy.hot_fraction=-0.1", "cache.policy.hot_fraction"),
+        ("cache.opt_step_guard=never", "cache.opt_step_guard"),
+        ("tbptt.accum_steps=0", "tbptt.accum_steps"),
+        ("tbptt.chunk=0", "tbptt.chunk"),
+        ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
+        ("optimizer.lr=0", "optimizer.lr"),
+        ("loader.workers=-1", "loader.workers"),
+        ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum"),
+        ("trainer.grad_clip=-1", "trainer.grad_clip"),
+        ("cache.high_watermark_pct=150", "cache.high_watermark_pct"),
+        ("trainer.epochs=0", "trainer.epochs"),
+        ("tracking=aim_remote tracking.uri=http://x", "tracking.uri"),
+    ],
+    ids=lambda v: v if "=" in v else None,
+)
 def test_impossible_values_are_refused_before_any_work(override, key, tmp_path):
     from tcgexp.errors import ConfigError
     from tcgexp.train import train
 
-    cfg = compose_config(*override.split(), f"dataset.root={tmp_path / 'data'}", "tracking=off"
-                         if "tracking" not in override else "seed=0")
+    cfg = compose_config(
+        *override.split(),
+        f"dataset.root={tmp_path / 'data'}",
+        "tracking=off" if "tracking" not in override else "seed=0",
+    )
     with pytest.raises(ConfigError) as err:
         train(cfg, run_dir=tmp_path / "run")
     line = str(err.value)  # the key, the value given and the range it must be in, in one line
@@ -87,9 +105,14 @@ def test_impossible_values_are_refused_before_any_work(override, key, tmp_path):
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists(), "refused before any work"
 
 
-@pytest.mark.parametrize("choice, cls", [("aim", "tcgexp.track.aim_run.AimTracker"),
-                                         ("aim_remote", "tcgexp.track.remote.RemoteAimTracker"),
-                                         ("off", "tcgexp.track.NullTracker")])
+@pytest.mark.parametrize(
+    "choice, cls",
+    [
+        ("aim", "tcgexp.track.aim_run.AimTracker"),
+        ("aim_remote", "tcgexp.track.remote.RemoteAimTracker"),
+        ("off", "tcgexp.track.NullTracker"),
+    ],
+)
 def test_each_tracking_choice_is_a_partial_of_its_tracker(choice, cls):
     from tcgexp.config import build
 

@@ -1,5 +1,6 @@
 """What a Hydra user expects of the entry points: console scripts, --help, shell completion, the
 value a sweeper optimises, the job log; and that an installed (not editable) tcgexp finds its configs."""
+
 from __future__ import annotations
 
 import json
@@ -17,19 +18,36 @@ from tcgexp.config import CONF_DIR, group_options
 from tcgexp.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["dataset.rows_per_day=600", "dataset.row_group_rows=128", "tbptt.batch_size=64", "tbptt.chunk=8",
-        "model.hidden=16", "trainer.epochs=1", "tracking=off"]
-SCRIPTS = {"tcgexp-train": "tcgexp.train.__main__", "tcgexp-data": "tcgexp.data.__main__",
-           "tcgexp-replay": "tcgexp.bench.trace", "tcgexp-bench": "tcgexp.bench.__main__",
-           "tcgexp-launch": "tcgexp.train.launcher"}
+TINY = [
+    "dataset.rows_per_day=600",
+    "dataset.row_group_rows=128",
+    "tbptt.batch_size=64",
+    "tbptt.chunk=8",
+    "model.hidden=16",
+    "trainer.epochs=1",
+    "tracking=off",
+]
+SCRIPTS = {
+    "tcgexp-train": "tcgexp.train.__main__",
+    "tcgexp-data": "tcgexp.data.__main__",
+    "tcgexp-replay": "tcgexp.bench.trace",
+    "tcgexp-bench": "tcgexp.bench.__main__",
+    "tcgexp-launch": "tcgexp.train.launcher",
+}
 
 
 def as_script(name: str, *args: str, env: dict | None = None, cwd=ROOT) -> subprocess.CompletedProcess:
     """Run an app as its console script does (sys.argv[0] is the script's name), on this checkout."""
     module = SCRIPTS[name]
     code = f"import sys; sys.argv[0] = {name!r}; from {module} import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_console_scripts_are_declared_for_every_app():
@@ -44,15 +62,27 @@ def test_conf_dir_is_the_checkouts_top_level_conf():
     assert CONF_DIR == ROOT / "conf" and (CONF_DIR / "config.yaml").is_file()
 
 
-@pytest.mark.parametrize("module, lines", [
-    ("tcgexp.train", ["cache: fifo, hot60, lru, off, plan  (default: hot60)", "dataset: 1d, 5d, demo",
-                      "tracking: aim, aim_remote, off", "+experiment: cache_ablation", "tcgexp-train --multirun"]),
-    ("tcgexp.data", ["dataset: 1d, 5d, demo  (default: demo)", "tcgexp-data dataset=5d"]),
-    ("tcgexp.bench.trace", ["dataset: 1d, 5d, demo", "tbptt: default", "tcgexp-replay dataset=5d"]),
-])
+@pytest.mark.parametrize(
+    "module, lines",
+    [
+        (
+            "tcgexp.train",
+            [
+                "cache: fifo, hot60, lru, off, plan  (default: hot60)",
+                "dataset: 1d, 5d, demo",
+                "tracking: aim, aim_remote, off",
+                "+experiment: cache_ablation",
+                "tcgexp-train --multirun",
+            ],
+        ),
+        ("tcgexp.data", ["dataset: 1d, 5d, demo  (default: demo)", "tcgexp-data dataset=5d"]),
+        ("tcgexp.bench.trace", ["dataset: 1d, 5d, demo", "tbptt: default", "tcgexp-replay dataset=5d"]),
+    ],
+)
 def test_help_lists_the_groups_and_their_options_without_schemas(module, lines):
-    res = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     for line in lines:
         assert line in res.stdout, line
@@ -100,9 +130,21 @@ def test_optimized_metric_picks_from_the_final_validation_metrics():
 
 
 def test_an_unknown_optimized_metric_is_refused_before_any_work(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", "optimized_metric=val/acuracy",
-                          f"dataset.root={tmp_path / 'data'}", "tracking=off", f"hydra.run.dir={tmp_path / 'run'}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "optimized_metric=val/acuracy",
+            f"dataset.root={tmp_path / 'data'}",
+            "tracking=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0 and res.stderr.strip().splitlines()[-1].startswith("error: optimized_metric=")
     assert not (tmp_path / "data").exists()
 
@@ -110,11 +152,24 @@ def test_an_unknown_optimized_metric_is_refused_before_any_work(tmp_path):
 def test_a_sweep_gets_the_optimized_metric_back_from_every_job(tmp_path):
     """The basic sweeper's job returns carry optimized_metric's value (what Optuna & co. would optimise)."""
     record, sweep = tmp_path / "returns.jsonl", tmp_path / "sweep"
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", "--multirun", f"dataset.root={tmp_path / 'data'}",
-                          *TINY, "optimized_metric=val/loss,val/accuracy", f"hydra.sweep.dir={sweep}",
-                          "+hydra.callbacks.record._target_=tests.hydra_record.RecordReturns",
-                          f"+hydra.callbacks.record.path={record}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "--multirun",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY,
+            "optimized_metric=val/loss,val/accuracy",
+            f"hydra.sweep.dir={sweep}",
+            "+hydra.callbacks.record._target_=tests.hydra_record.RecordReturns",
+            f"+hydra.callbacks.record.path={record}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     jobs = sorted((json.loads(line) for line in record.read_text().splitlines()), key=lambda j: j["num"])
     assert [j["metric"] for j in jobs] == ["val/loss", "val/accuracy"]
@@ -128,8 +183,9 @@ def copy_source(dst: Path) -> Path:
     top = {".git", "data", "outputs", "multirun", "build", "docs", ".aim", ".pytest_cache"}
 
     def ignore(folder: str, names: list[str]) -> set[str]:  # top-level data/ only: tcgexp/data/ is code
-        return {n for n in names if (Path(folder) == ROOT and n in top) or n == "__pycache__"
-                or n.endswith(".egg-info")}
+        return {
+            n for n in names if (Path(folder) == ROOT and n in top) or n == "__pycache__" or n.endswith(".egg-info")
+        }
 
     shutil.copytree(ROOT, dst, ignore=ignore)
     return dst
@@ -144,8 +200,12 @@ def test_a_non_editable_install_runs_every_app_from_an_empty_directory(tmp_path)
     # this interpreter's pip and setuptools build it (a venv's bundled setuptools may predate bdist_wheel)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py, bin_ = venv / "bin" / "python", venv / "bin"
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)],
-                         capture_output=True, text=True, timeout=300)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert pip.returncode == 0, pip.stderr
     shutil.rmtree(src)  # nothing may come from the source tree any more
     work = tmp_path / "empty"
@@ -159,12 +219,18 @@ def test_a_non_editable_install_runs_every_app_from_an_empty_directory(tmp_path)
         return res
 
     modules = [SCRIPTS[n] for n in SCRIPTS] + ["tcgexp.config"]
-    where = sh(str(py), "-c", f"import importlib, tcgexp.config as c; print(c.CONF_DIR); "
-               f"[print(importlib.import_module(m).__file__) for m in {modules!r}]")
+    where = sh(
+        str(py),
+        "-c",
+        f"import importlib, tcgexp.config as c; print(c.CONF_DIR); "
+        f"[print(importlib.import_module(m).__file__) for m in {modules!r}]",
+    )
     assert all(f.startswith(str(venv)) for f in where.stdout.split()), where.stdout  # not an editable copy
 
-    assert "[data] 2026-07-27: built" in sh(str(bin_ / "tcgexp-data"), "dataset.rows_per_day=600",
-                                           "dataset.row_group_rows=128").stdout
+    assert (
+        "[data] 2026-07-27: built"
+        in sh(str(bin_ / "tcgexp-data"), "dataset.rows_per_day=600", "dataset.row_group_rows=128").stdout
+    )
     run = sh(str(bin_ / "tcgexp-train"), *TINY, "hydra.run.dir=run")
     assert "[train] val loss" in run.stdout
     assert json.loads((work / "run" / "result.json").read_text())["final"]["loss"] > 0
@@ -173,17 +239,31 @@ def test_a_non_editable_install_runs_every_app_from_an_empty_directory(tmp_path)
     assert all((work / "sweep" / str(i) / "result.json").exists() for i in range(2))
     assert (work / "sweep" / "summary.md").exists()
     trial = [o for o in TINY if not o.startswith(("model.hidden", "trainer.epochs"))]  # the sweeper sets epochs
-    sh(str(bin_ / "tcgexp-train"), "--multirun", "hydra/sweeper=halving", *trial, "hydra.sweeper.n_trials=2",
-       "hydra.sweeper.max_epochs=1", "model.hidden=choice(8,16)", "hydra.sweep.dir=halving")
+    sh(
+        str(bin_ / "tcgexp-train"),
+        "--multirun",
+        "hydra/sweeper=halving",
+        *trial,
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.max_epochs=1",
+        "model.hidden=choice(8,16)",
+        "hydra.sweep.dir=halving",
+    )
     assert yaml.safe_load((work / "halving" / "optimization_results.yaml").read_text())["name"] == "halving"
 
     assert "cache: fifo, hot60, lru, off, plan" in sh(str(bin_ / "tcgexp-train"), "--help").stdout
-    assert "## Trace replay" in sh(str(bin_ / "tcgexp-replay"), "dataset.rows_per_day=600",
-                                   "dataset.row_group_rows=128", "capacities=[1,2]").stdout
+    assert (
+        "## Trace replay"
+        in sh(
+            str(bin_ / "tcgexp-replay"), "dataset.rows_per_day=600", "dataset.row_group_rows=128", "capacities=[1,2]"
+        ).stdout
+    )
     assert sh(str(bin_ / "tcgexp-bench"), "--help").stdout.startswith("usage: tcgexp-bench")
     if shutil.which("bash"):  # the real thing: bash's completion function asks the installed script
         script = sh(str(bin_ / "tcgexp-train"), "-sc", "install=bash").stdout
-        complete = ('COMP_LINE="tcgexp-train cache="; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(tcgexp-train cache=); '
-                    'COMP_CWORD=1; hydra_bash_completion; printf "%s\\n" "${COMPREPLY[@]}"')
+        complete = (
+            'COMP_LINE="tcgexp-train cache="; COMP_POINT=${#COMP_LINE}; COMP_WORDS=(tcgexp-train cache=); '
+            'COMP_CWORD=1; hydra_bash_completion; printf "%s\\n" "${COMPREPLY[@]}"'
+        )
         reply = sh("bash", "-c", f"{script}\n{complete}").stdout.split()
         assert {f"cache={o}" for o in ("fifo", "hot60", "lru", "off", "plan")} <= set(reply), reply

@@ -8,6 +8,7 @@ a traceback instead of the job's own ending (a Ctrl-C'd grid sweep ended with ex
 one instance of every class that defines its own ``__init__``; a class the package adds without a
 sample fails ``test_every_exception_with_its_own_init_has_a_sample``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,21 +19,23 @@ import pkgutil
 import pytest
 
 import tcgexp
-from tcgexp.extras import NEEDS
 from tcgexp.data.errors import DataError, StoreInterrupted
 from tcgexp.data.storeproc import Interrupted
+from tcgexp.extras import NEEDS
 from tcgexp.train.signals import ForcedStop, Preempted, RunInterrupted, WaitAbandoned
 
 SAMPLES = {
-    DataError: DataError("no such column", path="/data/day=2026-07-27/part-0.parquet", row_group=3, lane=(17, 1),
-                         fix="rebuild the day"),
+    DataError: DataError(
+        "no such column", path="/data/day=2026-07-27/part-0.parquet", row_group=3, lane=(17, 1), fix="rebuild the day"
+    ),
     StoreInterrupted: StoreInterrupted("SIGINT", "[data] interrupted by SIGINT while reading s3://bucket/day"),
     Interrupted: Interrupted("SIGTERM"),
     Preempted: Preempted("SIGTERM"),
     ForcedStop: ForcedStop("SIGINT"),
     WaitAbandoned: WaitAbandoned("SIGINT", "row group 4 of day 2026-07-27"),
-    RunInterrupted: RunInterrupted(130, "[train] interrupted by SIGINT after optimizer step 1",
-                                   {"status": "interrupted", "signal": "SIGINT"}),
+    RunInterrupted: RunInterrupted(
+        130, "[train] interrupted by SIGINT after optimizer step 1", {"status": "interrupted", "signal": "SIGINT"}
+    ),
 }
 
 
@@ -47,8 +50,14 @@ def own_init_exceptions() -> list[type]:
             if mod.name in NEEDS:
                 continue  # its extra is not installed here (tests/test_extras.py holds the table to the walk)
             raise
-        found += [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, BaseException)
-                  and c.__module__ == mod.name and "__init__" in c.__dict__]
+        found += [
+            c
+            for c in vars(module).values()
+            if inspect.isclass(c)
+            and issubclass(c, BaseException)
+            and c.__module__ == mod.name
+            and "__init__" in c.__dict__
+        ]
     return found
 
 

@@ -2,6 +2,7 @@
 a tracker), taken from the page's code blocks into a folder outside the repository, composes, refuses bad
 values by name, trains, resumes bit-exactly, and trains from the page's command line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,13 +30,13 @@ SMALL = [o for o in TINY_TRAIN if not o.startswith("tracking=")]
 
 def page_files() -> dict[str, str]:
     """{path under the user's folder: text} of every code block whose first line names its file."""
-    blocks = re.findall(r"```(?:python|yaml)\n# (my_options/\S+)[^\n]*\n(.*?)```", PAGE.read_text(), re.S)
+    blocks = re.findall(r"```(?:python|yaml)\n# (my_options/\S+)[^\n]*\n(.*?)```", PAGE.read_text(), re.DOTALL)
     return {path: text for path, text in blocks}
 
 
 def page_command() -> list[str]:
     """The page's command line's arguments after `tcgexp-train`."""
-    line = re.search(r"```bash\nPYTHONPATH=<folder> tcgexp-train (.*?)\n```", PAGE.read_text(), re.S).group(1)
+    line = re.search(r"```bash\nPYTHONPATH=<folder> tcgexp-train (.*?)\n```", PAGE.read_text(), re.DOTALL).group(1)
     return shlex.split(line)
 
 
@@ -58,23 +59,42 @@ def folder(tmp_path_factory):
 
 
 def cfg_of(data: Path, *more: str):
-    return compose("hydra.searchpath=[pkg://my_options]", *CHOICES, f"dataset.root={data}", *SMALL,
-                   f"tracking.path={data.parent / 'metrics.jsonl'}", *more)
+    return compose(
+        "hydra.searchpath=[pkg://my_options]",
+        *CHOICES,
+        f"dataset.root={data}",
+        *SMALL,
+        f"tracking.path={data.parent / 'metrics.jsonl'}",
+        *more,
+    )
 
 
 def test_the_page_has_a_package_with_each_kind_of_option():
     files = page_files()
-    assert {"my_options/__init__.py", "my_options/mru.py", "my_options/deep.py", "my_options/step.py",
-            "my_options/jsonl.py", "my_options/cache/mru.yaml", "my_options/model/deep.yaml",
-            "my_options/scheduler/step.yaml", "my_options/tracking/jsonl.yaml"} <= set(files)
+    assert {
+        "my_options/__init__.py",
+        "my_options/mru.py",
+        "my_options/deep.py",
+        "my_options/step.py",
+        "my_options/jsonl.py",
+        "my_options/cache/mru.yaml",
+        "my_options/model/deep.yaml",
+        "my_options/scheduler/step.yaml",
+        "my_options/tracking/jsonl.yaml",
+    } <= set(files)
 
 
 def test_the_pages_code_imports_tcgexp_only_through_its_api():
     for path, text in page_files().items():
         if path.endswith(".py"):
             for node in ast.walk(ast.parse(text)):
-                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
-                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
                 assert all(n == "tcgexp.api" or not n.startswith("tcgexp") for n in names), (path, names)
 
 
@@ -86,8 +106,9 @@ def test_each_option_composes_typed_by_its_own_schema(folder, tmp_path):
     assert (cfg.cache.policy.spare, cfg.model.depth, cfg.scheduler.gamma, cfg.tracking.every) == (0, 2, 0.5, 1)
 
 
-@pytest.mark.parametrize("override", ["cache.policy.spare=-1", "model.depth=0", "scheduler.gamma=2",
-                                      "tracking.every=0"])
+@pytest.mark.parametrize(
+    "override", ["cache.policy.spare=-1", "model.depth=0", "scheduler.gamma=2", "tracking.every=0"]
+)
 def test_each_refuses_an_impossible_value_by_name(folder, tmp_path, override):
     with pytest.raises(ConfigError, match=re.escape(override.split("=")[0] + "=")) as err:
         train(cfg_of(tmp_path / "data", override), run_dir=tmp_path / "run")
@@ -99,8 +120,10 @@ def weights(result) -> dict[str, bytes]:
 
 
 def test_they_train_together_and_resume_bit_exactly(folder, tmp_path):
-    data, more = tmp_path / "data", ["cache.policy.spare=1", "cache.capacity=2", "model.depth=1",
-                                     "scheduler.gamma=0.3", "trainer.track_every=1"]
+    data, more = (
+        tmp_path / "data",
+        ["cache.policy.spare=1", "cache.capacity=2", "model.depth=1", "scheduler.gamma=0.3", "trainer.track_every=1"],
+    )
     whole = train(cfg_of(data, *more), run_dir=tmp_path / "whole")
     assert whole["status"] == "completed" and whole["cache"]["train"]["evictions"] > 0  # the policy chose victims
     assert len(whole["model"].trunk.layers) == 4  # Linear, ReLU and one more layer pair: depth 1
@@ -118,16 +141,28 @@ def test_the_pages_command_line_trains(folder, tmp_path):
     small = [f"dataset.root={tmp_path / 'data'}", *SMALL, "trainer.epochs=1", f"tracking.path={tmp_path / 'm.jsonl'}"]
 
     def cli(*more):
-        return subprocess.run([sys.executable, "-m", "tcgexp.train", *page_command(), *small, *more], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "tcgexp.train", *page_command(), *small, *more],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     bad = cli("scheduler.gamma=2", f"hydra.run.dir={tmp_path / 'bad'}")
-    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == \
-        "error: scheduler.gamma=2.0 is impossible: it must be in (0, 1]"
+    assert (
+        bad.returncode != 0
+        and bad.stderr.strip().splitlines()[-1] == "error: scheduler.gamma=2.0 is impossible: it must be in (0, 1]"
+    )
     res = cli(f"hydra.run.dir={tmp_path / 'run'}")
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "completed"
     ran = OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml")
-    assert (ran.scheduler._target_, ran.scheduler.gamma, ran.cache.policy.spare) == ("my_options.step.StepDecay", 0.3, 1)
+    assert (ran.scheduler._target_, ran.scheduler.gamma, ran.cache.policy.spare) == (
+        "my_options.step.StepDecay",
+        0.3,
+        1,
+    )
     shown = cli("--help").stdout
     assert "cache: fifo, hot60, lru, mru, off, plan" in shown and "tracking: aim, aim_remote, jsonl, off" in shown

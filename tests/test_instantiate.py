@@ -1,5 +1,6 @@
 """One way of building objects: every option of every group instantiates into the class its _target_ names
 (options from outside conf/: tests/test_plugins.py; the layers' imports: tests/test_layers.py)."""
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,11 @@ def test_every_option_of_the_built_groups_names_a_target():
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, tmp_path):
     """Each partial completed with what the trainer supplies; the object is of the class _target_ names."""
-    cfg = compose_config(f"{group}={option}", f"dataset.root={corpus.root}", *(
-        ["tracking.repo=" + str(tmp_path / "aim")] if option == "aim" else []))
+    cfg = compose_config(
+        f"{group}={option}",
+        f"dataset.root={corpus.root}",
+        *(["tracking.repo=" + str(tmp_path / "aim")] if option == "aim" else []),
+    )
     node = cfg[group]
     made = build(node)
     if isinstance(made, functools.partial):
@@ -43,16 +47,20 @@ def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, t
         schedule = build(cfg.scheduler)(run_steps=10)
         runtime = {
             "cache": lambda: made(corpus.files, TRAIN_COLUMNS, spill_dir=tmp_path / "spill", name="train"),
-            "loader": lambda: made(build(cfg.cache)(corpus.files, TRAIN_COLUMNS, spill_dir=tmp_path / "s"),
-                                   TRAIN_COLUMNS),
+            "loader": lambda: made(
+                build(cfg.cache)(corpus.files, TRAIN_COLUMNS, spill_dir=tmp_path / "s"), TRAIN_COLUMNS
+            ),
             "tbptt": lambda: made(index),
             "scheduler": lambda: made(run_steps=10),
             "model": lambda: made(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM),
             "optimizer": lambda: made(schedule),
             "tracking": lambda: _tracker(made, cfg, tmp_path),
             "checkpoint": lambda: made(folder=tmp_path / "checkpoints"),
-            "trainer": lambda: made(checkpoints=build(cfg.checkpoint)(folder=tmp_path / "checkpoints"),
-                                   tracker=NullTracker(), run=_run(cfg, tmp_path)),
+            "trainer": lambda: made(
+                checkpoints=build(cfg.checkpoint)(folder=tmp_path / "checkpoints"),
+                tracker=NullTracker(),
+                run=_run(cfg, tmp_path),
+            ),
         }[group]
         made = runtime()
     try:
@@ -78,7 +86,6 @@ def _tracker(made, cfg, tmp_path):
     from tcgexp.track import job_context
 
     try:  # the tracker signature of the tracking group (hparams, context, resume_hash)
-        return made(hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(tmp_path),
-                    resume_hash=None)
+        return made(hparams=OmegaConf.to_container(cfg, resolve=True), context=job_context(tmp_path), resume_hash=None)
     except TypeError:
         return made(cfg, context=job_context(tmp_path), resume_hash=None)

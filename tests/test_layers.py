@@ -14,6 +14,7 @@ The layers, bottom up (``docs/design.md`` draws them):
   generated references (``tcgexp/reference``: they compose every option); then
   ``tcgexp/api.py``, the plug-in surface, which nothing of tcgexp imports.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,11 +23,43 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = {"errors", "console", "schema", "config", "launch", "ownership", "plugins", "progress", "overrides", "memlimit", "extras"}
-RANK = {"base": 0, "sim": 1, "kernels": 1, "data": 2, "plan": 3, "cache": 3, "track": 3, "train": 4, "sweep": 5,
-        "hydra_plugins": 5, "entry": 6, "bench": 7, "reference": 7, "api": 8}
-APART = {("plan", "cache"), ("cache", "plan"), ("plan", "track"), ("track", "plan"), ("cache", "track"),
-         ("track", "cache")}  # one layer, three parts that never import each other
+BASE = {
+    "errors",
+    "console",
+    "schema",
+    "config",
+    "launch",
+    "ownership",
+    "plugins",
+    "progress",
+    "overrides",
+    "memlimit",
+    "extras",
+}
+RANK = {
+    "base": 0,
+    "sim": 1,
+    "kernels": 1,
+    "data": 2,
+    "plan": 3,
+    "cache": 3,
+    "track": 3,
+    "train": 4,
+    "sweep": 5,
+    "hydra_plugins": 5,
+    "entry": 6,
+    "bench": 7,
+    "reference": 7,
+    "api": 8,
+}
+APART = {
+    ("plan", "cache"),
+    ("cache", "plan"),
+    ("plan", "track"),
+    ("track", "plan"),
+    ("cache", "track"),
+    ("track", "cache"),
+}  # one layer, three parts that never import each other
 
 
 def modules() -> dict[str, Path]:
@@ -50,8 +83,9 @@ def imports_of(name: str, path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            base = (package[:len(package) - node.level + 1] if node.level else []) + \
-                (node.module.split(".") if node.module else [])
+            base = (package[: len(package) - node.level + 1] if node.level else []) + (
+                node.module.split(".") if node.module else []
+            )
             for alias in node.names:  # `from pkg import module` names the module, else the package's own file
                 for candidate in (".".join([*base, alias.name]), ".".join(base)):
                     if candidate in MODULES:
@@ -95,8 +129,13 @@ def test_the_graph_is_read_whole():
     assert "tcgexp.sweep.sweeper" in GRAPH["hydra_plugins.tcgexp_sweepers.halving"], "an import inside a method"
     assert "hydra_plugins.tcgexp_sweepers.halving" in GRAPH["tcgexp.app"]
     assert "tcgexp.train.rundir" in GRAPH["tcgexp.train.__main__"]
-    unplaced = sorted(n for n in GRAPH if layer(n) == "unplaced" and not n.endswith("__init__")
-                      and n not in ("tcgexp", "hydra_plugins", "hydra_plugins.tcgexp_sweepers"))
+    unplaced = sorted(
+        n
+        for n in GRAPH
+        if layer(n) == "unplaced"
+        and not n.endswith("__init__")
+        and n not in ("tcgexp", "hydra_plugins", "hydra_plugins.tcgexp_sweepers")
+    )
     assert not unplaced, f"modules on no layer (add them to BASE or a package): {unplaced}"
 
 
@@ -162,14 +201,20 @@ def test_no_module_imports_one_above_it():
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("low, high", [("tcgexp.errors", "tcgexp.app"), ("tcgexp.train.run", "tcgexp.sweep.sweeper"),
-                                       ("tcgexp.plan.planner", "tcgexp.cache.policy")],
-                         ids=["base->entry", "train->sweep", "plan->cache"])
+@pytest.mark.parametrize(
+    "low, high",
+    [
+        ("tcgexp.errors", "tcgexp.app"),
+        ("tcgexp.train.run", "tcgexp.sweep.sweeper"),
+        ("tcgexp.plan.planner", "tcgexp.cache.policy"),
+    ],
+    ids=["base->entry", "train->sweep", "plan->cache"],
+)
 def test_the_layer_check_refuses_a_planted_upward_import(low, high):
     assert upward({low: {high: 1}}), f"{low} importing {high} must be refused"
 
 
-PROBE = '''
+PROBE = """
 import os, runpy, sys, traceback
 root, out = sys.argv[1], sys.argv[2]
 
@@ -183,7 +228,7 @@ def probe(frame, event, arg):  # the call stack at the first optimizer update, t
 sys.setprofile(probe)
 sys.argv = ["tcgexp.train", *sys.argv[3:]]
 runpy.run_module("tcgexp.train", run_name="__main__", alter_sys=True)
-'''
+"""
 
 
 def test_a_readers_path_to_the_first_update(tmp_path):
@@ -197,9 +242,25 @@ def test_a_readers_path_to_the_first_update(tmp_path):
     from tests.conftest import TINY
 
     out = tmp_path / "stack.txt"
-    res = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), str(out), f"dataset.root={tmp_path / 'data'}", *TINY,
-                          "tracking=off", "trainer.epochs=1", "trainer.kernels=pure", f"hydra.run.dir={tmp_path / 'run'}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            str(ROOT),
+            str(out),
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY,
+            "tracking=off",
+            "trainer.epochs=1",
+            "trainer.kernels=pure",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.exists(), res.stderr[-3000:]
     frames = out.read_text().splitlines()
     files = list(dict.fromkeys(f.split(":")[0] for f in frames))

@@ -1,5 +1,6 @@
 """Every entry point speaks in one line: a user's error is ``error: ...`` naming the key or file, no traceback;
 ``HYDRA_FULL_ERROR=1`` or ``--verbose`` shows the traceback. Real processes, real Hydra."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,14 @@ SMALL = ["dataset.rows_per_day=600", "dataset.row_group_rows=128", "tracking=off
 
 
 def run(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def assert_one_line(res: subprocess.CompletedProcess, *names: str) -> str:
@@ -41,24 +48,38 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("override, names", [
-    ("cache.capacty=3", ["cache.capacty"]),  # unknown key
-    ("cache.capacity=abc", ["cache.capacity", "abc"]),  # wrong type
-    ("cache=nosuch", ["cache/nosuch"]),  # missing config
-    ("cache=base_flat", ["cache/base_flat", "hot60"]),  # a schema is no option: refused, the options listed
-    ("cache.policy._target_=nowhere.Policy", ["nowhere.Policy", "cache.policy"]),  # instantiation error
-    ("optimizer.lr=-1", ["optimizer.lr"]),  # ConfigError
-    ("optimized_metric=val/acuracy", ["optimized_metric"]),  # ConfigError from the entry point itself
-])
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        ("cache.capacty=3", ["cache.capacty"]),  # unknown key
+        ("cache.capacity=abc", ["cache.capacity", "abc"]),  # wrong type
+        ("cache=nosuch", ["cache/nosuch"]),  # missing config
+        ("cache=base_flat", ["cache/base_flat", "hot60"]),  # a schema is no option: refused, the options listed
+        ("cache.policy._target_=nowhere.Policy", ["nowhere.Policy", "cache.policy"]),  # instantiation error
+        ("optimizer.lr=-1", ["optimizer.lr"]),  # ConfigError
+        ("optimized_metric=val/acuracy", ["optimized_metric"]),  # ConfigError from the entry point itself
+    ],
+)
 def test_train_config_errors_are_one_line_naming_the_key(tmp_path, corpus, override, names):
-    assert_one_line(run("tcgexp.train", f"dataset.root={corpus}", *SMALL, f"hydra.run.dir={tmp_path / 'r'}",
-                        override), *names)
+    assert_one_line(
+        run("tcgexp.train", f"dataset.root={corpus}", *SMALL, f"hydra.run.dir={tmp_path / 'r'}", override), *names
+    )
 
 
 def test_train_data_error_names_the_file(tmp_path, corpus):
     # a row budget below the largest decision: DataError naming the Parquet file and the knob
-    last = assert_one_line(run("tcgexp.train", f"dataset.root={corpus}", *SMALL, "cache=plan", "tbptt.batch_size=2",
-                               f"hydra.run.dir={tmp_path / 'r'}"), ".parquet", "tbptt.batch_size")
+    last = assert_one_line(
+        run(
+            "tcgexp.train",
+            f"dataset.root={corpus}",
+            *SMALL,
+            "cache=plan",
+            "tbptt.batch_size=2",
+            f"hydra.run.dir={tmp_path / 'r'}",
+        ),
+        ".parquet",
+        "tbptt.batch_size",
+    )
     assert "Error executing job" not in last
 
 
@@ -67,18 +88,29 @@ def test_data_replay_bench_and_screenshot_speak_in_one_line(tmp_path, corpus):
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     assert_one_line(run("tcgexp.data", f"dataset.root={a_file}"), str(a_file))
-    assert_one_line(run("tcgexp.bench.trace", f"dataset.root={corpus}", *SMALL[:2], "policies=[nosuch]"),
-                    "cache/nosuch")
+    assert_one_line(
+        run("tcgexp.bench.trace", f"dataset.root={corpus}", *SMALL[:2], "policies=[nosuch]"), "cache/nosuch"
+    )
     assert_one_line(run("tcgexp.bench.trace", "tbptt.chunk=abc"), "tbptt.chunk")
     assert_one_line(run("tcgexp.bench", "loader", "--dataset", "nosuch"), "dataset/nosuch")
-    assert_one_line(run("tcgexp.track.screenshot", "--repo", str(tmp_path), "--out", str(tmp_path / "shots")),
-                    "--repo", str(tmp_path))
+    assert_one_line(
+        run("tcgexp.track.screenshot", "--repo", str(tmp_path), "--out", str(tmp_path / "shots")),
+        "--repo",
+        str(tmp_path),
+    )
 
 
 def test_a_failed_sweep_job_is_one_line_in_its_log_and_the_sweep_exits_non_zero(tmp_path, corpus):
     sweep = tmp_path / "sweep"
-    res = run("tcgexp.train", "--multirun", f"dataset.root={corpus}", *SMALL, "cache=plan", "tbptt.batch_size=64,2",
-              f"hydra.sweep.dir={sweep}")
+    res = run(
+        "tcgexp.train",
+        "--multirun",
+        f"dataset.root={corpus}",
+        *SMALL,
+        "cache=plan",
+        "tbptt.batch_size=64,2",
+        f"hydra.sweep.dir={sweep}",
+    )
     last = assert_one_line(res, "tbptt.batch_size", str(sweep / "summary.md"))
     assert last.startswith("error: a sweep job failed")
     assert res.stderr.strip().splitlines()[-1] == f"[sweep] rebuild this report any time: tcgexp-report {sweep}"

@@ -8,6 +8,7 @@ by its own schema, is refused by name on a bad value (its CHECKS), trains, and r
 the resume without a list naming them). The docs' Extending page runs its own package the same way
 (tests/test_extending.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -191,28 +192,50 @@ SMALL = [o for o in TINY_TRAIN if not o.startswith("tracking=")]
 
 
 def plugin_cfg(home: Path, data: Path, *more: str):
-    return compose(searchpath(home), *CHOICES, f"dataset.root={data}", *SMALL,
-                          f"tracking.path={data.parent / 'metrics.jsonl'}", *more)
+    return compose(
+        searchpath(home),
+        *CHOICES,
+        f"dataset.root={data}",
+        *SMALL,
+        f"tracking.path={data.parent / 'metrics.jsonl'}",
+        *more,
+    )
 
 
 def test_each_option_composes_typed_by_its_own_schema(outside, tmp_path):
     cfg = plugin_cfg(outside, tmp_path)
     types = {g: OmegaConf.get_type(cfg[g]).__name__ for g in ("scheduler", "model", "optimizer", "tracking")}
-    assert types == {"scheduler": "StepConfig", "model": "DeepConfig", "optimizer": "LionConfig",
-                     "tracking": "JsonlConfig"}
+    assert types == {
+        "scheduler": "StepConfig",
+        "model": "DeepConfig",
+        "optimizer": "LionConfig",
+        "tracking": "JsonlConfig",
+    }
     assert OmegaConf.get_type(cfg.cache.policy).__name__ == "MruConfig"
-    assert (cfg.scheduler.gamma, cfg.model.depth, cfg.cache.policy.spare, list(cfg.optimizer.betas)) == \
-        (0.5, 2, 0, [0.9, 0.99])  # the schemas' defaults: the YAMLs repeat none
+    assert (cfg.scheduler.gamma, cfg.model.depth, cfg.cache.policy.spare, list(cfg.optimizer.betas)) == (
+        0.5,
+        2,
+        0,
+        [0.9, 0.99],
+    )  # the schemas' defaults: the YAMLs repeat none
     validate(cfg)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("scheduler.gamma=0", "scheduler.gamma"), ("scheduler.gamma=1.5", "scheduler.gamma"),
-    ("scheduler.drops=0", "scheduler.drops"), ("model.depth=0", "model.depth"), ("model.depth=99", "model.depth"),
-    ("cache.policy.spare=-1", "cache.policy.spare"), ("optimizer.betas=[0.9]", "optimizer.betas"),
-    ("optimizer.betas=[0.9,1.0]", "optimizer.betas"), ("tracking.every=0", "tracking.every"),
-    ("scheduler.gamma=nan", "scheduler.gamma"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("scheduler.gamma=0", "scheduler.gamma"),
+        ("scheduler.gamma=1.5", "scheduler.gamma"),
+        ("scheduler.drops=0", "scheduler.drops"),
+        ("model.depth=0", "model.depth"),
+        ("model.depth=99", "model.depth"),
+        ("cache.policy.spare=-1", "cache.policy.spare"),
+        ("optimizer.betas=[0.9]", "optimizer.betas"),
+        ("optimizer.betas=[0.9,1.0]", "optimizer.betas"),
+        ("tracking.every=0", "tracking.every"),
+        ("scheduler.gamma=nan", "scheduler.gamma"),
+    ],
+)
 def test_a_bad_value_is_refused_by_name(outside, tmp_path, override, key):
     with pytest.raises(ConfigError, match=re.escape(f"{key}=")) as err:
         train(plugin_cfg(outside, tmp_path / "data", override), run_dir=tmp_path / "run")
@@ -233,8 +256,13 @@ def weights(result) -> dict[str, bytes]:
 
 def test_they_train_and_resume_bit_exactly(outside, tmp_path):
     data = tmp_path / "data"
-    more = ["scheduler.gamma=0.3", "model.depth=1", "cache.policy.spare=1", "cache.capacity=2",
-            "trainer.track_every=1"]  # the jsonl tracker sees every step
+    more = [
+        "scheduler.gamma=0.3",
+        "model.depth=1",
+        "cache.policy.spare=1",
+        "cache.capacity=2",
+        "trainer.track_every=1",
+    ]  # the jsonl tracker sees every step
     whole = train(plugin_cfg(outside, data, *more), run_dir=tmp_path / "whole")
     assert whole["status"] == "completed" and whole["cache"]["train"]["evictions"] > 0  # the policy chose victims
     assert len(whole["model"].trunk.layers) == 4  # the model's depth
@@ -251,8 +279,9 @@ def test_they_train_and_resume_bit_exactly(outside, tmp_path):
         with pytest.raises(CheckpointError, match=re.escape(key)):
             train(plugin_cfg(outside, data, *more, change, f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "c")
     # a cache policy's setting changes where bytes come from, never the result: free on resume
-    again = train(plugin_cfg(outside, data, *more, "cache.policy.spare=0", f"resume={tmp_path / 'a'}"),
-                  run_dir=tmp_path / "d")
+    again = train(
+        plugin_cfg(outside, data, *more, "cache.policy.spare=0", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "d"
+    )
     assert weights(again) == weights(whole)
 
 
@@ -260,12 +289,17 @@ def test_options_from_outside_and_their_tests_import_tcgexp_only_through_its_api
     """One documented import path (tcgexp.api) for a plug-in and its tests: this file and the plug-in it writes."""
     import ast
 
-    import tcgexp.api as api
+    from tcgexp import api
 
     for text in (Path(__file__).read_text(), MODULE):
         for node in ast.walk(ast.parse(text)):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             assert all(n == "tcgexp.api" or not n.startswith("tcgexp") for n in names), names
     missing = [name for name in api.__all__ if not hasattr(api, name)]
     assert not missing and len(api.__all__) == len(set(api.__all__)), missing

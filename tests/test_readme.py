@@ -8,6 +8,7 @@ run as written, in a fresh folder: the page promises those commands work as they
 placeholder (``<run dir>``) in a docs page's command is allowed only where the page says, outside
 its commands, what to put there.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = {"tcgexp-train": "tcgexp.train", "tcgexp-data": "tcgexp.data", "tcgexp-replay": "tcgexp.bench.trace",
-        "tcgexp-bench": "tcgexp.bench"}
+APPS = {
+    "tcgexp-train": "tcgexp.train",
+    "tcgexp-data": "tcgexp.data",
+    "tcgexp-replay": "tcgexp.bench.trace",
+    "tcgexp-bench": "tcgexp.bench",
+}
 RUNS = "<!-- test: runs -->"  # the next bash block's commands run in the tests, as written
 # the pages a reader follows, each held to the placeholder rule (RELIABILITY.md, a record of faults tried, is
 # read for its commands only)
@@ -35,18 +40,21 @@ def command_lines(text: str) -> list[tuple[str, bool]]:
     """(line, whether its block runs) for bash blocks' lines, then the inline `python -m tcgexp...` / `tcgexp-...`
     spans of the prose."""
     out = []
-    for marker, block in re.findall(r"(" + re.escape(RUNS) + r"\s*\n)?```bash\n(.*?)```", text, re.S):
+    for marker, block in re.findall(r"(" + re.escape(RUNS) + r"\s*\n)?```bash\n(.*?)```", text, re.DOTALL):
         out += [(ln, bool(marker)) for ln in block.replace("\\\n", " ").splitlines()]
-    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
     return out + [(span, False) for span in INLINE.findall(prose)]
 
 
 def app_words(part: str) -> list[str]:
     """``[module, *args]`` when `part` (one command of a line) runs a tcgexp app, else []."""
     words = shlex.split(part, comments=True)
-    if words[:1] in (["mlx.launch"], ["tcgexp-launch"]):  # <launcher> [its options] <app> ...: the app composes the same
+    if words[:1] in (
+        ["mlx.launch"],
+        ["tcgexp-launch"],
+    ):  # <launcher> [its options] <app> ...: the app composes the same
         apps = [i for i, w in enumerate(words) if w in APPS]
-        words = words[apps[0]:] if apps else []
+        words = words[apps[0] :] if apps else []
     if words[:2] == ["python", "-m"] and words[2:3] and words[2].startswith("tcgexp"):
         return [words[2], *words[3:]]
     if words and words[0] in APPS:
@@ -89,29 +97,39 @@ def is_app(part: str) -> bool:
 
 def placeholders(page: Path) -> list[tuple[str, str]]:
     """(placeholder, the command holding it) of each tcgexp command in `page` that is a pattern."""
-    return [(p, part.strip()) for line, _ in command_lines(page.read_text()) for part in line.split("&&")
-            if is_app(part) for p in PLACEHOLDER.findall(part)]
+    return [
+        (p, part.strip())
+        for line, _ in command_lines(page.read_text())
+        for part in line.split("&&")
+        if is_app(part)
+        for p in PLACEHOLDER.findall(part)
+    ]
 
 
 def unexplained(page: Path) -> list[str]:
     """Each placeholder of a page's commands that the page never mentions outside its commands."""
     text = page.read_text()
-    words = INLINE.sub("", re.sub(r"```.*?```", "", text, flags=re.S))  # the page minus its commands
+    words = INLINE.sub("", re.sub(r"```.*?```", "", text, flags=re.DOTALL))  # the page minus its commands
     return [f"{page.name}: {p} in `{cmd}`" for p, cmd in placeholders(page) if p not in words]
 
 
 def patterns(page: Path) -> list[str]:
     """Commands of a page written as patterns a reader cannot run: an elision (`...`) or alternatives (`a|b`)."""
-    return [part.strip() for line, _ in command_lines(page.read_text()) for part in line.split("&&")
-            if re.search(r"\.\.\.|\S\|\S", part) and is_app(part)]
+    return [
+        part.strip()
+        for line, _ in command_lines(page.read_text())
+        for part in line.split("&&")
+        if re.search(r"\.\.\.|\S\|\S", part) and is_app(part)
+    ]
 
 
 @pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_placeholders_are_explained(page):
     """A `<placeholder>` in a docs command only where the page says what goes there; no `...` or `a|b` patterns."""
     assert not unexplained(page), "say on the page what to put there:\n" + "\n".join(unexplained(page))
-    assert not patterns(page), "write the whole command, or a <placeholder> the page explains:\n" + \
-        "\n".join(patterns(page))
+    assert not patterns(page), "write the whole command, or a <placeholder> the page explains:\n" + "\n".join(
+        patterns(page)
+    )
 
 
 def test_an_unexplained_placeholder_or_a_pattern_is_found(tmp_path):
@@ -119,7 +137,9 @@ def test_an_unexplained_placeholder_or_a_pattern_is_found(tmp_path):
     page.write_text("Resume a run:\n\n```bash\ntcgexp-train resume=<run dir>\ntcgexp-train cache=lru|fifo ...\n```\n")
     assert unexplained(page) == ["page.md: <run dir> in `tcgexp-train resume=<run dir>`"]
     assert patterns(page) == ["tcgexp-train cache=lru|fifo ..."]
-    page.write_text(page.read_text() + "\n`<run dir>` is the folder the run printed, e.g. outputs/2026-07-27/10-00-00.\n")
+    page.write_text(
+        page.read_text() + "\n`<run dir>` is the folder the run printed, e.g. outputs/2026-07-27/10-00-00.\n"
+    )
     assert unexplained(page) == []
 
 
@@ -143,8 +163,9 @@ def first_of_each_sweep(args: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page, command", [(p, c) for p, c, _ in COMMANDS],
-                         ids=[f"{p}: {' '.join(c)[:80]}" for p, c, _ in COMMANDS])
+@pytest.mark.parametrize(
+    "page, command", [(p, c) for p, c, _ in COMMANDS], ids=[f"{p}: {' '.join(c)[:80]}" for p, c, _ in COMMANDS]
+)
 def test_command_composes(page, command, tmp_path):
     module, args = command[0], command[1:]
     if module not in APPS.values():
@@ -160,8 +181,9 @@ def test_command_composes(page, command, tmp_path):
             assert exc.code == 0 and "--help" in args, f"{page}: {' '.join(command)}: exit {exc.code}"
         return
     args = [a for a in first_of_each_sweep(args) if a not in ("--multirun", "-m")]
-    res = subprocess.run([sys.executable, "-m", module, *args, "--cfg", "job"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", module, *args, "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, f"{page}: {' '.join(command)}:\n{res.stderr[-2000:]}"
 
 
@@ -173,8 +195,9 @@ RUN = [(p, c) for p, c, runs in COMMANDS if runs]
 def test_a_cheap_command_runs_as_written(page, command, tmp_path):
     """Run in a fresh folder (its data/, outputs/ and .aim/ land there), exactly as the page writes it."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, "-m", *command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=900)
+    res = subprocess.run(
+        [sys.executable, "-m", *command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert res.returncode == 0, f"{page}: {' '.join(command)}:\n{res.stderr[-3000:]}"
 
 

@@ -4,6 +4,7 @@ every name a real run tracks has one, and ``--help`` points to them and lists op
 The knobs are enumerated by composing every option of every group (not from the schemas the generator
 reads), and the tracked names by training a run with a tracker that records them.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
@@ -33,7 +35,7 @@ def config_page() -> str:
 
 def entries(text: str) -> set[str]:
     """The keys a reference page has a table row for (its first cell)."""
-    return set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+    return set(re.findall(r"^\| `([^`]+)` \|", text, re.MULTILINE))
 
 
 def leaves(node: DictConfig, prefix: str = "") -> list[str]:
@@ -77,7 +79,9 @@ def test_every_knob_a_command_composes_has_an_entry(config_page):
 def test_every_knob_has_a_meaning_type_default_and_range(config_page):
     assert not [m for cls in registry().values() for m in missing_meanings(cls)]
     for line in config_page.splitlines():
-        if re.match(r"^\| `[^`]+` \|", line) and line.count("|") >= 6:  # a knob row: key, type, default, allowed, meaning
+        if (
+            re.match(r"^\| `[^`]+` \|", line) and line.count("|") >= 6
+        ):  # a knob row: key, type, default, allowed, meaning
             cells = [c.strip() for c in line.strip("|").split(" | ")]
             assert all(cells), f"an empty cell: {line}"
     row = next(ln for ln in config_page.splitlines() if ln.startswith("| `cache.capacity` |"))
@@ -85,14 +89,16 @@ def test_every_knob_has_a_meaning_type_default_and_range(config_page):
 
 
 def test_each_option_lists_what_its_yaml_sets(config_page):
-    assert "| `off` | `tcgexp.cache.RowGroupCache` | `policy._target_=tcgexp.cache.policy.OffPolicy`, `capacity=0`, " \
-           "`spill=false` |" in config_page
+    assert (
+        "| `off` | `tcgexp.cache.RowGroupCache` | `policy._target_=tcgexp.cache.policy.OffPolicy`, `capacity=0`, "
+        "`spill=false` |" in config_page
+    )
     assert "| `sgd` | `tcgexp.train.optim.SGD` | `lr=0.05` |" in config_page
     assert "`cache.policy` with `cache=hot60`" in config_page  # an option's own schema, with its knobs
     assert option("cache", "off").capacity == 0 and option("optimizer", "sgd").lr == 0.05
 
 
-PLANTED = '''
+PLANTED = """
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -105,7 +111,7 @@ class Planted:
     above: int = 2
     silent: float = 0.5
     CHECKS: ClassVar[tuple] = ()
-'''
+"""
 
 
 def test_a_knob_without_a_comment_is_named(tmp_path):
@@ -117,8 +123,11 @@ def test_a_knob_without_a_comment_is_named(tmp_path):
     try:
         spec.loader.exec_module(module)
         cls = module.Planted
-        assert (comment(cls, "said"), comment(cls, "above"), comment(cls, "silent")) == \
-            ("what it buys", "a meaning that takes two lines", "")
+        assert (comment(cls, "said"), comment(cls, "above"), comment(cls, "silent")) == (
+            "what it buys",
+            "a meaning that takes two lines",
+            "",
+        )
         assert missing_meanings(cls) == ["planted_schema.Planted.silent"]
         with pytest.raises(MissingMeaning, match=r"planted_schema\.Planted\.silent"):
             check_meanings([cls])
@@ -130,7 +139,7 @@ def test_a_knob_without_a_comment_is_named(tmp_path):
 class Recorder:
     """A tracker (tracking._target_) that keeps every name it is handed."""
 
-    names: set[str] = set()
+    names: ClassVar[set[str]] = set()
     hash = None
 
     def __init__(self, **_):
@@ -154,8 +163,13 @@ def test_a_real_runs_tracked_names_are_the_metrics_reference_both_ways(tmp_path)
     from tcgexp.train.tracked import names
 
     Recorder.names = set()
-    cfg = compose(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1", "cache=plan",
-                  f"tracking._target_={__name__}.Recorder")
+    cfg = compose(
+        f"dataset.root={tmp_path / 'data'}",
+        *TINY_TRAIN,
+        "trainer.epochs=1",
+        "cache=plan",
+        f"tracking._target_={__name__}.Recorder",
+    )
     assert train(cfg, run_dir=tmp_path / "run")["status"] == "completed"
     listed = set(names())
     assert Recorder.names - listed == set(), "tracked but not in the metrics reference"
@@ -186,12 +200,18 @@ def test_help_points_to_the_reference_and_lists_options_from_outside_the_repo(tm
     (outside / "cache" / "tiny.yaml").write_text("_target_: tcgexp.cache.RowGroupCache\ncapacity: 2\n")
     (outside / "widgets").mkdir()
     (outside / "widgets" / "one.yaml").write_text("size: 1\n")
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"hydra.searchpath=[file://{outside}]", "--help"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", f"hydra.searchpath=[file://{outside}]", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "cache: fifo, hot60, lru, off, plan, tiny  (default: hot60)" in res.stdout
     assert "+widgets: one  (none by default)" in res.stdout
     assert "python -m tcgexp.reference config" in res.stdout
-    plain = subprocess.run([sys.executable, "-m", "tcgexp.train", "--help"], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=120)
+    plain = subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert "cache: fifo, hot60, lru, off, plan  (default: hot60)" in plain.stdout and "widgets" not in plain.stdout

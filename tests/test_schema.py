@@ -6,6 +6,7 @@
   of the wrong length; zero only where its check says what zero means.
 - What a resume pins comes from the schemas (``UNPINNED``), not from a list.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -93,8 +94,11 @@ def numeric_knobs() -> list[tuple[str, str, str, object]]:
         hints = typing.get_type_hints(schema)
         for f in dataclasses.fields(schema):
             kind = hints[f.name]
-            kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
-                if typing.get_origin(kind) is typing.Union else kind
+            kind = (
+                next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+                if typing.get_origin(kind) is typing.Union
+                else kind
+            )
             key = f"{prefix}{f.name}"
             if kind in (int, float) or typing.get_origin(kind) is list and typing.get_args(kind)[0] in (int, float):
                 if (schema, f.name) not in seen:
@@ -115,8 +119,11 @@ KNOBS = numeric_knobs()
 
 def probes(kind) -> list:
     if typing.get_origin(kind) is list:
-        return [[], [0.5], [0.5, 0.5, 0.5], [math.nan, 0.5], [-0.5, 0.5], [0.5, 1e39]] if typing.get_args(kind)[0] \
-            is float else [[-1], [10**30]]
+        return (
+            [[], [0.5], [0.5, 0.5, 0.5], [math.nan, 0.5], [-0.5, 0.5], [0.5, 1e39]]
+            if typing.get_args(kind)[0] is float
+            else [[-1], [10**30]]
+        )
     return [-1, 10**30] if kind is int else [-1.0, 1e39, math.nan, math.inf, -math.inf]
 
 
@@ -135,8 +142,17 @@ def refused(config: str, choice: str, key: str, value) -> str | None:
 
 def test_every_numeric_knob_is_probed():
     keys = {k for _, _, k, _ in KNOBS}
-    assert {"optimizer.betas", "optimizer.eps", "optimizer.lr", "tbptt.chunk", "trainer.grad_clip", "seed",
-            "cache.policy.hot_fraction", "dataset.storage.retries", "capacities"} <= keys
+    assert {
+        "optimizer.betas",
+        "optimizer.eps",
+        "optimizer.lr",
+        "tbptt.chunk",
+        "trainer.grad_clip",
+        "seed",
+        "cache.policy.hot_fraction",
+        "dataset.storage.retries",
+        "capacities",
+    } <= keys
 
 
 @pytest.mark.parametrize("config, choice, key, kind", KNOBS, ids=[f"{c}:{k}" for c, _, k, _ in KNOBS])
@@ -170,9 +186,22 @@ def test_what_a_resume_pins_is_derived_from_the_schemas():
     from tcgexp.train.provenance import is_pinned, pinned
 
     keys = set(pinned(compose()))
-    assert {"seed", "model", "optimizer", "trainer.aux_weight", "trainer.grad_clip", "tbptt.chunk",
-            "tbptt.batch_size", "tbptt.accum_steps", "tbptt.lane_order", "tbptt.enabled", "scheduler._target_",
-            "scheduler.warmup_steps", "scheduler.total_steps", "scheduler.min_lr_ratio"} <= keys
+    assert {
+        "seed",
+        "model",
+        "optimizer",
+        "trainer.aux_weight",
+        "trainer.grad_clip",
+        "tbptt.chunk",
+        "tbptt.batch_size",
+        "tbptt.accum_steps",
+        "tbptt.lane_order",
+        "tbptt.enabled",
+        "scheduler._target_",
+        "scheduler.warmup_steps",
+        "scheduler.total_steps",
+        "scheduler.min_lr_ratio",
+    } <= keys
     free = ("trainer.epochs", "trainer.max_steps", "scheduler.reset", "tbptt.shards", "resume", "optimized_metric")
     assert not keys & set(free)
     assert not any(k.split(".")[0] in ("cache", "loader", "checkpoint", "tracking", "dataset") for k in keys)

@@ -1,4 +1,5 @@
 """``tcgexp-bench`` / ``python -m tcgexp.bench <name> [options]``; ``--help`` lists the benchmarks."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,16 @@ from ..console import one_line_errors
 from ..train.errors import USER_ERRORS
 from . import corpus, distributed, loader, memory, scale, scan, sweep, train
 
-BENCHES = {"corpus": corpus, "distributed": distributed, "loader": loader, "memory": memory, "scale": scale,
-           "scan": scan, "sweep": sweep, "train": train}
+BENCHES = {
+    "corpus": corpus,
+    "distributed": distributed,
+    "loader": loader,
+    "memory": memory,
+    "scale": scale,
+    "scan": scan,
+    "sweep": sweep,
+    "train": train,
+}
 
 
 def parser() -> argparse.ArgumentParser:

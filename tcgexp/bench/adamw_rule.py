@@ -1,4 +1,5 @@
 """The one update rule the MLX step and every peer apply in the benchmark (each port writes it in its framework)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,8 +9,8 @@ from dataclasses import dataclass
 class AdamWRule:
     """mlx.optimizers.AdamW as tcgexp configures it (conf/optimizer/adamw.yaml), constant schedule:
 
-        g <- g min(clip / (|g| + 1e-6), 1);  p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;
-        v <- b2 v + (1 - b2) g^2;  p <- p - lr m / (sqrt(v) + eps)     (no bias correction)
+    g <- g min(clip / (|g| + 1e-6), 1);  p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;
+    v <- b2 v + (1 - b2) g^2;  p <- p - lr m / (sqrt(v) + eps)     (no bias correction)
     """
 
     lr: float = 1e-3

@@ -5,6 +5,7 @@ against it: on a miss with the cache full, drop whichever of the resident
 entries and the incoming one is next used furthest in the future (never =
 infinitely far). For unit-size entries this maximises hits.
 """
+
 from __future__ import annotations
 
 import heapq

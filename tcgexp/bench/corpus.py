@@ -1,8 +1,9 @@
 """Corpus build throughput: simulate, encode+write, and whole builds (rows/s).
 
-    python -m tcgexp.bench corpus                 # demo, 1 and 2 workers, plus per-stage rates
-    python -m tcgexp.bench corpus --datasets demo 5d
+python -m tcgexp.bench corpus                 # demo, 1 and 2 workers, plus per-stage rates
+python -m tcgexp.bench corpus --datasets demo 5d
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,10 @@ def stage_rates(episodes: int) -> list[list]:
     t1 = time.perf_counter()
     rows = sum(len(sim.encode_episode(r)[0]["label"]) for r in records)
     t2 = time.perf_counter()
-    return [["simulate (1 core)", episodes, rows, f"{t1 - t0:.2f}", f"{rows / (t1 - t0):,.0f}"],
-            ["re-simulate + encode + would-KO (1 core)", episodes, rows, f"{t2 - t1:.2f}",
-             f"{rows / (t2 - t1):,.0f}"]]
+    return [
+        ["simulate (1 core)", episodes, rows, f"{t1 - t0:.2f}", f"{rows / (t1 - t0):,.0f}"],
+        ["re-simulate + encode + would-KO (1 core)", episodes, rows, f"{t2 - t1:.2f}", f"{rows / (t2 - t1):,.0f}"],
+    ]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -43,17 +45,22 @@ def run(args: argparse.Namespace) -> None:
         for workers in args.workers:
             root = Path(tempfile.mkdtemp(prefix="tcgexp-bench-"))
             try:
-                corpus = build(compose(f"dataset={option}", f"dataset.root={root}",
-                                       f"dataset.workers={workers}").dataset)
+                corpus = build(
+                    compose(f"dataset={option}", f"dataset.root={root}", f"dataset.workers={workers}").dataset
+                )
                 t0 = time.perf_counter()
                 corpus.build()
                 dt = time.perf_counter() - t0
                 rows = sum(m["rows"] for m in corpus.manifests.values())
                 mib = sum(f.stat().st_size for f in corpus.files) / 2**20
-                rows_out.append([option, len(corpus.dates), rows, workers, f"{dt:.1f}", f"{rows / dt:,.0f}",
-                                 f"{mib:.1f}"])
+                rows_out.append(
+                    [option, len(corpus.dates), rows, workers, f"{dt:.1f}", f"{rows / dt:,.0f}", f"{mib:.1f}"]
+                )
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     print()
-    print(markdown_table(["dataset", "days", "rows", "workers", "build s (from nothing)", "rows/s",
-                          "Parquet MiB"], rows_out))
+    print(
+        markdown_table(
+            ["dataset", "days", "rows", "workers", "build s (from nothing)", "rows/s", "Parquet MiB"], rows_out
+        )
+    )

@@ -15,6 +15,7 @@ compute, all-reduce (which includes waiting for the slower rank) and data
 stall. The two ranks share this machine's cores, so the figures say what the
 all-reduce and the lockstep cost, not what a second host would add.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,9 +64,17 @@ def row(name: str, world: str, r: dict) -> list:
     last = r["history"][-1]["train"]
     step, reduce, stall = r["step_seconds"], r["allreduce_seconds"], r["data_stall_seconds"]
     total = step + stall
-    return [name, world, f"{last['rows_per_second']:,.0f}", f"{r['rows_per_second']:,.0f}",
-            f"{100 * (step - reduce) / total:.1f}", f"{100 * reduce / total:.1f}", f"{100 * stall / total:.1f}",
-            r["processed"]["optimizer_steps"], f"{r['final']['loss']:.6f}"]
+    return [
+        name,
+        world,
+        f"{last['rows_per_second']:,.0f}",
+        f"{r['rows_per_second']:,.0f}",
+        f"{100 * (step - reduce) / total:.1f}",
+        f"{100 * reduce / total:.1f}",
+        f"{100 * stall / total:.1f}",
+        r["processed"]["optimizer_steps"],
+        f"{r['final']['loss']:.6f}",
+    ]
 
 
 def same_weights(a: str, b: str) -> str:
@@ -80,26 +89,58 @@ def run(args) -> None:
     from ..app import compose
     from ..config import build
 
-    overrides = [f"dataset={args.dataset}", *root_override(args), f"trainer.epochs={args.epochs}",
-                 f"tbptt.chunk={args.chunk}", f"model.hidden={args.hidden}", "tracking=off"]
+    overrides = [
+        f"dataset={args.dataset}",
+        *root_override(args),
+        f"trainer.epochs={args.epochs}",
+        f"tbptt.chunk={args.chunk}",
+        f"model.hidden={args.hidden}",
+        "tracking=off",
+    ]
     corpus = build(compose(*overrides).dataset)
     corpus.build()  # once, before any timing (the ranks would otherwise race to build it)
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-dist-") as tmp:
         out = Path(tmp)
         one = run_one("one process", [], overrides, out, args.timeout)
-        shards = run_one("one process, shards=2", [], [*overrides, "tbptt.shards=2", "tbptt.accum_steps=2"], out,
-                         args.timeout)
+        shards = run_one(
+            "one process, shards=2", [], [*overrides, "tbptt.shards=2", "tbptt.accum_steps=2"], out, args.timeout
+        )
         two = run_one("mlx.launch -n 2", launcher(), overrides, out, args.timeout)
         cores = str(os.cpu_count() or 1)  # every rank's BLAS on every core: what tcgexp no longer does by default
-        crowded = run_one("mlx.launch -n 2 all cores", [*launcher(), "--env", f"MKL_NUM_THREADS={cores}",
-                                                          "--env", f"OMP_NUM_THREADS={cores}"], overrides, out,
-                          args.timeout)
-        rows = [row("tcgexp-train", "1", one), row("tcgexp-train tbptt.shards=2 tbptt.accum_steps=2", "1", shards),
-                row("mlx.launch -n 2 --backend ring tcgexp-train", "2", two),
-                row(f"... with --env MKL_NUM_THREADS={cores} (each rank all cores)", "2", crowded)]
-        print(markdown_table(["command", "world size", "rows/s (last epoch)", "rows/s (run)", "compute %",
-                              "all-reduce %", "data stall %", "optimizer steps", "final val loss"], rows))
+        crowded = run_one(
+            "mlx.launch -n 2 all cores",
+            [*launcher(), "--env", f"MKL_NUM_THREADS={cores}", "--env", f"OMP_NUM_THREADS={cores}"],
+            overrides,
+            out,
+            args.timeout,
+        )
+        rows = [
+            row("tcgexp-train", "1", one),
+            row("tcgexp-train tbptt.shards=2 tbptt.accum_steps=2", "1", shards),
+            row("mlx.launch -n 2 --backend ring tcgexp-train", "2", two),
+            row(f"... with --env MKL_NUM_THREADS={cores} (each rank all cores)", "2", crowded),
+        ]
+        print(
+            markdown_table(
+                [
+                    "command",
+                    "world size",
+                    "rows/s (last epoch)",
+                    "rows/s (run)",
+                    "compute %",
+                    "all-reduce %",
+                    "data stall %",
+                    "optimizer steps",
+                    "final val loss",
+                ],
+                rows,
+            )
+        )
         print()
-        print(f"{args.dataset}, {args.epochs} epochs, chunk {args.chunk}, hidden {args.hidden}; shares of rank 0's "
-              "step + data wait; all-reduce includes waiting for the slower rank.")
-        print(f"Final weights, 2 ranks against one process with shards=2: {same_weights(two['weights'], shards['weights'])}")
+        print(
+            f"{args.dataset}, {args.epochs} epochs, chunk {args.chunk}, hidden {args.hidden}; shares of rank 0's "
+            "step + data wait; all-reduce includes waiting for the slower rank."
+        )
+        print(
+            f"Final weights, 2 ranks against one process with shards=2: {same_weights(two['weights'], shards['weights'])}"
+        )

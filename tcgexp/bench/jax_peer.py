@@ -9,6 +9,7 @@ decoupled weight decay ``p (1 - lr wd)``). Parameters keep MLX's names and layou
 donated; one compilation per padded shape set, counted in ``compilations``.
 Used by ``tcgexp-bench train`` and tests/bench/test_peers.py; needs the ``peers`` extra.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -37,7 +38,7 @@ def linear_scan(z, cand, h0):
         z, cand = jnp.pad(z, pad), jnp.pad(cand, pad)
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
     keep = jnp.cumprod(1.0 - z4, axis=2)
-    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    mid = keep[:, :, (B - 1) // 2 : (B + 1) // 2]
     K = keep / mid
     acc = jnp.cumsum(z4 * c4 / K, axis=2)
     h, h_in = h0, [h0]
@@ -72,13 +73,16 @@ def losses(logits, aux, t: dict, aux_weight: float):
     correct = ((jnp.argmax(logits, axis=-1) == t["label"]) * w).sum() / n
     av = t["aux_valid"] * w
     na = jnp.maximum(av.sum(), 1.0)
-    parts = {"policy": policy,
-             "aux_ko": (bce(aux[:, 0], t["aux_ko"]) * av).sum() / na,
-             "aux_prize_delta": (((aux[:, 1] - t["aux_prize_delta"] / 4.0) ** 2) * av).sum() / na,
-             "aux_terminal": (bce(aux[:, 2], t["aux_terminal"]) * av).sum() / na,
-             "aux_return": (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum() / na}
-    total = policy + aux_weight * (parts["aux_ko"] + parts["aux_prize_delta"] + parts["aux_terminal"]
-                                   + parts["aux_return"])
+    parts = {
+        "policy": policy,
+        "aux_ko": (bce(aux[:, 0], t["aux_ko"]) * av).sum() / na,
+        "aux_prize_delta": (((aux[:, 1] - t["aux_prize_delta"] / 4.0) ** 2) * av).sum() / na,
+        "aux_terminal": (bce(aux[:, 2], t["aux_terminal"]) * av).sum() / na,
+        "aux_return": (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum() / na,
+    }
+    total = policy + aux_weight * (
+        parts["aux_ko"] + parts["aux_prize_delta"] + parts["aux_terminal"] + parts["aux_return"]
+    )
     return total, {**parts, "accuracy": correct}
 
 
@@ -109,13 +113,15 @@ class JaxStepper:
         m = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
         v = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, g)
         params = jax.tree_util.tree_map(
-            lambda p, m, v: p * (1 - lr * r.weight_decay) - lr * m / (jnp.sqrt(v) + r.eps), params, m, v)
+            lambda p, m, v: p * (1 - lr * r.weight_decay) - lr * m / (jnp.sqrt(v) + r.eps), params, m, v
+        )
         return params, m, v, loss, parts, carry, norm
 
     def step(self, inputs: dict, targets: dict, h0: np.ndarray):
         lr = jnp.float32(self.rule.lr)  # constant schedule
-        self.params, self.m, self.v, loss, parts, carry, norm = self._step(
-            self.params, self.m, self.v, lr, {k: inputs[k] for k in INPUTS}, targets, h0)
+        self.params, self.m, self.v, loss, _parts, carry, _norm = self._step(
+            self.params, self.m, self.v, lr, {k: inputs[k] for k in INPUTS}, targets, h0
+        )
         return float(loss), np.asarray(carry)
 
     def loss(self, inputs: dict, targets: dict, h0: np.ndarray) -> float:

@@ -18,12 +18,14 @@ All rows are measured in one run on the same files and the same epoch plan.
 assemble every planned microbatch (rows gathered per row group); "memcpy"
 copies the same number of bytes as the loader delivers, batch by batch.
 """
+
 from __future__ import annotations
 
 import argparse
 import contextlib
 import time
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -44,8 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=0, help="loader threads (0: assemble in the consumer)")
     p.add_argument("--repeat", type=int, default=5, help="best of N for each row")
-    p.add_argument("--s3", action=argparse.BooleanOptionalAction, default=True,
-                   help="add the rows read from S3 (a loopback moto server; needs the test extra)")
+    p.add_argument(
+        "--s3",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="add the rows read from S3 (a loopback moto server; needs the test extra)",
+    )
 
 
 def best_of(n: int, fn, setup=None, teardown=None) -> float:
@@ -66,11 +72,14 @@ def run(args: argparse.Namespace) -> None:
     corpus.build()
     index = LaneIndex.of(corpus)
     plan = build(option("tbptt", "default", f"tbptt.chunk={args.chunk}", f"tbptt.batch_size={args.batch_size}"))(
-        index).epoch_plan(0)
+        index
+    ).epoch_plan(0)
 
     def cache(policy: str, capacity: int) -> RowGroupCache:  # as the trainer builds it (the cache option)
         return build(option("cache", policy, f"cache.capacity={capacity}", "cache.spill=false"))(
-            corpus.files, TRAIN_COLUMNS)
+            corpus.files, TRAIN_COLUMNS
+        )
+
     keys = sorted({k for ks in plan.trace() for k in ks})
     files = [pq.ParquetFile(f) for f in corpus.files]
     rg_rows = sum(files[f].metadata.row_group(rg).num_rows for f, rg in keys)
@@ -106,8 +115,10 @@ def run(args: argparse.Namespace) -> None:
     cold = add("cache cold: every row group missed once", t["cold"], rg_rows)
     rows_out[-1][3] = f"{100 * (cold / raw - 1):+.1f}% vs raw decode"
     if s3 is not None:
-        for kind, name in (("cold", "S3 (loopback moto) cold: empty local tier, ranged GETs"),
-                           ("warm", "S3 warm: every chunk from the local tier")):
+        for kind, name in (
+            ("cold", "S3 (loopback moto) cold: empty local tier, ranged GETs"),
+            ("warm", "S3 warm: every chunk from the local tier"),
+        ):
             rate = add(name, t[f"s3 {kind}"], rg_rows, f"{max(s3.fetched[kind]) / 2**20:.1f} MiB fetched")
             rows_out[-1][3] += f"; {100 * (rate / cold - 1):+.1f}% vs cache cold, local"
 
@@ -118,34 +129,41 @@ def run(args: argparse.Namespace) -> None:
     def off_epoch():
         with cache("off", 0) as c:
             epoch(c)
-    add("loader, cache=off (decode every access)", best_of(args.repeat, off_epoch), plan_rows,
-        f"{len(plan)} microbatches")
+
+    add(
+        "loader, cache=off (decode every access)",
+        best_of(args.repeat, off_epoch),
+        plan_rows,
+        f"{len(plan)} microbatches",
+    )
 
     def cold_epoch():
         with cache("plan", 4) as c:
             c.set_trace(plan.trace())
             epoch(c)
+
     add("loader, cache=plan capacity 4, cold", best_of(args.repeat, cold_epoch), plan_rows)
 
     warm_cache = cache("lru", len(keys))
     with warm_cache:
         epoch(warm_cache)  # fill
-        warm = add("loader, warm cache (all resident)", best_of(args.repeat, lambda: epoch(warm_cache)),
-                   plan_rows)
+        warm = add("loader, warm cache (all resident)", best_of(args.repeat, lambda: epoch(warm_cache)), plan_rows)
     sizes = [mb.rows for mb in plan]
-    src = {k: np.ascontiguousarray(np.broadcast_to(v[:1], (args.batch_size,) + v.shape[1:]))
-           for k, v in sample.items()}
+    src = {k: np.ascontiguousarray(np.broadcast_to(v[:1], (args.batch_size,) + v.shape[1:])) for k, v in sample.items()}
     dst = {k: np.empty_like(v) for k, v in src.items()}
 
     def memcpy():
         for n in sizes:
             for k in src:
                 np.copyto(dst[k][:n], src[k][:n])
+
     mem = add("memcpy of the same bytes, batch by batch", best_of(args.repeat, memcpy), plan_rows)
     rows_out[-2][3] = f"{mem / warm:.2f}x slower than memcpy"
-    print(f"## Loader throughput: dataset={corpus.name}, {len(keys)} train row groups, plan of {len(plan)} "
-          f"microbatches x <= {args.batch_size} rows (chunk {args.chunk}), {row_bytes} bytes/row "
-          f"({len(TRAIN_COLUMNS)} columns), loader workers={args.workers}, best of {args.repeat}\n")
+    print(
+        f"## Loader throughput: dataset={corpus.name}, {len(keys)} train row groups, plan of {len(plan)} "
+        f"microbatches x <= {args.batch_size} rows (chunk {args.chunk}), {row_bytes} bytes/row "
+        f"({len(TRAIN_COLUMNS)} columns), loader workers={args.workers}, best of {args.repeat}\n"
+    )
     print(markdown_table(["path", "rows/s", "GB/s", "note"], rows_out))
 
 
@@ -162,7 +180,7 @@ class S3Paths(contextlib.ExitStack):
         self.dataset, self.corpus, self.keys = dataset, corpus, keys
         self.fetched: dict[str, list[int]] = {"cold": [], "warm": []}
 
-    def __enter__(self) -> "S3Paths":
+    def __enter__(self) -> Self:
         import tempfile
 
         from ..data.publish import publish
@@ -181,11 +199,18 @@ class S3Paths(contextlib.ExitStack):
         import tempfile
 
         tier = self.tmp / "warm" if kind == "warm" else Path(tempfile.mkdtemp(dir=self.tmp)) / "tier"
-        corpus = build(compose(f"dataset={self.dataset}", f"dataset.root={self.uri}",
-                               f"dataset.storage.endpoint={self.endpoint}", f"dataset.storage.tier_dir={tier}").dataset)
+        corpus = build(
+            compose(
+                f"dataset={self.dataset}",
+                f"dataset.root={self.uri}",
+                f"dataset.storage.endpoint={self.endpoint}",
+                f"dataset.storage.tier_dir={tier}",
+            ).dataset
+        )
         corpus.build()
         with build(option("cache", "lru", f"cache.capacity={len(self.keys)}", "cache.spill=false"))(
-                corpus.files, TRAIN_COLUMNS) as c:
+            corpus.files, TRAIN_COLUMNS
+        ) as c:
             t0 = time.perf_counter()
             for k in self.keys:
                 c.get(k)

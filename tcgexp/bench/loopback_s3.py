@@ -16,6 +16,7 @@ CompleteMultipartUpload, so objects that need a multipart upload (over 5 MiB
 per write stream) cannot be published to moto; a real S3 or MinIO takes them.
 The test and benchmark corpora stay under that (a 5d day is 0.8 MiB).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,11 +28,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import unquote
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "tcgexp-loopback", "AWS_SECRET_ACCESS_KEY": "tcgexp-loopback",
-               "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "tcgexp-loopback",
+    "AWS_SECRET_ACCESS_KEY": "tcgexp-loopback",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 class Served(Counter):
@@ -43,6 +47,7 @@ class Served(Counter):
 
 def counting(app, served: Served):
     """WSGI middleware: count the body bytes of every GET of an object (a path with a key, no listing query)."""
+
     def wrapped(environ, start_response):
         body = app(environ, start_response)
         path = unquote(environ.get("PATH_INFO", "")).lstrip("/")
@@ -50,6 +55,7 @@ def counting(app, served: Served):
         if environ.get("REQUEST_METHOD") != "GET" or "/" not in path or "list-type" in query or "prefix=" in query:
             return body
         return _Counted(body, served, path)
+
     return wrapped
 
 
@@ -116,9 +122,14 @@ def s3_environment(endpoint: str, set_env: bool = True) -> Iterator[None]:
 def create_bucket(endpoint: str, bucket: str) -> None:
     import pyarrow.fs as pafs
 
-    pafs.S3FileSystem(endpoint_override=endpoint.split("://", 1)[1], scheme="http", allow_bucket_creation=True,
-                      access_key=CREDENTIALS["AWS_ACCESS_KEY_ID"], secret_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                      region=CREDENTIALS["AWS_DEFAULT_REGION"]).create_dir(bucket)
+    pafs.S3FileSystem(
+        endpoint_override=endpoint.split("://", 1)[1],
+        scheme="http",
+        allow_bucket_creation=True,
+        access_key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        secret_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region=CREDENTIALS["AWS_DEFAULT_REGION"],
+    ).create_dir(bucket)
 
 
 @contextlib.contextmanager
@@ -128,8 +139,12 @@ def moto_process(bucket: str = "tcgexp") -> Iterator[tuple[str, subprocess.Popen
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         wait_listening(port, proc, "moto's server")

@@ -11,6 +11,7 @@ row. The parts say where the estimate comes from (held: the process before the m
 index and plan). The runs are measured, never refused: what others hold of a shared machine's memory must
 not stop a measurement.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,29 @@ import textwrap
 
 from .table import markdown_table
 
-GRID = ["model.hidden=128", "model.hidden=1024", "model.hidden=2048", "model.hidden=3072",
-        "model.hidden=3072 tbptt.accum_steps=2", "model.hidden=2048 optimizer=sgd",
-        "model.hidden=2048 model.memory=false", "model.hidden=128 tbptt.batch_size=4096",
-        "model.hidden=1024 tbptt.batch_size=2048", "model.hidden=512 tbptt.batch_size=4096 tbptt.chunk=1000",
-        "model.hidden=1024 tbptt.enabled=false", "model.hidden=128 tbptt.batch_size=16384",
-        "model.hidden=4096"]
-CORPUS = ["dataset.rows_per_day=1500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=512",
-          "dataset.workers=1", "tracking=off", "trainer.epochs=1"]
+GRID = [
+    "model.hidden=128",
+    "model.hidden=1024",
+    "model.hidden=2048",
+    "model.hidden=3072",
+    "model.hidden=3072 tbptt.accum_steps=2",
+    "model.hidden=2048 optimizer=sgd",
+    "model.hidden=2048 model.memory=false",
+    "model.hidden=128 tbptt.batch_size=4096",
+    "model.hidden=1024 tbptt.batch_size=2048",
+    "model.hidden=512 tbptt.batch_size=4096 tbptt.chunk=1000",
+    "model.hidden=1024 tbptt.enabled=false",
+    "model.hidden=128 tbptt.batch_size=16384",
+    "model.hidden=4096",
+]
+CORPUS = [
+    "dataset.rows_per_day=1500",
+    "dataset.episodes_per_shard=2",
+    "dataset.row_group_rows=512",
+    "dataset.workers=1",
+    "tracking=off",
+    "trainer.epochs=1",
+]
 CHILD = textwrap.dedent("""
     import json, resource, sys
     from tcgexp.train import train  # first: MKL before mlx.core, as every run
@@ -59,23 +75,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def measure(overrides: list[str], root: str, run_dir: str) -> dict:
-    res = subprocess.run([sys.executable, "-c", CHILD, run_dir, f"dataset.root={root}", *CORPUS, *overrides],
-                         capture_output=True, text=True, timeout=3600)
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, run_dir, f"dataset.root={root}", *CORPUS, *overrides],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(overrides)}: exit {res.returncode}: {res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def run(args) -> None:
-    mib = lambda n: f"{n / 2**20:,.0f}"  # noqa: E731
+    mib = lambda n: f"{n / 2**20:,.0f}"
     rows = []
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-memory-") as tmp:
         root = args.root or f"{tmp}/data"
         for i, config in enumerate(args.configs):
             got = measure(config.split(), root, f"{tmp}/run{i}")
             p = got["parts"]
-            rows.append([config, mib(p["held"]), mib(p["model"]), mib(p["lanes"]), mib(p["caches"]),
-                         mib(got["estimate"]), mib(got["peak"]), f"{got['estimate'] / got['peak']:.2f}"])
+            rows.append(
+                [
+                    config,
+                    mib(p["held"]),
+                    mib(p["model"]),
+                    mib(p["lanes"]),
+                    mib(p["caches"]),
+                    mib(got["estimate"]),
+                    mib(got["peak"]),
+                    f"{got['estimate'] / got['peak']:.2f}",
+                ]
+            )
             print(f"measured {config}", file=sys.stderr, flush=True)
-    print(markdown_table(["overrides", "held MiB", "model MiB", "lanes MiB", "caches MiB", "estimate MiB",
-                          "peak RSS MiB", "estimate / peak"], rows))
+    print(
+        markdown_table(
+            [
+                "overrides",
+                "held MiB",
+                "model MiB",
+                "lanes MiB",
+                "caches MiB",
+                "estimate MiB",
+                "peak RSS MiB",
+                "estimate / peak",
+            ],
+            rows,
+        )
+    )

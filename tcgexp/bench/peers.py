@@ -5,9 +5,10 @@ global-norm clipping), the weights they start from (the MLX model's, by name),
 the host-side lane memory the peers carry between chunks, and ``peer_factories``:
 which peers this installation can run (the optional ``peers`` extra), and why not.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,11 +33,11 @@ class HostLanes:
     def read(self, prep) -> np.ndarray:
         h0 = np.zeros((prep.inputs["lane_decisions"].shape[0], self.h.shape[1]), np.float32)
         carried = ~prep.lane_fresh
-        h0[:prep.lanes][carried] = self.h[prep.lane_ids[carried]]
+        h0[: prep.lanes][carried] = self.h[prep.lane_ids[carried]]
         return h0
 
     def write(self, prep, carry: np.ndarray) -> None:
-        self.h[prep.lane_ids] = carry[:prep.lanes]
+        self.h[prep.lane_ids] = carry[: prep.lanes]
 
 
 def mlx_stepper(weights_from, rule: AdamWRule, *, aux_weight: float = 0.25, kernels: str = "pure"):
@@ -93,8 +94,9 @@ def peer_factories(threads: int) -> dict[str, Callable | str]:
     try:
         from .torch_peer import TorchStepper
 
-        out["torch.compile (max-autotune, no cudagraphs)"] = lambda w, rule: TorchStepper(w, rule, compiled=True,
-                                                                                         threads=threads)
+        out["torch.compile (max-autotune, no cudagraphs)"] = lambda w, rule: TorchStepper(
+            w, rule, compiled=True, threads=threads
+        )
         out["PyTorch eager"] = lambda w, rule: TorchStepper(w, rule, compiled=False, threads=threads)
     except ImportError as exc:
         why = missing("PyTorch", NEEDS["tcgexp.bench.torch_peer"], exc)

@@ -4,12 +4,14 @@ Kept only for the scale benchmark (old vs new plan time) and for the test that
 the vectorised planner (``tcgexp.plan``) produces identical plans. Not used by
 the trainer.
 """
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -49,7 +51,7 @@ class Lane:
 class LaneIndex:
     """All lanes of `files`, with each row group's split taken from the day manifests."""
 
-    COLUMNS = ["episode_id", "side", "step_id", "decision_id"]
+    COLUMNS: ClassVar[list[str]] = ["episode_id", "side", "step_id", "decision_id"]
 
     def __init__(self, files: Sequence[Path], manifests: Sequence[dict]) -> None:
         self.files = [Path(f) for f in files]
@@ -76,10 +78,17 @@ class LaneIndex:
         for rows in np.split(order, cut):
             st = step[rows]
             starts = np.flatnonzero(np.diff(st, prepend=-1))  # a new decision where step_id changes
-            self.lanes.append(Lane(
-                index=len(self.lanes), episode_id=int(ep[rows[0]]), side=int(side[rows[0]]), key=key,
-                rows=rows, dec_bounds=np.append(starts, len(rows)).astype(np.int32),
-                step_ids=st[starts].astype(np.int32)))
+            self.lanes.append(
+                Lane(
+                    index=len(self.lanes),
+                    episode_id=int(ep[rows[0]]),
+                    side=int(side[rows[0]]),
+                    key=key,
+                    rows=rows,
+                    dec_bounds=np.append(starts, len(rows)).astype(np.int32),
+                    step_ids=st[starts].astype(np.int32),
+                )
+            )
 
     def row_group(self, key: Key) -> RowGroupRef:
         return self._rg[key]
@@ -105,8 +114,11 @@ def decision_too_large(lane: Lane, d: int, budget: int, path: Path) -> DataError
     return DataError(
         f"decision at step_id {int(lane.step_ids[d])} has {int(lane.decision_rows()[d])} rows, more than the "
         f"row budget tbptt.batch_size={budget}; a decision is never split",
-        path=path, row_group=lane.key[1], lane=(lane.episode_id, lane.side),
-        fix=f"set tbptt.batch_size>={int(lane.decision_rows()[d])}")
+        path=path,
+        row_group=lane.key[1],
+        lane=(lane.episode_id, lane.side),
+        fix=f"set tbptt.batch_size>={int(lane.decision_rows()[d])}",
+    )
 
 
 ORDERS = ("grouped", "naive")
@@ -156,7 +168,7 @@ class Microbatch:
 class Plan:
     microbatches: list[Microbatch]
     split: str
-    epoch: Optional[int]
+    epoch: int | None
     tbptt: bool
     stats: dict = field(default_factory=dict)
 
@@ -182,19 +194,31 @@ class Plan:
 
     def check_coverage(self, expected_row_ids: np.ndarray) -> None:
         """Every expected row exactly once, after putting rows back in order."""
-        got = np.sort(np.concatenate([mb.row_ids for mb in self.microbatches])) if self.microbatches \
+        got = (
+            np.sort(np.concatenate([mb.row_ids for mb in self.microbatches]))
+            if self.microbatches
             else np.empty(0, np.int64)
+        )
         want = np.sort(expected_row_ids)
         if len(got) != len(want) or not np.array_equal(got, want):
             dup = len(got) - len(np.unique(got))
             missing = len(np.setdiff1d(want, got))
-            raise RuntimeError(f"{self.split} plan covers {len(got)} rows for {len(want)} expected "
-                               f"({dup} repeated, {missing} missing)")
+            raise RuntimeError(
+                f"{self.split} plan covers {len(got)} rows for {len(want)} expected ({dup} repeated, {missing} missing)"
+            )
 
 
 class Planner:
-    def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int = 0,
-                 enabled: bool = True, order: str = "grouped") -> None:
+    def __init__(
+        self,
+        index: LaneIndex,
+        *,
+        chunk: int,
+        batch_size: int,
+        seed: int = 0,
+        enabled: bool = True,
+        order: str = "grouped",
+    ) -> None:
         if chunk < 1 or batch_size < 1:
             raise DataError(f"tbptt.chunk={chunk} and tbptt.batch_size={batch_size} must both be >= 1")
         if order not in ORDERS:
@@ -225,7 +249,7 @@ class Planner:
         return self._chunks[lane.index]
 
     # -- plans -----------------------------------------------------------------------------
-    def lane_order(self, split: str, epoch: Optional[int]) -> list[Lane]:
+    def lane_order(self, split: str, epoch: int | None) -> list[Lane]:
         lanes = self.index.split_lanes(split)
         if epoch is None:  # validation: file order, no shuffle
             return lanes
@@ -256,10 +280,16 @@ class Planner:
         return plan
 
     def split_row_ids(self, split: str) -> np.ndarray:
-        return np.concatenate([np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
-                               for r in self.index.row_groups if r.split == split] or [np.empty(0, np.int64)])
+        return np.concatenate(
+            [
+                np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
+                for r in self.index.row_groups
+                if r.split == split
+            ]
+            or [np.empty(0, np.int64)]
+        )
 
-    def _plan(self, split: str, epoch: Optional[int]) -> Plan:
+    def _plan(self, split: str, epoch: int | None) -> Plan:
         lanes = self.lane_order(split, epoch)
         packed = self._pack(lanes) if self.enabled else self._rows_plan(lanes, epoch)
         mbs = [self._microbatch(i, chunks) for i, chunks in enumerate(packed)]
@@ -290,7 +320,7 @@ class Planner:
             packed.append(mb)
         return packed
 
-    def _rows_plan(self, lanes: list[Lane], epoch: Optional[int]) -> list[list[Chunk]]:
+    def _rows_plan(self, lanes: list[Lane], epoch: int | None) -> list[list[Chunk]]:
         """Without TBPTT: plain batches of `batch_size` rows that run across row-group boundaries.
 
         Each row is its own one-decision 'chunk' (stateless); the row-group order follows the
@@ -330,20 +360,27 @@ class Planner:
         local: dict[Key, list[tuple[np.ndarray, np.ndarray]]] = {}
         for j, c in enumerate(chunks):
             lane = c.lane
-            rows = lane.rows[c.row_start:c.row_end]
-            dec_sizes = np.diff(lane.dec_bounds[c.dec_start:c.dec_end + 1])
+            rows = lane.rows[c.row_start : c.row_end]
+            dec_sizes = np.diff(lane.dec_bounds[c.dec_start : c.dec_end + 1])
             out = np.arange(starts[j], starts[j + 1], dtype=np.int32)
             row_dec[out] = np.repeat(np.arange(len(dec_sizes), dtype=np.int32), dec_sizes)
             row_ids[out] = self.index.row_group(lane.key).row_offset + rows
             local.setdefault(lane.key, []).append((rows, out))
-        take = {k: (np.concatenate([r for r, _ in v]), np.concatenate([o for _, o in v]))
-                for k, v in sorted(local.items())}
+        take = {
+            k: (np.concatenate([r for r, _ in v]), np.concatenate([o for _, o in v])) for k, v in sorted(local.items())
+        }
         return Microbatch(
-            index=i, keys=tuple(sorted(local)), take=take, row_lane=row_lane, row_dec=row_dec, row_ids=row_ids,
+            index=i,
+            keys=tuple(sorted(local)),
+            take=take,
+            row_lane=row_lane,
+            row_dec=row_dec,
+            row_ids=row_ids,
             lane_ids=np.array([c.lane.index for c in chunks], np.int64),
             lane_fresh=np.array([c.dec_start == 0 for c in chunks], bool),
             lane_decisions=np.array([c.dec_end - c.dec_start for c in chunks], np.int32),
-            lane_dec_start=np.array([c.dec_start for c in chunks], np.int32))
+            lane_dec_start=np.array([c.dec_start for c in chunks], np.int32),
+        )
 
 
 def working_set_stats(plan: Plan, packed: list[list[Chunk]]) -> dict:

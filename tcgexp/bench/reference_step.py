@@ -7,13 +7,14 @@ one scalar chain per loss part, MLX's AdamW applied parameter by parameter after
 ``tcgexp-bench train`` (the "before" row) and by tests/train/test_fast_step.py,
 which pins the new step to this one over an epoch of the demo corpus.
 """
+
 from __future__ import annotations
 
 from functools import partial
 
 import mlx.core as mx
-import mlx.nn as nn
 import mlx.optimizers as optim
+from mlx import nn
 
 from ..train.losses import masked_logits
 from ..train.model import RecurrentPolicy
@@ -55,12 +56,13 @@ def reference_losses(logits, aux, t: dict, aux_weight: float):
         "policy": policy,
         "aux_ko": (nn.losses.binary_cross_entropy(aux[:, 0], t["aux_ko"], reduction="none") * av).sum() / na,
         "aux_prize_delta": (((aux[:, 1] - t["aux_prize_delta"] / 4.0) ** 2) * av).sum() / na,
-        "aux_terminal": (nn.losses.binary_cross_entropy(aux[:, 2], t["aux_terminal"], reduction="none") * av)
-        .sum() / na,
+        "aux_terminal": (nn.losses.binary_cross_entropy(aux[:, 2], t["aux_terminal"], reduction="none") * av).sum()
+        / na,
         "aux_return": (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum() / na,
     }
-    total = policy + aux_weight * (parts["aux_ko"] + parts["aux_prize_delta"] + parts["aux_terminal"]
-                                   + parts["aux_return"])
+    total = policy + aux_weight * (
+        parts["aux_ko"] + parts["aux_prize_delta"] + parts["aux_terminal"] + parts["aux_return"]
+    )
     parts["accuracy"] = correct
     return total, parts
 
@@ -68,8 +70,9 @@ def reference_losses(logits, aux, t: dict, aux_weight: float):
 class ReferenceStepper:
     """``step(inputs, targets, h0) -> (loss, parts, carry, norm)``: the former fused step (accum_steps=1)."""
 
-    def __init__(self, model: ReferencePolicy, optimizer: optim.Optimizer, *, aux_weight: float,
-                 grad_clip: float) -> None:
+    def __init__(
+        self, model: ReferencePolicy, optimizer: optim.Optimizer, *, aux_weight: float, grad_clip: float
+    ) -> None:
         self.model, self.optimizer, self.state = model, optimizer, [model.state, optimizer.state]
         self.compilations = 0
 

@@ -15,6 +15,7 @@ process's launch (imports included) to the first microbatch handed to the loop,
 with that process's peak RSS. The old planner
 (``reference_planner``) is timed beside the new one on the largest real size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,13 @@ def tiled_columns(files, manifests, days: int):
         pf = pq.ParquetFile(f)
         idx = [rg["index"] for rg in m["row_groups"]]
         t = pf.read_row_groups(idx, columns=LaneIndex.COLUMNS, use_threads=False)
-        real.append((m["row_groups"], [pf.metadata.row_group(i).num_rows for i in idx],
-                     {c: t.column(c).to_numpy() for c in LaneIndex.COLUMNS}))
+        real.append(
+            (
+                m["row_groups"],
+                [pf.metadata.row_group(i).num_rows for i in idx],
+                {c: t.column(c).to_numpy() for c in LaneIndex.COLUMNS},
+            )
+        )
     out = []
     for d in range(days):
         rgs, sizes, cols = real[d % len(real)]
@@ -92,10 +98,9 @@ def child(spec: dict) -> dict:
     if spec.get("old"):  # its own process: its memory must not count in the new planner's peak RSS
         from . import reference_planner as ref
 
-
         out["old_index_s"], old_index = best(lambda: ref.LaneIndex(files, manifests), 1)
         old = ref.Planner(old_index, chunk=16, batch_size=256, seed=0)
-        out["old_plan_s"] = float(np.mean([best(lambda: old.epoch_plan(e), 1)[0] for e in range(EPOCHS)]))
+        out["old_plan_s"] = float(np.mean([best(lambda: old.epoch_plan(e), 1)[0] for e in range(EPOCHS)]))  # noqa: B023 - called at once
         out["old_count_s"] = best(lambda: [old.microbatches_per_epoch(e) for e in range(EPOCHS)], 1)[0]
         return out
     if spec["synthetic"]:
@@ -107,13 +112,15 @@ def child(spec: dict) -> dict:
         out["read_per_day_s"] = best(lambda: tiled_columns(files, manifests, len(files)))[0] / len(files)
     planner = build(option("tbptt", "default", "tbptt.chunk=16", "tbptt.batch_size=256", "seed=0"))(index)
     out["count_s"] = best(lambda: [planner.microbatches_per_epoch(e) for e in range(EPOCHS)], 1)[0]
-    plans = [best(lambda: planner._plan("train", e), 1) for e in range(EPOCHS)]
+    plans = [best(lambda: planner._plan("train", e), 1) for e in range(EPOCHS)]  # noqa: B023 - called at once
     out["plan_s"] = float(np.mean([t for t, _ in plans]))
     plan = plans[0][1]
     out["build_mbs_s"] = best(lambda: sum(1 for _ in plan), 1)[0]
     out["microbatches"], out["lanes"], out["rows"] = len(plan), index.n_lanes, index.rows
-    out["held_mib"] = (index.nbytes() + sum(a.nbytes for a in (plan.lane, plan.d0, plan.d1, plan.bounds,
-                                                                plan.chunk_rows, plan.chunk_rg))) / 2**20
+    out["held_mib"] = (
+        index.nbytes()
+        + sum(a.nbytes for a in (plan.lane, plan.d0, plan.d1, plan.bounds, plan.chunk_rows, plan.chunk_rg))
+    ) / 2**20
     t0 = time.perf_counter()
     mem = np.zeros((index.n_lanes, HIDDEN), np.float32), np.zeros((index.n_lanes, HIDDEN), np.float32)
     first = plan[0]
@@ -124,15 +131,19 @@ def child(spec: dict) -> dict:
     mx.save_safetensors(str(path), _lane_tensors({"train": SparseLanes.of(mem[0], plan.live_lanes(mid))}))
     out["lanes_file_mb"] = path.stat().st_size / 1e6
     out["lanes_dense_mb"] = mem[0].nbytes / 1e6
-    out["live_lanes"] = int(len(plan.live_lanes(mid)))
+    out["live_lanes"] = len(plan.live_lanes(mid))
     del first
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
 def in_child(spec: dict) -> dict:
-    res = subprocess.run([sys.executable, "-m", "tcgexp.bench", "scale", "--child", json.dumps(spec)],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.bench", "scale", "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -140,8 +151,11 @@ def build(option: str, root: Path, days: int, workers: int) -> tuple[float, obje
     from ..app import compose
     from ..config import build as instantiate
 
-    corpus = instantiate(compose(f"dataset={option}", f"dataset.root={root}", f"dataset.days={days}",
-                                 f"dataset.workers={workers}").dataset)
+    corpus = instantiate(
+        compose(
+            f"dataset={option}", f"dataset.root={root}", f"dataset.days={days}", f"dataset.workers={workers}"
+        ).dataset
+    )
     t0 = time.perf_counter()
     corpus.build()
     return time.perf_counter() - t0, corpus
@@ -165,11 +179,17 @@ def startup_child(spec: dict) -> dict:
     from ..app import compose
     from ..config import build as instantiate
     from ..plan.loader import Loader
-    from ..train import run as train_run  # noqa: E402  (timed: the imports are part of start-up)
+    from ..train import run as train_run  # timed: the imports are part of start-up
 
     imported = time.time()
-    cfg = compose(f"dataset={spec['option']}", f"dataset.root={spec['root']}", f"dataset.days={spec['days']}",
-                  "tracking=off", "trainer.max_steps=1", f"trainer.epochs={EPOCHS}")
+    cfg = compose(
+        f"dataset={spec['option']}",
+        f"dataset.root={spec['root']}",
+        f"dataset.days={spec['days']}",
+        "tracking=off",
+        "trainer.max_steps=1",
+        f"trainer.epochs={EPOCHS}",
+    )
     first: list[float] = []
     orig = Loader.iterate
 
@@ -190,15 +210,24 @@ def startup_child(spec: dict) -> dict:
     ckpt = Path(spec["run_dir"]) / "checkpoints" / "latest"
     # cpu: this process's CPU seconds to the first step (all its threads): what start-up needs of a machine
     # whose cores are not shared, where the wall time above also holds the time others' processes ran
-    return {"startup_s": first[0] - launched, "startup_cpu_s": first[1], "imports_s": imported - launched,
-            "validate_s": validate_s,
-            "ckpt_dir_mb": sum(p.stat().st_size for p in ckpt.iterdir()) / 1e6, "run_rss_mib": rss}
+    return {
+        "startup_s": first[0] - launched,
+        "startup_cpu_s": first[1],
+        "imports_s": imported - launched,
+        "validate_s": validate_s,
+        "ckpt_dir_mb": sum(p.stat().st_size for p in ckpt.iterdir()) / 1e6,
+        "run_rss_mib": rss,
+    }
 
 
 def startup(option: str, root: Path, days: int, run_dir: Path) -> dict:
     spec = {"option": option, "root": str(root), "days": days, "run_dir": str(run_dir)}
-    res = subprocess.run([sys.executable, "-m", "tcgexp.bench", "scale", "--startup-child", json.dumps(spec)],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.bench", "scale", "--startup-child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -222,8 +251,7 @@ def run(args: argparse.Namespace) -> None:
                 t, corpus = build(args.dataset, root, days, w)
                 digests[w] = digest(corpus)
                 rows = sum(m["rows"] for m in corpus.manifests.values())
-                builds.append([days, w, rows, "reused" if reused else f"{t:.1f}",
-                               "" if reused else f"{rows / t:,.0f}"])
+                builds.append([days, w, rows, "reused" if reused else f"{t:.1f}", "" if reused else f"{rows / t:,.0f}"])
             if len(set(digests.values())) != 1:
                 raise SystemExit(f"{days} days: builds with workers {list(digests)} differ")
             results[days] = {"corpus": corpus, "root": root}
@@ -232,10 +260,14 @@ def run(args: argparse.Namespace) -> None:
         for days in sorted(args.days, key=lambda d: (d not in results, d)):  # built sizes first: they calibrate
             src = results.get(days) or results[largest]
             corpus = src["corpus"]
-            spec = {"days": days, "synthetic": days not in results, "tmp": str(tmp),
-                    "files": [str(f) for f in corpus.files],
-                    "manifests": [str(corpus.paths(d).manifest) for d in corpus.dates],
-                    "read_per_day_s": per_day.get("read", 0.0)}
+            spec = {
+                "days": days,
+                "synthetic": days not in results,
+                "tmp": str(tmp),
+                "files": [str(f) for f in corpus.files],
+                "manifests": [str(corpus.paths(d).manifest) for d in corpus.dates],
+                "read_per_day_s": per_day.get("read", 0.0),
+            }
             out = in_child(spec)
             if days == largest:
                 out.update(in_child(dict(spec, old=True)))
@@ -247,8 +279,7 @@ def run(args: argparse.Namespace) -> None:
                 fixed[days] = out["startup_s"] - out["validate_s"] - out["index_s"] - out["count_s"] - out["first_s"]
             else:
                 out["validate_s"] = per_day["validate"] * days
-                out["startup_s"] = out["validate_s"] + out["index_s"] + out["count_s"] + out["first_s"] + \
-                    fixed[largest]
+                out["startup_s"] = out["validate_s"] + out["index_s"] + out["count_s"] + out["first_s"] + fixed[largest]
             results.setdefault(days, {})["out"] = out
         report(args, builds, results, largest)
     finally:
@@ -256,42 +287,111 @@ def run(args: argparse.Namespace) -> None:
 
 
 def report(args, builds, results, largest) -> None:
-    print(f"## Corpus scale ({args.dataset} days: ~30k rows each; tbptt chunk 16, batch 256; {EPOCHS} epochs; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores at the end)\n")
+    print(
+        f"## Corpus scale ({args.dataset} days: ~30k rows each; tbptt chunk 16, batch 256; {EPOCHS} epochs; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores at the end)\n"
+    )
     print(markdown_table(["days", "workers", "rows", "build s (from nothing)", "rows/s"], builds))
-    head = ["days", "kind", "rows", "lanes", "index s", "plan s/epoch", "+ all microbatches s",
-            f"step counts ({EPOCHS} epochs) s", "start-up to first step s", "of it imports s", "its CPU s",
-            "run peak RSS MiB",
-            "index+plan peak RSS MiB", "index+plan MiB",
-            "lanes.safetensors MB (mid-epoch)", "dense lanes MB"]
-    rows, fit = [], {k: [] for k in ("index_s", "plan_s", "startup_s", "peak_rss_mib", "held_mib",
-                                     "lanes_file_mb", "lanes_dense_mb")}
+    head = [
+        "days",
+        "kind",
+        "rows",
+        "lanes",
+        "index s",
+        "plan s/epoch",
+        "+ all microbatches s",
+        f"step counts ({EPOCHS} epochs) s",
+        "start-up to first step s",
+        "of it imports s",
+        "its CPU s",
+        "run peak RSS MiB",
+        "index+plan peak RSS MiB",
+        "index+plan MiB",
+        "lanes.safetensors MB (mid-epoch)",
+        "dense lanes MB",
+    ]
+    rows, fit = (
+        [],
+        {
+            k: []
+            for k in ("index_s", "plan_s", "startup_s", "peak_rss_mib", "held_mib", "lanes_file_mb", "lanes_dense_mb")
+        },
+    )
     sizes = sorted(results)
     for days in sizes:
         o = results[days]["out"]
         kind = "built" if "corpus" in results[days] else "synthetic"
-        rows.append([days, kind, f"{o['rows']:,}", f"{o['lanes']:,}", f"{o['index_s']:.3f}", f"{o['plan_s']:.4f}",
-                     f"{o['build_mbs_s']:.3f}", f"{o['count_s']:.3f}", f"{o['startup_s']:.2f}",
-                     f"{o['imports_s']:.2f}" if "imports_s" in o else "",
-                     f"{o['startup_cpu_s']:.2f}" if "startup_cpu_s" in o else "",
-                     f"{o['run_rss_mib']:.0f}" if "run_rss_mib" in o else "", f"{o['peak_rss_mib']:.0f}", f"{o['held_mib']:.1f}", f"{o['lanes_file_mb']:.3f}",
-                     f"{o['lanes_dense_mb']:.1f}"])
-        for k in fit:
-            fit[k].append(o[k])
+        rows.append(
+            [
+                days,
+                kind,
+                f"{o['rows']:,}",
+                f"{o['lanes']:,}",
+                f"{o['index_s']:.3f}",
+                f"{o['plan_s']:.4f}",
+                f"{o['build_mbs_s']:.3f}",
+                f"{o['count_s']:.3f}",
+                f"{o['startup_s']:.2f}",
+                f"{o['imports_s']:.2f}" if "imports_s" in o else "",
+                f"{o['startup_cpu_s']:.2f}" if "startup_cpu_s" in o else "",
+                f"{o['run_rss_mib']:.0f}" if "run_rss_mib" in o else "",
+                f"{o['peak_rss_mib']:.0f}",
+                f"{o['held_mib']:.1f}",
+                f"{o['lanes_file_mb']:.3f}",
+                f"{o['lanes_dense_mb']:.1f}",
+            ]
+        )
+        for k, values in fit.items():
+            values.append(o[k])
     ext = {k: float(np.polyval(np.polyfit(sizes, v, 1), 365)) for k, v in fit.items()}
-    rows.append(["365", "fitted line", "", "", f"{ext['index_s']:.3f}", f"{ext['plan_s']:.4f}", "", "",
-                 f"{ext['startup_s']:.2f}", "", "", "", f"{ext['peak_rss_mib']:.0f}", f"{ext['held_mib']:.1f}",
-                 f"{ext['lanes_file_mb']:.3f}", f"{ext['lanes_dense_mb']:.1f}"])
+    rows.append(
+        [
+            "365",
+            "fitted line",
+            "",
+            "",
+            f"{ext['index_s']:.3f}",
+            f"{ext['plan_s']:.4f}",
+            "",
+            "",
+            f"{ext['startup_s']:.2f}",
+            "",
+            "",
+            "",
+            f"{ext['peak_rss_mib']:.0f}",
+            f"{ext['held_mib']:.1f}",
+            f"{ext['lanes_file_mb']:.3f}",
+            f"{ext['lanes_dense_mb']:.1f}",
+        ]
+    )
     print()
     print(markdown_table(head, rows))
     o = results[largest]["out"]
     print()
-    print(markdown_table(["planner", "days", "index s", "plan s/epoch", f"step counts ({EPOCHS} epochs) s"], [
-        ["old (reference_planner)", largest, f"{o['old_index_s']:.3f}", f"{o['old_plan_s']:.3f}",
-         f"{o['old_count_s']:.3f}"],
-        ["new (tcgexp.plan)", largest, f"{o['index_s']:.3f}", f"{o['plan_s']:.4f}", f"{o['count_s']:.3f}"],
-        ["speed-up", "", f"{o['old_index_s'] / o['index_s']:.1f}x", f"{o['old_plan_s'] / o['plan_s']:.1f}x",
-         f"{o['old_count_s'] / o['count_s']:.1f}x"]]))
-    print(f"\nreal checkpoint dir (latest/, max_steps=1) on {largest} days: "
-          f"{results[largest]['out']['ckpt_dir_mb']:.2f} MB; live lanes mid-epoch: "
-          f"{results[largest]['out']['live_lanes']}")
+    print(
+        markdown_table(
+            ["planner", "days", "index s", "plan s/epoch", f"step counts ({EPOCHS} epochs) s"],
+            [
+                [
+                    "old (reference_planner)",
+                    largest,
+                    f"{o['old_index_s']:.3f}",
+                    f"{o['old_plan_s']:.3f}",
+                    f"{o['old_count_s']:.3f}",
+                ],
+                ["new (tcgexp.plan)", largest, f"{o['index_s']:.3f}", f"{o['plan_s']:.4f}", f"{o['count_s']:.3f}"],
+                [
+                    "speed-up",
+                    "",
+                    f"{o['old_index_s'] / o['index_s']:.1f}x",
+                    f"{o['old_plan_s'] / o['plan_s']:.1f}x",
+                    f"{o['old_count_s'] / o['count_s']:.1f}x",
+                ],
+            ],
+        )
+    )
+    print(
+        f"\nreal checkpoint dir (latest/, max_steps=1) on {largest} days: "
+        f"{results[largest]['out']['ckpt_dir_mb']:.2f} MB; live lanes mid-epoch: "
+        f"{results[largest]['out']['live_lanes']}"
+    )

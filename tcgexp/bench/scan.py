@@ -15,6 +15,7 @@ entries), checks the gradient is finite and the states match a float64 loop:
 - a log-space scan (Heinsen 2023, the minGRU paper's form, with a sign split),
 - a Hillis-Steele scan (log2 T levels of multiply-adds, no division at all).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ def division_scan_32(z, cand, h0):
 
     out, h = [h0[:, None]], h0
     for s in range(0, z.shape[1], 32):
-        zb, cb = z[:, s:s + 32], cand[:, s:s + 32]
+        zb, cb = z[:, s : s + 32], cand[:, s : s + 32]
         keep = mx.cumprod(1.0 - zb, axis=1)
         hb = keep * (h[:, None] + mx.cumsum(zb * cb / keep, axis=1))
         out.append(hb)
@@ -98,16 +99,18 @@ def reference(z, c, h0) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     import mlx.core as mx
 
+    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
     from ..train.scan import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan
 
-    variants = [("loop over decisions", loop_scan),
-                ("old: division, 32-decision blocks (reference)", division_scan_32),
-                (f"model: division anchored mid-block, {SCAN_BLOCK}-decision blocks, carried", linear_scan),
-                ("log-space (Heinsen), sign split", log_space_scan),
-                ("Hillis-Steele doubling, no division", hillis_steele_scan)]
+    variants = [
+        ("loop over decisions", loop_scan),
+        ("old: division, 32-decision blocks (reference)", division_scan_32),
+        (f"model: division anchored mid-block, {SCAN_BLOCK}-decision blocks, carried", linear_scan),
+        ("log-space (Heinsen), sign split", log_space_scan),
+        ("Hillis-Steele doubling, no division", hillis_steele_scan),
+    ]
     rows = []
     L, H = args.lanes, args.hidden
     for T in args.decisions:
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
         for name, fn in variants:
             if fn is loop_scan and T > 128:
                 continue  # a 512-op graph per direction: minutes to compile, nothing to learn
-            f = lambda k, c, fn=fn: fn(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)  # noqa: E731
+            f = lambda k, c, fn=fn, h0=h0: fn(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
             grad = mx.compile(mx.grad(lambda k, c, f=f: (f(k, c) ** 2).sum(), argnums=(0, 1)))
             gk, gc = grad(k, c)
             mx.eval(gk, gc)
@@ -135,8 +138,27 @@ def run(args: argparse.Namespace) -> None:
             times[name] = (best, finite, err)
         model = times[variants[2][0]][0]
         for name, (t, finite, err) in times.items():
-            rows.append([f"{L}x{T}x{H}", name, f"{1000 * t:.2f}", f"{t / model:.2f}x",
-                         "yes" if finite else "**no (NaN/inf)**", f"{err:.1e}"])
+            rows.append(
+                [
+                    f"{L}x{T}x{H}",
+                    name,
+                    f"{1000 * t:.2f}",
+                    f"{t / model:.2f}x",
+                    "yes" if finite else "**no (NaN/inf)**",
+                    f"{err:.1e}",
+                ]
+            )
     print(f"## Memory recurrence, forward + backward, compiled (MLX CPU), z <= {Z_MAX}\n")
-    print(markdown_table(["lanes x decisions x hidden", "formulation", "ms", "time vs model", "finite gradient",
-                          "max |h - float64|"], rows))
+    print(
+        markdown_table(
+            [
+                "lanes x decisions x hidden",
+                "formulation",
+                "ms",
+                "time vs model",
+                "finite gradient",
+                "max |h - float64|",
+            ],
+            rows,
+        )
+    )

@@ -10,6 +10,7 @@ with ``--threads`` threads. Children run in interleaved rounds, each timing its 
 Every peer child also replays the first ``VERIFY_STEPS`` microbatches through the MLX step
 from the same weights and reports the largest relative gap between the two loss sequences.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,12 @@ def prepared_batches(args, chunk: int) -> tuple[list, int]:
     index = LaneIndex.of(corpus)
     tb = cfg.tbptt
     plan = build(option("tbptt", "default", f"tbptt.chunk={chunk}", "seed=0"))(index).epoch_plan(0)
-    loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
-                    transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=chunk))
+    loader = Loader(
+        DirectSource(corpus.files),
+        TRAIN_COLUMNS,
+        workers=0,
+        transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=chunk),
+    )
     out = []
     for prep in loader.iterate(plan):
         out.append(prep)
@@ -88,7 +93,7 @@ def op_cost(framework: str) -> dict:
             return x
 
         f, x = mx.compile(chain), mx.array(x0)
-        run = lambda: mx.eval(f(x))  # noqa: E731
+        run = lambda: mx.eval(f(x))
     else:
         try:
             import jax
@@ -102,7 +107,7 @@ def op_cost(framework: str) -> dict:
             return x
 
         f, x = jax.jit(chain), jnp.asarray(x0)
-        run = lambda: f(x).block_until_ready()  # noqa: E731
+        run = lambda: f(x).block_until_ready()
     run()
     best = float("inf")
     for _ in range(20):
@@ -134,13 +139,15 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
         if isinstance(factory, str):
             raise SystemExit(factory)
         peer = factory(peers.mlx_weights(model), rule)  # verified first, then timed on (it keeps training)
-        out["gap"] = peers.relative_gap(peers.peer_losses(peer, batches, lanes, hidden, VERIFY_STEPS),
-                                        peers.mlx_losses(model, batches, lanes, rule, VERIFY_STEPS))
+        out["gap"] = peers.relative_gap(
+            peers.peer_losses(peer, batches, lanes, hidden, VERIFY_STEPS),
+            peers.mlx_losses(model, batches, lanes, rule, VERIFY_STEPS),
+        )
         mem = peers.HostLanes(lanes, hidden)
 
         def run(bs):
             for prep in bs:
-                loss, carry = peer.step(prep.inputs, prep.targets, mem.read(prep))
+                _loss, carry = peer.step(prep.inputs, prep.targets, mem.read(prep))
                 mem.write(prep, carry)
 
         run(batches[:WARMUP])
@@ -174,9 +181,27 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
 
 
 def spawn(kind: str, chunk: int, hidden: int, args, env: dict | None = None) -> dict | str:
-    cmd = [sys.executable, "-m", "tcgexp.bench", "train", "--dataset", args.dataset, "--hidden", str(hidden),
-           *(["--root", args.root] if args.root else []), "--steps", str(args.steps), "--threads", str(args.threads),
-           "--only-steps", kind, "--chunks", str(chunk), "--hiddens", str(hidden)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tcgexp.bench",
+        "train",
+        "--dataset",
+        args.dataset,
+        "--hidden",
+        str(hidden),
+        *(["--root", args.root] if args.root else []),
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+        "--only-steps",
+        kind,
+        "--chunks",
+        str(chunk),
+        "--hiddens",
+        str(hidden),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if res.returncode != 0:
         last = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
@@ -191,8 +216,10 @@ def compare(args) -> dict:
     chosen = [PEER_KEYS[k] for k in args.peers]
     kinds = [MLX_PURE, MLX_FUSED, MLX_FUSED_ONE, *chosen]
     best: dict[tuple, dict | str] = {}
-    print(f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
-          f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n")
+    print(
+        f"\n### The bare training step on the same {args.steps} microbatches (data prepared in advance; best of "
+        f"{PASSES} passes x {args.rounds} interleaved rounds; {args.threads} threads each)\n"
+    )
     for rnd in range(args.rounds):
         for cell in cells:
             for label in kinds:
@@ -218,13 +245,40 @@ def compare(args) -> dict:
             gap = "" if got["gap"] is None else f"{got['gap']:.1e}"
             ratio = f"{got['rows_per_s'] / fastest:.2f}x" if fastest else ""
             vs_pure = f"{got['rows_per_s'] / pure:.2f}x" if pure else ""
-            rows.append([*cell, label, f"{got['rows_per_s']:,.0f}", ratio, vs_pure,
-                         "" if got["compilations"] is None else got["compilations"], gap])
-    print(markdown_table(["tbptt.chunk", "model.hidden", "implementation", "rows/s", "vs fastest peer", "vs pure MLX",
-                          "compilations", f"max rel. loss gap to MLX, {VERIFY_STEPS} steps"], rows))
+            rows.append(
+                [
+                    *cell,
+                    label,
+                    f"{got['rows_per_s']:,.0f}",
+                    ratio,
+                    vs_pure,
+                    "" if got["compilations"] is None else got["compilations"],
+                    gap,
+                ]
+            )
+    print(
+        markdown_table(
+            [
+                "tbptt.chunk",
+                "model.hidden",
+                "implementation",
+                "rows/s",
+                "vs fastest peer",
+                "vs pure MLX",
+                "compilations",
+                f"max rel. loss gap to MLX, {VERIFY_STEPS} steps",
+            ],
+            rows,
+        )
+    )
     costs = {fw: spawn(f"ops:{fw}", args.chunks[0], args.hiddens[0], args) for fw in ("mlx", "jax")}
-    print(f"\nWhat one operation costs beyond its arithmetic (a compiled chain of {CHAIN} cumulative sums on "
-          "[16, 16]): " + ", ".join(f"{fw.upper()} {c['us_per_link']:.1f} us per link" if isinstance(c, dict)
-                                   else f"{fw.upper()} {c}" for fw, c in costs.items()))
+    print(
+        f"\nWhat one operation costs beyond its arithmetic (a compiled chain of {CHAIN} cumulative sums on "
+        "[16, 16]): "
+        + ", ".join(
+            f"{fw.upper()} {c['us_per_link']:.1f} us per link" if isinstance(c, dict) else f"{fw.upper()} {c}"
+            for fw, c in costs.items()
+        )
+    )
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
     return best

@@ -1,13 +1,15 @@
 """Markdown tables for benchmark output."""
+
 from __future__ import annotations
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
     cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
-    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-                     + [line(r) for r in cells[1:]])
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+    return "\n".join(
+        [line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in cells[1:]]
+    )
 
 
 def root_override(args) -> list[str]:

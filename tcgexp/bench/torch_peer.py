@@ -9,6 +9,7 @@ layout, so every implementation starts from the same weights. ``compiled=True``:
 (its backward compiled by AOTAutograd) and of the update, one graph set per padded shape;
 ``compilations`` counts the graphs Dynamo produced. Needs ``pip install torch==2.13.0``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ def linear_scan(z, cand, h0):
         z, cand = F.pad(z, (0, 0, 0, nb * B - T)), F.pad(cand, (0, 0, 0, nb * B - T))
     z4, c4 = z.reshape(L, nb, B, H), cand.reshape(L, nb, B, H)
     keep = torch.cumprod(1.0 - z4, dim=2)
-    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    mid = keep[:, :, (B - 1) // 2 : (B + 1) // 2]
     K = keep / mid
     acc = torch.cumsum(z4 * c4 / K, dim=2)
     h, h_in = h0, [h0]
@@ -65,10 +66,13 @@ def loss_fn(p: dict, inputs: dict, t: dict, h0, aux_weight: float):
     policy = (nll * w).sum() / n
     av = t["aux_valid"] * w
     na = av.sum().clamp(min=1.0)
-    bce = lambda z, y: F.binary_cross_entropy_with_logits(z, y, reduction="none")  # noqa: E731
-    aux_total = ((bce(aux[:, 0], t["aux_ko"]) * av).sum() + (((aux[:, 1] - t["aux_prize_delta"] / 4) ** 2) * av)
-                 .sum() + (bce(aux[:, 2], t["aux_terminal"]) * av).sum()
-                 + (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum()) / na
+    bce = lambda z, y: F.binary_cross_entropy_with_logits(z, y, reduction="none")
+    aux_total = (
+        (bce(aux[:, 0], t["aux_ko"]) * av).sum()
+        + (((aux[:, 1] - t["aux_prize_delta"] / 4) ** 2) * av).sum()
+        + (bce(aux[:, 2], t["aux_terminal"]) * av).sum()
+        + (((aux[:, 3] - t["aux_return"]) ** 2) * av).sum()
+    ) / na
     return policy + aux_weight * aux_total, carry
 
 
@@ -87,8 +91,9 @@ def adamw_(params: list, grads: list, ms: list, vs: list, lr: float, rule: AdamW
 
 
 class TorchStepper:
-    def __init__(self, weights: dict[str, np.ndarray], rule: AdamWRule, *, compiled: bool, threads: int,
-                 aux_weight: float = 0.25) -> None:
+    def __init__(
+        self, weights: dict[str, np.ndarray], rule: AdamWRule, *, compiled: bool, threads: int, aux_weight: float = 0.25
+    ) -> None:
         torch.set_num_threads(threads)
         self.rule, self.aux_weight = rule, aux_weight
         self.p = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
@@ -100,7 +105,7 @@ class TorchStepper:
             from torch import _dynamo
 
             _dynamo.config.cache_size_limit = 64  # one graph per padded shape set, never a fallback
-            opts = dict(mode="max-autotune-no-cudagraphs", dynamic=False)
+            opts = {"mode": "max-autotune-no-cudagraphs", "dynamic": False}
             self.loss_fn, self.update = torch.compile(loss_fn, **opts), torch.compile(adamw_, **opts)
 
     @staticmethod

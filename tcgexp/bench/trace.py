@@ -10,6 +10,7 @@ pressure, no opt-step) the hit count here is the hit count the real cache
 gets. That makes it cheap to compare policies and capacities for a plan
 before a single row group is decoded.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,10 @@ class ReplayConfig:
     capacities: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8, 12, 16])  # cache sizes: a column each
     policies: list[str] = field(default_factory=lambda: ["fifo", "lru", "hot60", "plan"])  # cache options
     CHECKS: ClassVar[tuple] = (
-        ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"), ("epochs", within(1, 10**4), "in [1, 1e4]"),
-        ("capacities", lambda v: all(within(0, INT32_MAX)(c) for c in v), "row-group counts in [0, 2**31)"))
+        ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),
+        ("epochs", within(1, 10**4), "in [1, 1e4]"),
+        ("capacities", lambda v: all(within(0, INT32_MAX)(c) for c in v), "row-group counts in [0, 2**31)"),
+    )
 
 
 def replay(policy: Policy, trace: Sequence[Iterable[Key]], *, set_trace: bool = True) -> dict[str, int]:
@@ -70,8 +73,13 @@ def replay(policy: Policy, trace: Sequence[Iterable[Key]], *, set_trace: bool = 
                 cached, evicted = admit(policy, key)
                 evictions += len(evicted)
                 bypasses += not cached
-    return {"hits": hits, "misses": misses, "evictions": evictions, "bypasses": bypasses,
-            "promotions": policy.promotions}
+    return {
+        "hits": hits,
+        "misses": misses,
+        "evictions": evictions,
+        "bypasses": bypasses,
+        "promotions": policy.promotions,
+    }
 
 
 def policy_factory(name: str):
@@ -79,8 +87,9 @@ def policy_factory(name: str):
     return build(option("cache", name).policy)
 
 
-def miss_ratio_table(traces: dict[str, list], capacities: Sequence[int],
-                     policies: Sequence[str]) -> tuple[list[str], list[list]]:
+def miss_ratio_table(
+    traces: dict[str, list], capacities: Sequence[int], policies: Sequence[str]
+) -> tuple[list[str], list[list]]:
     """Rows of (order, capacity, hit rate per policy, Belady, plan's gap to Belady)."""
     header = ["order", "capacity", *[f"{p} hit %" for p in policies], "Belady hit %", "plan - Belady"]
     factories = {name: policy_factory(name) for name in policies}
@@ -110,18 +119,33 @@ def replay_report(cfg: DictConfig) -> None:
     traces, stats = {}, []
     for order in ("grouped", "naive"):
         planner = build(cfg.tbptt, lane_order=order)(index)
-        plans = ([planner.validation_plan()] if cfg.split == "val"
-                 else [planner.epoch_plan(e) for e in range(cfg.epochs)])
+        plans = (
+            [planner.validation_plan()] if cfg.split == "val" else [planner.epoch_plan(e) for e in range(cfg.epochs)]
+        )
         traces[order] = [keys for plan in plans for keys in plan.trace()]
         s = plans[0].stats
-        stats.append([order, s["microbatches"], f"{s['mean_lanes']:.1f}", f"{s['mean_keys_per_microbatch']:.2f}",
-                      f"{s['mean_live_row_groups']:.2f}", s["max_live_row_groups"]])
+        stats.append(
+            [
+                order,
+                s["microbatches"],
+                f"{s['mean_lanes']:.1f}",
+                f"{s['mean_keys_per_microbatch']:.2f}",
+                f"{s['mean_live_row_groups']:.2f}",
+                s["max_live_row_groups"],
+            ]
+        )
     header, rows = miss_ratio_table(traces, list(cfg.capacities), list(cfg.policies))
-    print(f"## Trace replay: dataset={corpus.name} ({len(index.row_groups)} row groups), "
-          f"tbptt.chunk={cfg.tbptt.chunk}, tbptt.batch_size={cfg.tbptt.batch_size}, split={cfg.split}, "
-          f"epochs={cfg.epochs}\n")
-    print(markdown_table(["lane order", "microbatches", "lanes/mb", "row groups/mb", "mean live row groups",
-                          "max live row groups"], stats))
+    print(
+        f"## Trace replay: dataset={corpus.name} ({len(index.row_groups)} row groups), "
+        f"tbptt.chunk={cfg.tbptt.chunk}, tbptt.batch_size={cfg.tbptt.batch_size}, split={cfg.split}, "
+        f"epochs={cfg.epochs}\n"
+    )
+    print(
+        markdown_table(
+            ["lane order", "microbatches", "lanes/mb", "row groups/mb", "mean live row groups", "max live row groups"],
+            stats,
+        )
+    )
     print()
     print(markdown_table(header, rows))
     print(f"\n({len(flatten(traces['grouped']))} accesses per order; {time.perf_counter() - t0:.1f} s)")

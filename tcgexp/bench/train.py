@@ -15,6 +15,7 @@ step, data wait, tracking and display, checkpoints, validation, the rest of the 
 teardown (result.json, the caches' report, closing the Aim run); and compares the warm epoch's
 rows per wall-clock second with the bare step's from part 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,11 +41,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads per implementation")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the step table (best kept)")
     p.add_argument("--run-rounds", type=int, default=2, help="alternated rounds of the tracked/untracked runs")
-    p.add_argument("--track-every", type=int, nargs="+", default=None,
-                   help="trainer.track_every values of the tracked runs (default: the schema's)")
+    p.add_argument(
+        "--track-every",
+        type=int,
+        nargs="+",
+        default=None,
+        help="trainer.track_every values of the tracked runs (default: the schema's)",
+    )
     p.add_argument("--run-policies", nargs="+", default=["plan", "off"], help="cache policies of the runs part")
-    p.add_argument("--peers", nargs="+", choices=sorted(steps.PEER_KEYS), default=sorted(steps.PEER_KEYS),
-                   help="which peers the step table runs (jax: JAX jit; compile: torch.compile; eager: PyTorch eager)")
+    p.add_argument(
+        "--peers",
+        nargs="+",
+        choices=sorted(steps.PEER_KEYS),
+        default=sorted(steps.PEER_KEYS),
+        help="which peers the step table runs (jax: JAX jit; compile: torch.compile; eager: PyTorch eager)",
+    )
     p.add_argument("--parts", nargs="+", choices=["policies", "steps", "runs"], default=["policies", "steps", "runs"])
     p.add_argument("--only-steps", help=argparse.SUPPRESS)  # child process: one step timing, printed as JSON
 
@@ -59,8 +70,15 @@ def one_run(args, policy: str, tracking: str, aim_repo: Path | None = None, ever
     extra = [f"tracking.repo={aim_repo}", "tracking.experiment=bench"] if tracking == "aim" else []
     extra += [f"trainer.track_every={every}"] if every else []
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-") as run_dir:
-        cfg = compose(f"dataset={args.dataset}", *root_override(args), f"cache={policy}",
-                      f"trainer.epochs={args.epochs}", f"tracking={tracking}", *extra, f"model.hidden={args.hidden}")
+        cfg = compose(
+            f"dataset={args.dataset}",
+            *root_override(args),
+            f"cache={policy}",
+            f"trainer.epochs={args.epochs}",
+            f"tracking={tracking}",
+            *extra,
+            f"model.hidden={args.hidden}",
+        )
         quiet = report_console()
         quiet.quiet = True
         called_at, t0 = time.time(), time.perf_counter()
@@ -75,23 +93,40 @@ def policy_rows(args) -> list[list]:
         r = one_run(args, policy, "off")
         warm = r["history"][-1]["train"]
         c = r["cache"]["train"]
-        rows.append([policy, f"{warm['rows_per_second']:,.0f}", f"{100 * warm['data_stall_share']:.2f}%",
-                     f"{c['hit_rate_pct']:.1f}%", c["misses"], c["ssd_hits"], f"{c['bytes_loaded'] / 2**20:.0f}"])
+        rows.append(
+            [
+                policy,
+                f"{warm['rows_per_second']:,.0f}",
+                f"{100 * warm['data_stall_share']:.2f}%",
+                f"{c['hit_rate_pct']:.1f}%",
+                c["misses"],
+                c["ssd_hits"],
+                f"{c['bytes_loaded'] / 2**20:.0f}",
+            ]
+        )
     return rows
 
 
 def split(r: dict) -> dict:
     """Where one run's wall time went, in seconds (see the module's docstring), from result.json's ``time_split``."""
     epochs = r["time_split"]
-    s = {k: sum(e[k] for e in epochs) for k in ("step", "data_wait", "hooks", "checkpoints", "other",
-                                                 "validation", "epoch_checkpoint")}
+    s = {
+        k: sum(e[k] for e in epochs)
+        for k in ("step", "data_wait", "hooks", "checkpoints", "other", "validation", "epoch_checkpoint")
+    }
     first, last = epochs[0], epochs[-1]
-    return {"total": r["call_seconds"], "start-up": first["started_at"] - r["called_at"],
-            "step": s["step"], "data wait": s["data_wait"], "tracking + display": s["hooks"],
-            "checkpoints": s["checkpoints"] + s["epoch_checkpoint"], "validation": s["validation"],
-            "loop, other": s["other"],
-            "teardown": r["called_at"] + r["call_seconds"] - last["ended_at"],
-            "warm rows/s": r["processed"]["rows"] / len(epochs) / last["wall"] if len(epochs) > 1 else float("nan")}
+    return {
+        "total": r["call_seconds"],
+        "start-up": first["started_at"] - r["called_at"],
+        "step": s["step"],
+        "data wait": s["data_wait"],
+        "tracking + display": s["hooks"],
+        "checkpoints": s["checkpoints"] + s["epoch_checkpoint"],
+        "validation": s["validation"],
+        "loop, other": s["other"],
+        "teardown": r["called_at"] + r["call_seconds"] - last["ended_at"],
+        "warm rows/s": r["processed"]["rows"] / len(epochs) / last["wall"] if len(epochs) > 1 else float("nan"),
+    }
 
 
 def run_rows(args, bare: float | None) -> tuple[list[list], list[list]]:
@@ -114,8 +149,17 @@ def run_rows(args, bare: float | None) -> tuple[list[list], list[list]]:
                     key = (policy, tracking, every)
                     if key not in best or got["total"] < best[key]["total"]:
                         best[key] = got
-    cols = ["start-up", "step", "data wait", "tracking + display", "checkpoints", "validation", "loop, other",
-            "teardown", "total"]
+    cols = [
+        "start-up",
+        "step",
+        "data wait",
+        "tracking + display",
+        "checkpoints",
+        "validation",
+        "loop, other",
+        "teardown",
+        "total",
+    ]
     shown = {("aim", e): f"aim, every {e}" for e in cadences} | {("off", None): "off"}
     table = [[f"cache={p}", shown[t, e], *(f"{best[p, t, e][c]:.2f}" for c in cols)] for p, t, e in best]
     ratio = []
@@ -123,9 +167,18 @@ def run_rows(args, bare: float | None) -> tuple[list[list], list[list]]:
         off = best[p, "off", None]
         for every in cadences:
             on = best[p, "aim", every]
-            ratio.append([f"cache={p}", str(every), f"{on['warm rows/s']:,.0f}", f"{off['warm rows/s']:,.0f}",
-                          f"{on['warm rows/s'] / off['warm rows/s']:.0%}", f"{bare:,.0f}" if bare else "",
-                          f"{on['warm rows/s'] / bare:.0%}" if bare else "", f"{on['total'] - off['total']:+.2f}"])
+            ratio.append(
+                [
+                    f"cache={p}",
+                    str(every),
+                    f"{on['warm rows/s']:,.0f}",
+                    f"{off['warm rows/s']:,.0f}",
+                    f"{on['warm rows/s'] / off['warm rows/s']:.0%}",
+                    f"{bare:,.0f}" if bare else "",
+                    f"{on['warm rows/s'] / bare:.0%}" if bare else "",
+                    f"{on['total'] - off['total']:+.2f}",
+                ]
+            )
     return [["cache", "tracking", *cols]] + table, ratio
 
 
@@ -133,11 +186,25 @@ def run(args: argparse.Namespace) -> None:
     if args.only_steps:
         print(json.dumps(steps.child(args.only_steps, args.chunks[0], args.hiddens[0], args)))
         return
-    print(f"## Training throughput: dataset={args.dataset}, model.hidden={args.hidden}, defaults otherwise "
-          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores at the start)\n")
+    print(
+        f"## Training throughput: dataset={args.dataset}, model.hidden={args.hidden}, defaults otherwise "
+        f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores at the start)\n"
+    )
     if "policies" in args.parts:
-        print(markdown_table(["cache", "rows/s (epoch 2)", "data stall (epoch 2)", "train hit rate", "misses",
-                              "ssd hits", "MiB decoded"], policy_rows(args)))
+        print(
+            markdown_table(
+                [
+                    "cache",
+                    "rows/s (epoch 2)",
+                    "data stall (epoch 2)",
+                    "train hit rate",
+                    "misses",
+                    "ssd hits",
+                    "MiB decoded",
+                ],
+                policy_rows(args),
+            )
+        )
     bare = None
     if "steps" in args.parts:
         best = steps.compare(args)
@@ -145,10 +212,25 @@ def run(args: argparse.Namespace) -> None:
         bare = cell["rows_per_s"] if isinstance(cell, dict) else None
     if "runs" in args.parts:
         table, ratio = run_rows(args, bare)
-        print(f"\n### Where a whole run's wall time goes (seconds; `tcgexp-train dataset={args.dataset}`, "
-              f"{args.epochs} epochs, fastest of {args.run_rounds} alternated rounds)\n")
+        print(
+            f"\n### Where a whole run's wall time goes (seconds; `tcgexp-train dataset={args.dataset}`, "
+            f"{args.epochs} epochs, fastest of {args.run_rounds} alternated rounds)\n"
+        )
         print(markdown_table(table[0], table[1:]))
         print("\n### The warm epoch against the bare step (rows per wall-clock second of epoch 2; tbptt.chunk 16)\n")
-        print(markdown_table(["cache", "track_every", "with Aim", "tracking off", "with Aim / off",
-                              "bare MLX step (part 2)", "with Aim / bare step", "wall added by Aim (s)"], ratio))
+        print(
+            markdown_table(
+                [
+                    "cache",
+                    "track_every",
+                    "with Aim",
+                    "tracking off",
+                    "with Aim / off",
+                    "bare MLX step (part 2)",
+                    "with Aim / bare step",
+                    "wall added by Aim (s)",
+                ],
+                ratio,
+            )
+        )
         print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -6,6 +6,7 @@ fifo, lru, hot60, plan; each a ``cache`` config option that names its class)
 and an optional SSD spill tier (what stays in RAM and what moves to the spill:
 ``residency.py``). Decoding lives below, in ``tcgexp.data.source``.
 """
+
 from __future__ import annotations
 
 from tcgexp.cache.policy import Policy, admit

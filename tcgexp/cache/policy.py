@@ -18,6 +18,7 @@ The interface (all O(1) except ``victim`` for ``plan``, O(resident)):
 - ``set_trace(trace)`` / ``advance(t)`` the future access trace and a
   position a consumer is at (no-ops except for ``plan``).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,6 +31,7 @@ from omegaconf import MISSING
 
 from tcgexp.data.source import Key, as_key
 from tcgexp.schema import INT32_MAX, schema, within
+
 INF = math.inf
 
 
@@ -50,8 +52,10 @@ class Hot60PolicyConfig(PolicyConfig):
     # share of capacity pinned in the hot tier; pinned entries survive pressure (capacity < 4 pins most of it)
     hot_fraction: float = 0.6
     promotion_hits: int = 2  # hits in transient before promotion to hot; fewer = quicker to pin, easier to pin wrongly
-    CHECKS: ClassVar[tuple] = (("hot_fraction", within(0.0, 1.0), "in [0, 1] (0 = no hot tier)"),
-                               ("promotion_hits", within(0, INT32_MAX), "in [0, 2**31) hits"))
+    CHECKS: ClassVar[tuple] = (
+        ("hot_fraction", within(0.0, 1.0), "in [0, 1] (0 = no hot tier)"),
+        ("promotion_hits", within(0, INT32_MAX), "in [0, 2**31) hits"),
+    )
 
 
 class Policy:
@@ -313,9 +317,8 @@ class PlanPolicy(Policy):
             use = self.next_use(key)
             if use > best_use:
                 best, best_use = key, use
-        if incoming is not None and incoming not in self._resident:
-            if self.next_use(incoming) > best_use:
-                return incoming  # bypass: the newcomer is needed last
+        if incoming is not None and incoming not in self._resident and self.next_use(incoming) > best_use:
+            return incoming  # bypass: the newcomer is needed last
         return best
 
 

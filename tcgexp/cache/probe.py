@@ -1,4 +1,5 @@
 """The memory-pressure probe the cache consults on every access."""
+
 from __future__ import annotations
 
 import time
@@ -46,8 +47,11 @@ class Pressure:
         except Exception as exc:  # noqa: BLE001
             if not self._failed:
                 self._failed = True
-                warnings.warn(f"cache-{self.name}: memory probe failed ({exc}); assuming no pressure",
-                              RuntimeWarning, stacklevel=4)
+                warnings.warn(
+                    f"cache-{self.name}: memory probe failed ({exc}); assuming no pressure",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             return False
         self.pct = pct
         return pct > self.high_watermark_pct

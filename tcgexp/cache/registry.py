@@ -13,6 +13,7 @@ Where: ``$TCGEXP_STATE_DIR/spill/`` (tests point it at a tmp dir), else
 ``$XDG_STATE_HOME/tcgexp/spill/``, else ``~/.local/state/tcgexp/spill/``. A
 registry that cannot be written costs only the reclaiming (one warning).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,10 +23,8 @@ import socket
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
-from tcgexp.ownership import (held_by_someone, holder_info, is_spill_file, pid_alive, read_info, remove_owned,
-                              tree_bytes)
+from tcgexp.ownership import held_by_someone, holder_info, is_spill_file, pid_alive, read_info, remove_owned, tree_bytes
 
 _warned = False
 
@@ -46,7 +45,7 @@ def entry_path(spill_dir: Path) -> Path:
     return registry_dir() / f"{key}.json"
 
 
-def register(spill_dir: Path) -> Optional[Path]:
+def register(spill_dir: Path) -> Path | None:
     """Record `spill_dir` (already created and locked by its store); the entry's path, or None."""
     global _warned
     entry = entry_path(spill_dir)
@@ -58,14 +57,17 @@ def register(spill_dir: Path) -> Optional[Path]:
     except OSError as exc:
         if not _warned:
             _warned = True
-            warnings.warn(f"cannot register spill dirs in {entry.parent} ({exc}); a killed run's spill will not "
-                          "be reclaimed by later runs (set TCGEXP_STATE_DIR to a writable folder)",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"cannot register spill dirs in {entry.parent} ({exc}); a killed run's spill will not "
+                "be reclaimed by later runs (set TCGEXP_STATE_DIR to a writable folder)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
     return entry
 
 
-def unregister(entry: Optional[Path]) -> None:
+def unregister(entry: Path | None) -> None:
     if entry is not None:
         try:
             entry.unlink(missing_ok=True)
@@ -78,7 +80,7 @@ class Reclaimed:
     dirs: list[str] = field(default_factory=list)
     bytes: int = 0
 
-    def line(self) -> Optional[str]:
+    def line(self) -> str | None:
         """One line for the run's report, or None when nothing was reclaimed."""
         if not self.dirs:
             return None
@@ -116,4 +118,3 @@ def reclaim(marker: str) -> Reclaimed:
             remove_owned(path, marker, what="spill dir")  # warns and leaves it
         unregister(entry)
     return out
-

@@ -3,6 +3,7 @@
 Pure functions of a counters dict, so a run report (result.json) can be
 re-rendered or re-diagnosed later without a live cache.
 """
+
 from __future__ import annotations
 
 # What each of a cache's counters (``RowGroupCache.counters()``) means: the one place the metrics reference
@@ -15,25 +16,25 @@ MEANINGS = {
     "misses": "accesses not in RAM: read back from the spill, decoded from Parquet, or joined to a load in flight",
     "hit_rate_pct": "hits / accesses x 100 (0 before the first access)",
     "warm_hit_rate_pct": "the hit rate after warm-up: each row group's first access left out (it can only miss), "
-                         "and a miss that joined another thread's load counted as served; under 90 % the run "
-                         "prints why (the working set does not fit cache.capacity)",
+    "and a miss that joined another thread's load counted as served; under 90 % the run "
+    "prints why (the working set does not fit cache.capacity)",
     "distinct_keys": "distinct row groups accessed so far (the working set the capacity is measured against)",
     "shared_misses": "misses that waited for another thread's load of the same row group instead of loading it "
-                     "again (concurrent misses of one key decode once)",
+    "again (concurrent misses of one key decode once)",
     "rescues": "misses served from an evicted row group still on its way to the spill (no decode, no read)",
     "decodes": "row groups decoded from Parquet",
     "bytes_loaded": "bytes of arrays decoded from Parquet (spill reads and rescues not counted): the I/O and "
-                    "decode work the cache did not save",
+    "decode work the cache did not save",
     "decode_seconds": "wall seconds spent decoding from Parquet, summed over threads",
     "max_key_decode_concurrency": "the most threads ever decoding the same row group at once (1 when in-flight "
-                                  "deduplication works)",
+    "deduplication works)",
     "prefetches": "row groups loaded ahead of their access by the plan policy's prefetch (not counted as accesses)",
     "evictions": "row groups dropped from RAM, for capacity or memory pressure (spilled when the spill is on)",
     "pressure_evictions": "evictions because memory use passed cache.high_watermark_pct (transient tier only)",
     "bypasses": "loaded row groups served without being kept (capacity 0, no victim, the policy's choice, or "
-                "in_opt_step at capacity)",
+    "in_opt_step at capacity)",
     "opt_step_skips": "bypasses because a miss arrived inside an optimizer step at capacity "
-                      "(cache.opt_step_guard=all only)",
+    "(cache.opt_step_guard=all only)",
     "promotions": "row groups promoted from the transient to the hot tier (hot60: after promotion_hits hits)",
     "resident_hot": "row groups in the hot tier now (pinned: never evicted by pressure)",
     "resident_transient": "row groups in the transient tier now",
@@ -48,7 +49,7 @@ MEANINGS = {
     "spill_disabled": "1 once a spill write failed (disk full?) and spilling stopped for the run, else 0",
     "remote_bytes": "bytes this cache's decodes fetched from the object store (0 for a local corpus)",
     "tier_bytes": "bytes this cache's decodes read from the local disk tier of an object-store corpus "
-                  "(0 for a local corpus)",
+    "(0 for a local corpus)",
 }
 
 # Evictions with no SSD hit at all, past this many, mean the spill only costs I/O.
@@ -72,15 +73,18 @@ def with_rates(n: dict) -> dict:
 def tally(name: str, c: dict) -> str:
     """The seed's three-line report, e.g. ``[cache-train] hits=85705 misses=5 hit_rate=100.0%``."""
     resident = c["resident_hot"] + c["resident_transient"]
-    return (f"[cache-{name}] hits={c['hits']} misses={c['misses']} hit_rate={c['hit_rate_pct']:.1f}%\n"
-            f"  resident={resident} rg (hot={c['resident_hot']} / transient={c['resident_transient']}) "
-            f"promotions={c['promotions']}\n"
-            f"  evictions={c['evictions']} ssd_hits={c['ssd_hits']} ssd_spills={c['ssd_spills']} "
-            f"ssd_resident={c['ssd_resident']} decoded={c['bytes_loaded'] / 2**20:.1f} MiB")
+    return (
+        f"[cache-{name}] hits={c['hits']} misses={c['misses']} hit_rate={c['hit_rate_pct']:.1f}%\n"
+        f"  resident={resident} rg (hot={c['resident_hot']} / transient={c['resident_transient']}) "
+        f"promotions={c['promotions']}\n"
+        f"  evictions={c['evictions']} ssd_hits={c['ssd_hits']} ssd_spills={c['ssd_spills']} "
+        f"ssd_resident={c['ssd_resident']} decoded={c['bytes_loaded'] / 2**20:.1f} MiB"
+    )
 
 
-def diagnose(name: str, c: dict, *, policy: str, capacity: int, spill_dir=None,
-             spill_reason: str | None = None) -> list[str]:
+def diagnose(
+    name: str, c: dict, *, policy: str, capacity: int, spill_dir=None, spill_reason: str | None = None
+) -> list[str]:
     """The seed's rules of thumb as messages; empty when nothing looks wrong.
 
     - Hit rate after warm-up (the first touch of each distinct key can only
@@ -97,22 +101,36 @@ def diagnose(name: str, c: dict, *, policy: str, capacity: int, spill_dir=None,
     warm = c["accesses"] - c["distinct_keys"]
     # capacity 0 is no cache at all (every access decoded, as cache=off): nothing to diagnose
     if policy != "off" and capacity > 0 and warm > 0 and c["warm_hit_rate_pct"] < LOW_WARM_HIT_RATE_PCT:
-        out.append(f"{tag}: hit rate after warm-up is {c['warm_hit_rate_pct']:.1f}% (< 90%) over {warm} "
-                   f"accesses: the working set ({c['distinct_keys']} row groups) does not fit "
-                   f"cache.capacity={capacity}; raise cache.capacity, keep tbptt.lane_order=grouped (few row "
-                   f"groups live at once), or try cache=plan"
-                   + (f"; {c['opt_step_skips']} misses were served uncached because they arrived inside "
-                      f"in_opt_step at capacity (cache.opt_step_guard=all; the default, pressure, caches them)"
-                      if c.get("opt_step_skips") else ""))
+        out.append(
+            f"{tag}: hit rate after warm-up is {c['warm_hit_rate_pct']:.1f}% (< 90%) over {warm} "
+            f"accesses: the working set ({c['distinct_keys']} row groups) does not fit "
+            f"cache.capacity={capacity}; raise cache.capacity, keep tbptt.lane_order=grouped (few row "
+            f"groups live at once), or try cache=plan"
+            + (
+                f"; {c['opt_step_skips']} misses were served uncached because they arrived inside "
+                f"in_opt_step at capacity (cache.opt_step_guard=all; the default, pressure, caches them)"
+                if c.get("opt_step_skips")
+                else ""
+            )
+        )
     if spill_dir is not None and c["evictions"] >= max(DEAD_SPILL_EVICTIONS, capacity) and c["ssd_hits"] == 0:
-        out.append(f"{tag}: evictions={c['evictions']} while ssd_hits=0: the working set churns and the "
-                   f"SSD spill is dead weight; raise cache.capacity, or turn it off (cache.spill=false)")
+        out.append(
+            f"{tag}: evictions={c['evictions']} while ssd_hits=0: the working set churns and the "
+            f"SSD spill is dead weight; raise cache.capacity, or turn it off (cache.spill=false)"
+        )
     if c["spill_errors"]:
-        out.append(f"{tag}: {c['spill_errors']} spill files were unreadable or altered and were re-decoded "
-                   f"from Parquet; check the disk under {spill_dir}")
+        out.append(
+            f"{tag}: {c['spill_errors']} spill files were unreadable or altered and were re-decoded "
+            f"from Parquet; check the disk under {spill_dir}"
+        )
     if c["spill_disabled"] and spill_dir is not None and spill_reason is not None:  # (a budget of 0 is no error)
-        fix = ("free space under it, or lower cache.spill_budget_bytes" if spill_reason == "the disk is full" else
-               "give the run a folder it can write (hydra.run.dir=...), or turn spilling off (cache.spill=false)")
-        out.append(f"{tag}: spilling to {spill_dir} was turned off after a write error ({spill_reason}); evictions "
-                   f"now re-decode: {fix}")
+        fix = (
+            "free space under it, or lower cache.spill_budget_bytes"
+            if spill_reason == "the disk is full"
+            else "give the run a folder it can write (hydra.run.dir=...), or turn spilling off (cache.spill=false)"
+        )
+        out.append(
+            f"{tag}: spilling to {spill_dir} was turned off after a write error ({spill_reason}); evictions "
+            f"now re-decode: {fix}"
+        )
     return out

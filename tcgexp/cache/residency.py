@@ -8,6 +8,7 @@ writes (``spills``); the cache hands the queue to ``flush`` after releasing the 
 spill write is disk I/O and holding the lock there would stall every reader. While a spill is being
 written its entry sits in ``spilling``, so a miss that races the write is served from memory.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -20,8 +21,9 @@ from tcgexp.cache.spill import SpillStore
 from tcgexp.data.source import Arrays, Key
 
 
-def make_spill(enabled: bool, capacity: int, budget_bytes: int, directory: str | Path | None,
-               name: str) -> SpillStore | None:
+def make_spill(
+    enabled: bool, capacity: int, budget_bytes: int, directory: str | Path | None, name: str
+) -> SpillStore | None:
     """The spill tier, or None: off, nothing to evict (capacity 0), no budget, or a folder it cannot use."""
     if not (enabled and capacity > 0 and budget_bytes > 0):  # a zero-capacity cache never evicts, never spills
         return None
@@ -29,8 +31,11 @@ def make_spill(enabled: bool, capacity: int, budget_bytes: int, directory: str |
     try:
         return SpillStore(directory, budget_bytes)
     except OSError as exc:  # unwritable or read-only: the spill is an optimisation, not the run
-        warnings.warn(f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be "
-                      "re-decoded from Parquet", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be re-decoded from Parquet",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None
 
 
@@ -43,8 +48,9 @@ class Residency:
     blocked, for loaders whose workers read while the trainer is inside a step.
     """
 
-    def __init__(self, policy: Policy, spill: SpillStore | None, *, lock: threading.Lock, counts: dict,
-                 guard_capacity: bool) -> None:
+    def __init__(
+        self, policy: Policy, spill: SpillStore | None, *, lock: threading.Lock, counts: dict, guard_capacity: bool
+    ) -> None:
         self.policy = policy
         self.capacity = policy.capacity
         self.spill = spill
@@ -103,7 +109,7 @@ class Residency:
         rank = ranks = None
         if self.policy.knows_future:  # snapshot: the store must not touch the policy
             rank = self.policy.next_use(key)
-            ranks = {k: self.policy.next_use(k) for k in store.keys()}
+            ranks = {k: self.policy.next_use(k) for k in store.keys()}  # noqa: SIM118 - a policy, not a dict
         self.spilling[key] = data
         spills.append((key, data, rank, ranks))
 
@@ -120,7 +126,7 @@ class Residency:
     def clear(self) -> None:
         """Drop both RAM tiers and the policy's state; nothing is admitted after it."""
         self.closed = True
-        for key in self.policy.keys():
+        for key in self.policy.keys():  # noqa: SIM118 - a policy, not a dict
             self.policy.on_remove(key)
         self.ram.clear()
         self.spilling.clear()

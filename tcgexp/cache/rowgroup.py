@@ -21,6 +21,7 @@ Concurrency, and why it is shaped this way:
 - Arrays are marked read-only before anyone sees them: the same objects are
   handed to every caller, so an in-place edit would silently corrupt the cache.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from omegaconf import MISSING
 
@@ -65,7 +66,8 @@ class CacheConfig:
         ("capacity", within(0, INT32_MAX), "in [0, 2**31) row groups (0 = no cache)"),
         ("high_watermark_pct", within(0.0, 100.0, open_lo=True), "in (0, 100]"),
         ("spill_budget_bytes", within(0, INT64_MAX), "in [0, 2**63) bytes (0 = nothing spills)"),
-        ("opt_step_guard", lambda v: v in ("pressure", "all"), "'pressure' or 'all'"))
+        ("opt_step_guard", lambda v: v in ("pressure", "all"), "'pressure' or 'all'"),
+    )
 
 
 class RowGroupCache:
@@ -77,10 +79,21 @@ class RowGroupCache:
     so each instance (train, val) gets its own.
     """
 
-    def __init__(self, files: Sequence[str | Path], columns: Iterable[str], *, policy: Callable[[int], Policy],
-                 capacity: int, high_watermark_pct: float, spill: bool, spill_budget_bytes: int,
-                 opt_step_guard: str, spill_dir: str | Path | None = None,
-                 memory_probe: Callable[[], float] | None = None, name: str = "train") -> None:
+    def __init__(
+        self,
+        files: Sequence[str | Path],
+        columns: Iterable[str],
+        *,
+        policy: Callable[[int], Policy],
+        capacity: int,
+        high_watermark_pct: float,
+        spill: bool,
+        spill_budget_bytes: int,
+        opt_step_guard: str,
+        spill_dir: str | Path | None = None,
+        memory_probe: Callable[[], float] | None = None,
+        name: str = "train",
+    ) -> None:
         self.name = name
         self._source = ParquetSource(files, columns, name=f"cache-{name}")
         self.columns = self._source.columns
@@ -93,13 +106,33 @@ class RowGroupCache:
         self._decoding: dict[Key, int] = {}
         self._seen: set[Key] = set()
         self._n = dict.fromkeys(
-            ("accesses", "hits", "misses", "evictions", "pressure_evictions", "bypasses", "opt_step_skips",
-             "shared_misses", "rescues", "decodes", "bytes_loaded", "prefetches", "max_key_decode_concurrency"), 0)
+            (
+                "accesses",
+                "hits",
+                "misses",
+                "evictions",
+                "pressure_evictions",
+                "bypasses",
+                "opt_step_skips",
+                "shared_misses",
+                "rescues",
+                "decodes",
+                "bytes_loaded",
+                "prefetches",
+                "max_key_decode_concurrency",
+            ),
+            0,
+        )
         self._decode_seconds = 0.0
 
         made = policy(capacity)
-        self._tiers = Residency(made, make_spill(spill, made.capacity, spill_budget_bytes, spill_dir, name),
-                                lock=self._lock, counts=self._n, guard_capacity=opt_step_guard == "all")
+        self._tiers = Residency(
+            made,
+            make_spill(spill, made.capacity, spill_budget_bytes, spill_dir, name),
+            lock=self._lock,
+            counts=self._n,
+            guard_capacity=opt_step_guard == "all",
+        )
         # the tiers' parts, by their names here (never rebound: the dict is cleared, not replaced)
         self._policy, self._ram, self._spill = self._tiers.policy, self._tiers.ram, self._tiers.spill
         self.policy_name, self.capacity = made.name, made.capacity
@@ -214,8 +247,9 @@ class RowGroupCache:
             with self._lock:
                 self._inflight.pop(key, None)
             # Waiters get the error too; an interrupt stays in the thread it hit.
-            fut.set_exception(exc if isinstance(exc, Exception)
-                              else RuntimeError(f"cache-{self.name}: load of {key} was interrupted"))
+            fut.set_exception(
+                exc if isinstance(exc, Exception) else RuntimeError(f"cache-{self.name}: load of {key} was interrupted")
+            )
             raise
         with self._lock:
             self._inflight.pop(key, None)
@@ -299,9 +333,14 @@ class RowGroupCache:
 
     def diagnose(self) -> list[str]:
         """The seed's rules of thumb, as messages (empty when nothing looks wrong)."""
-        return report.diagnose(self.name, self.counters(), policy=self.policy_name, capacity=self.capacity,
-                               spill_dir=self.spill_dir,
-                               spill_reason=self._spill.disabled_reason if self._spill is not None else None)
+        return report.diagnose(
+            self.name,
+            self.counters(),
+            policy=self.policy_name,
+            capacity=self.capacity,
+            spill_dir=self.spill_dir,
+            spill_reason=self._spill.disabled_reason if self._spill is not None else None,
+        )
 
     # -- teardown -----------------------------------------------------------
     def close(self) -> None:
@@ -318,12 +357,14 @@ class RowGroupCache:
     def closed(self) -> bool:
         return self._tiers.closed
 
-    def __enter__(self) -> RowGroupCache:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"RowGroupCache(name={self.name!r}, policy={self.policy_name!r}, capacity={self.capacity}, "
-                f"resident={len(self._ram)}, spill_dir={str(self.spill_dir) if self._spill else None!r})")
+        return (
+            f"RowGroupCache(name={self.name!r}, policy={self.policy_name!r}, capacity={self.capacity}, "
+            f"resident={len(self._ram)}, spill_dir={str(self.spill_dir) if self._spill else None!r})"
+        )

@@ -26,6 +26,7 @@ Why each rule exists:
 Thread safety: a private lock guards the index and the counters; file I/O runs
 outside it. A load racing a budget drop of the same file is not an error.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,12 +39,21 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from tcgexp.cache import registry
-from tcgexp.ownership import (SPILL_MARKER, HeldLock, NotOurs, describe, held_by_someone, is_spill_file, read_info,
-                              remove_owned)
+from tcgexp.ownership import (
+    SPILL_MARKER,
+    HeldLock,
+    NotOurs,
+    describe,
+    held_by_someone,
+    is_spill_file,
+    read_info,
+    remove_owned,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +146,16 @@ class SpillStore:
             return list(self._index)
 
     # what a cache without a spill store reports
-    NO_COUNTERS = {"ssd_hits": 0, "ssd_spills": 0, "ssd_resident": 0, "ssd_bytes": 0, "spill_errors": 0,
-                   "spill_skipped": 0, "spill_dropped": 0, "spill_disabled": 0}
+    NO_COUNTERS: ClassVar[dict[str, int]] = {
+        "ssd_hits": 0,
+        "ssd_spills": 0,
+        "ssd_resident": 0,
+        "ssd_bytes": 0,
+        "spill_errors": 0,
+        "spill_skipped": 0,
+        "spill_dropped": 0,
+        "spill_disabled": 0,
+    }
 
     def counters(self) -> dict[str, int]:
         with self._lock:
@@ -153,8 +171,7 @@ class SpillStore:
             }
 
     # -- write --------------------------------------------------------------
-    def put(self, key, arrays: dict[str, np.ndarray], *, rank: float | None = None,
-            ranks: dict | None = None) -> bool:
+    def put(self, key, arrays: dict[str, np.ndarray], *, rank: float | None = None, ranks: dict | None = None) -> bool:
         """Spill ``arrays`` for ``key``; True when a file now holds them.
 
         Room is made oldest file first, or, when ``ranks`` (key -> next use,
@@ -183,7 +200,7 @@ class SpillStore:
                 np.savez(fh, **arrays)  # object dtypes were refused above
             size = tmp.stat().st_size
             os.replace(tmp, final)
-        except Exception as exc:  # of any kind: the spill is a cache, never worth the run
+        except Exception as exc:  # noqa: BLE001 - of any kind: the spill is a cache, never worth the run
             _quietly(tmp.unlink, True)
             with self._lock:
                 self._reserved -= need
@@ -245,8 +262,12 @@ class SpillStore:
     def _disable(self, exc: BaseException) -> None:
         if self.enabled and not self.closed:
             self.disabled_reason = write_error(exc)
-            warnings.warn(f"row-group spill to {self.dir} disabled after a write error ({exc}); "
-                          "evicted row groups will be re-decoded from Parquet", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"row-group spill to {self.dir} disabled after a write error ({exc}); "
+                "evicted row groups will be re-decoded from Parquet",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             log.warning("spill to %s disabled: %s", self.dir, exc)
         self.enabled = False
 
@@ -259,7 +280,7 @@ class SpillStore:
             return None
         try:
             out = _read_verified(entry, columns)
-        except Exception as exc:  # any failure at all means "not usable": re-decode
+        except Exception as exc:  # noqa: BLE001 - any failure at all means "not usable": re-decode
             with self._lock:
                 if self._index.get(key) is entry:  # not a concurrent budget drop
                     self._drop(key)
@@ -297,7 +318,7 @@ def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.nda
     out: dict[str, np.ndarray] = {}
     with np.load(entry.path, allow_pickle=False) as npz:
         if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
+            raise ValueError("not an .npz archive")  # noqa: TRY004 - read as "not usable" with the rest
         if sorted(npz.files) != sorted(names):
             raise ValueError(f"members {sorted(npz.files)} != {sorted(names)}")
         for name, dtype, shape, crc in entry.meta:
@@ -316,19 +337,25 @@ def _prepare_dir(path: Path) -> HeldLock:
     (``NotOurs``, one line) with nothing deleted, whatever its files are called; so is a live one."""
     if path.exists() or path.is_symlink():
         if not path.is_dir() or path.is_symlink():
-            raise NotOurs(f"spill dir {path} exists and is not a folder tcgexp made (a file or a link); nothing was "
-                          "deleted: move it away, or give the run its own folder")
+            raise NotOurs(
+                f"spill dir {path} exists and is not a folder tcgexp made (a file or a link); nothing was "
+                "deleted: move it away, or give the run its own folder"
+            )
         marked = (path / MARKER).is_file()
         if marked and held_by_someone(path / MARKER):
-            raise NotOurs(f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
-                          "give this cache its own directory")
+            raise NotOurs(
+                f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
+                "give this cache its own directory"
+            )
         entries = [e for e in path.iterdir() if e.name != MARKER]
         foreign = sorted(e.name for e in entries if not is_spill_file(e))
         if entries and (not marked or foreign):
             shown = ", ".join((foreign or sorted(e.name for e in entries))[:3])
-            raise NotOurs(f"spill dir {path} holds files tcgexp did not write ({shown}"
-                          f"{'' if marked else f'; no {MARKER} marker'}); refusing to delete any of them - "
-                          "move them away, or pass a dedicated directory such as <run dir>/.cache_spill/train")
+            raise NotOurs(
+                f"spill dir {path} holds files tcgexp did not write ({shown}"
+                f"{'' if marked else f'; no {MARKER} marker'}); refusing to delete any of them - "
+                "move them away, or pass a dedicated directory such as <run dir>/.cache_spill/train"
+            )
         for entry in entries:  # row-group files of a dead run (checked above)
             entry.unlink()
     path.mkdir(parents=True, exist_ok=True)

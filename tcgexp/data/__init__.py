@@ -1,5 +1,6 @@
 """The day-partitioned Parquet corpus: replay ZIPs, builder, manifests, catalog."""
+
 from .corpus import Corpus
 from .errors import BuildRefused, DataError
 
-__all__ = ["Corpus", "DataError", "BuildRefused"]
+__all__ = ["BuildRefused", "Corpus", "DataError"]

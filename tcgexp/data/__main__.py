@@ -1,5 +1,6 @@
 """``tcgexp-data`` / ``python -m tcgexp.data``: build or validate the configured corpus days, clean them,
 or publish them to an object store (``action=publish target=s3://bucket/prefix``)."""
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,12 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     if cfg.action == DataAction.publish:
         from .publish import publish
 
-        return publish(corpus, cfg.target, cfg.dataset.storage, report=lambda line: console.print(
-            f"[data] {line}", markup=False, soft_wrap=True))
+        return publish(
+            corpus,
+            cfg.target,
+            cfg.dataset.storage,
+            report=lambda line: console.print(f"[data] {line}", markup=False, soft_wrap=True),
+        )
     if corpus.remote:
         raise refuse_remote(corpus.root)
     if cfg.action == DataAction.clean:
@@ -36,9 +41,11 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     def day_done(date: str, what: str, done: int, total: int) -> None:  # as each day is finished, not at the end
         m = corpus.manifests[date]
         count = f" ({done}/{total}, {time.perf_counter() - t0:.0f} s)" if total > 1 else ""
-        console.print(f"[data] {date}: {what}{count}  rows={m['rows']} episodes={m['episodes']} "
-                      f"row_groups={len(m['row_groups'])} train/val rows={m['split']['train_rows']}/"
-                      f"{m['split']['val_rows']}  {corpus.paths(date).parquet}")
+        console.print(
+            f"[data] {date}: {what}{count}  rows={m['rows']} episodes={m['episodes']} "
+            f"row_groups={len(m['row_groups'])} train/val rows={m['split']['train_rows']}/"
+            f"{m['split']['val_rows']}  {corpus.paths(date).parquet}"
+        )
 
     with progress:
         return corpus.build(progress=update, max_new_days=int(cfg.max_new_days), on_day=day_done)

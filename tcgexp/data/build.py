@@ -4,15 +4,17 @@ Every step is idempotent and resumable: the ZIP is written once, shards are
 accepted only with ``.done``, the day file and manifest are renamed into place
 last, and a finished day is only ever validated, never rebuilt.
 """
+
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -48,9 +50,14 @@ class DaySpec:
 
     def source_meta(self) -> dict:
         """What determines the replay ZIP's content."""
-        return {"date": self.date, "seed": self.seed, "rows_per_day": self.rows_per_day,
-                "episodes_per_shard": self.episodes_per_shard, "max_turns": self.max_turns,
-                "sim_version": sim.SIM_VERSION}
+        return {
+            "date": self.date,
+            "seed": self.seed,
+            "rows_per_day": self.rows_per_day,
+            "episodes_per_shard": self.episodes_per_shard,
+            "max_turns": self.max_turns,
+            "sim_version": sim.SIM_VERSION,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,9 +87,18 @@ class DayPaths:
 
 
 class DayBuilder:
-    def __init__(self, spec: DaySpec, paths: DayPaths, fingerprint: str, catalog: Optional[Catalog], *,
-                 executor: Optional[Executor] = None, ahead: int = 2, verify: str = "quick",
-                 progress: Optional[ProgressFn] = None) -> None:
+    def __init__(
+        self,
+        spec: DaySpec,
+        paths: DayPaths,
+        fingerprint: str,
+        catalog: Catalog | None,
+        *,
+        executor: Executor | None = None,
+        ahead: int = 2,
+        verify: str = "quick",
+        progress: ProgressFn | None = None,
+    ) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
         self.executor, self.ahead, self.verify = executor, ahead, verify
         self.progress = progress or (lambda stage, done, total: None)
@@ -117,12 +133,17 @@ class DayBuilder:
                 f"day {self.spec.date} was built with fingerprint {manifest['fingerprint'][:12]}, the current "
                 f"config gives {self.fingerprint[:12]} ({diff_config(manifest.get('config', {}), self.config())})",
                 path=p.manifest,
-                fix="a finished day is never rebuilt: restore the config, or point dataset.root elsewhere")
+                fix="a finished day is never rebuilt: restore the config, or point dataset.root elsewhere",
+            )
         if not p.parquet.exists():
-            raise BuildRefused("manifest exists but its day file is missing", path=p.parquet,
-                               fix="delete the manifest to rebuild the day from its replay ZIP")
-        check_day(p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM,
-                  full=self.verify == "full")
+            raise BuildRefused(
+                "manifest exists but its day file is missing",
+                path=p.parquet,
+                fix="delete the manifest to rebuild the day from its replay ZIP",
+            )
+        check_day(
+            p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM, full=self.verify == "full"
+        )
         if self.verify == "full" and p.zip.exists():  # full: the durable source must read back whole too
             DayZip(p.zip).close()  # every member's CRC (testzip); a damaged member is named
         self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
@@ -136,17 +157,28 @@ class DayBuilder:
         p, s = self.paths, self.spec
         if not p.zip.exists():
             self.progress(f"{s.date} simulate", 0, s.rows_per_day)
-            write_day_zip(p.zip, meta=s.source_meta(), ordinal=s.ordinal, seed=s.seed,
-                          rows_target=s.rows_per_day, episodes_per_shard=s.episodes_per_shard,
-                          max_turns=s.max_turns, executor=self.executor, ahead=self.ahead,
-                          on_shard=lambda done, total: self.progress(f"{s.date} simulate", done, total))
+            write_day_zip(
+                p.zip,
+                meta=s.source_meta(),
+                ordinal=s.ordinal,
+                seed=s.seed,
+                rows_target=s.rows_per_day,
+                episodes_per_shard=s.episodes_per_shard,
+                max_turns=s.max_turns,
+                executor=self.executor,
+                ahead=self.ahead,
+                on_shard=lambda done, total: self.progress(f"{s.date} simulate", done, total),
+            )
         day = DayZip(p.zip)
         meta = {k: v for k, v in day.meta.items() if k in s.source_meta()}
         if meta != s.source_meta():
             day.close()
-            raise BuildRefused(f"replay ZIP was generated with other settings ({diff_config(meta, s.source_meta())})",
-                               path=p.zip, fix="the ZIP is the durable source and is never replaced: restore the "
-                               "config, or move the ZIP away to simulate the day afresh")
+            raise BuildRefused(
+                f"replay ZIP was generated with other settings ({diff_config(meta, s.source_meta())})",
+                path=p.zip,
+                fix="the ZIP is the durable source and is never replaced: restore the "
+                "config, or move the ZIP away to simulate the day afresh",
+            )
         return day
 
     def claim_work_dir(self) -> None:
@@ -158,7 +190,9 @@ class DayBuilder:
                     f"an unfinished build was started with fingerprint {str(started.get('fingerprint'))[:12]}, "
                     f"the current config gives {self.fingerprint[:12]} "
                     f"({diff_config(started.get('config', {}), self.config())})",
-                    path=p.resume, fix=f"restore the config to resume, or delete {p.work} to start the day over")
+                    path=p.resume,
+                    fix=f"restore the config to resume, or delete {p.work} to start the day over",
+                )
             return
         p.work.mkdir(parents=True, exist_ok=True)
         write_json_atomic(p.resume, {"fingerprint": self.fingerprint, "config": self.config()})
@@ -202,16 +236,23 @@ class DayBuilder:
                 buf: list[pa.Table] = []
                 buffered = 0
 
-                def flush() -> None:
+                def flush(split: str = split) -> None:
                     nonlocal buf, buffered
                     if not buf:
                         return
                     table = pa.concat_tables(buf).combine_chunks()
                     writer.write_table(table, row_group_size=table.num_rows)
                     ep = table.column("episode_id").to_numpy()
-                    groups.append({"index": len(groups), "rows": table.num_rows, "split": split,
-                                   "episodes": int(len(np.unique(ep))),
-                                   "first_episode": int(ep[0]), "last_episode": int(ep[-1])})
+                    groups.append(
+                        {
+                            "index": len(groups),
+                            "rows": table.num_rows,
+                            "split": split,
+                            "episodes": len(np.unique(ep)),
+                            "first_episode": int(ep[0]),
+                            "last_episode": int(ep[-1]),
+                        }
+                    )
                     buf, buffered = [], 0
 
                 for i in range(len(dones)):
@@ -219,7 +260,7 @@ class DayBuilder:
                     ep = table.column("episode_id").to_numpy()
                     keep = np.isin(ep, val) == (split == "val")
                     bounds = np.flatnonzero(np.diff(ep, prepend=ep[0] - 1, append=ep[-1] + 1))
-                    for a, b in zip(bounds[:-1], bounds[1:]):
+                    for a, b in itertools.pairwise(bounds):
                         if not keep[a]:
                             continue
                         if buffered and buffered + (b - a) > s.row_group_rows:
@@ -233,17 +274,39 @@ class DayBuilder:
             for k, v in d["stats"].items():
                 stats[k] = stats.get(k, 0) + v
         manifest = {
-            "schema_version": SCHEMA_VERSION, "date": s.date, "file": p.parquet.name,
-            "source": str(p.zip.relative_to(p.root)), "fingerprint": self.fingerprint, "config": self.config(),
-            "rows": rows["train"] + rows["val"], "episodes": len(episodes),
-            "decisions": stats.get("decisions", 0), "row_groups": groups,
-            "split": {"by": "episode", "val_fraction": s.val_fraction, "train_rows": rows["train"],
-                      "val_rows": rows["val"], "train_episodes": len(episodes) - len(val),
-                      "val_episodes": sorted(int(v) for v in val)},
-            "would_ko": {k: stats.get(k, 0) for k in ("eligible", "computed", "valid_trials", "failed_trials",
-                                                       "valid_rows", "valid_zero_rows", "failed_rows")},
-            "file_bytes": tmp.stat().st_size, "sha256": file_sha256(tmp),
-            "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "schema_version": SCHEMA_VERSION,
+            "date": s.date,
+            "file": p.parquet.name,
+            "source": str(p.zip.relative_to(p.root)),
+            "fingerprint": self.fingerprint,
+            "config": self.config(),
+            "rows": rows["train"] + rows["val"],
+            "episodes": len(episodes),
+            "decisions": stats.get("decisions", 0),
+            "row_groups": groups,
+            "split": {
+                "by": "episode",
+                "val_fraction": s.val_fraction,
+                "train_rows": rows["train"],
+                "val_rows": rows["val"],
+                "train_episodes": len(episodes) - len(val),
+                "val_episodes": sorted(int(v) for v in val),
+            },
+            "would_ko": {
+                k: stats.get(k, 0)
+                for k in (
+                    "eligible",
+                    "computed",
+                    "valid_trials",
+                    "failed_trials",
+                    "valid_rows",
+                    "valid_zero_rows",
+                    "failed_rows",
+                )
+            },
+            "file_bytes": tmp.stat().st_size,
+            "sha256": file_sha256(tmp),
+            "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
         tmp.replace(p.parquet)
         return manifest
@@ -252,7 +315,7 @@ class DayBuilder:
 def split_val(episode_ids: np.ndarray, spec: DaySpec) -> np.ndarray:
     """Validation episodes: a seeded choice of whole episodes, both sides together."""
     n = len(episode_ids)
-    k = int(round(spec.val_fraction * n))
+    k = int(round(spec.val_fraction * n))  # noqa: RUF046 - a Python int whatever n is
     if spec.val_fraction > 0 and n >= 2:
         k = min(max(k, 1), n - 1)
     rng = np.random.default_rng([spec.seed, spec.ordinal, 0x5A11])

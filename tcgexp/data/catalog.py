@@ -10,19 +10,32 @@ another process holds locked is waited for a few seconds, then refused naming
 that process (never with advice to delete a database in use). A row whose
 Parquet file or manifest is gone is reported and left out of what callers see.
 """
+
 from __future__ import annotations
 
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import Callable, Optional
 
 from .errors import DataError
 
-COLUMNS = ("date", "path", "manifest", "rows", "row_groups", "episodes", "train_rows", "val_rows",
-           "fingerprint", "schema_version", "sha256", "built_at")
+COLUMNS = (
+    "date",
+    "path",
+    "manifest",
+    "rows",
+    "row_groups",
+    "episodes",
+    "train_rows",
+    "val_rows",
+    "fingerprint",
+    "schema_version",
+    "sha256",
+    "built_at",
+)
 DDL = """CREATE TABLE IF NOT EXISTS datasets (
     date TEXT PRIMARY KEY, path TEXT NOT NULL, manifest TEXT NOT NULL,
     rows INTEGER NOT NULL, row_groups INTEGER NOT NULL, episodes INTEGER NOT NULL,
@@ -58,18 +71,26 @@ class Catalog:
                 if "locked" in str(exc) or "busy" in str(exc):
                     holders = lock_holders(self.path)
                     who = f" by {'; '.join(holders)}" if holders else " by another process"
-                    raise DataError(f"catalog is locked{who} (waited {LOCK_WAIT_S:.0f} s)", path=self.path,
-                                    fix="let that process finish (or stop it) and run again; the catalog is "
-                                        "shared, keep it") from None
+                    raise DataError(
+                        f"catalog is locked{who} (waited {LOCK_WAIT_S:.0f} s)",
+                        path=self.path,
+                        fix="let that process finish (or stop it) and run again; the catalog is shared, keep it",
+                    ) from None
                 if attempt or "malformed" not in str(exc):
-                    raise DataError(f"catalog cannot be read ({exc})", path=self.path,
-                                    fix=f"check the disk; python -m tcgexp.data dataset.root={self.root} "
-                                        "re-indexes it from the day manifests") from None
+                    raise DataError(
+                        f"catalog cannot be read ({exc})",
+                        path=self.path,
+                        fix=f"check the disk; python -m tcgexp.data dataset.root={self.root} "
+                        "re-indexes it from the day manifests",
+                    ) from None
                 self.rebuild(exc)
             except sqlite3.DatabaseError as exc:  # SQLITE_CORRUPT, SQLITE_NOTADB: the file itself is damaged
                 if attempt:
-                    raise DataError(f"catalog is unreadable even after re-indexing ({exc})", path=self.path,
-                                    fix=f"check the disk and the manifests under {self.root / 'bc_data'}") from None
+                    raise DataError(
+                        f"catalog is unreadable even after re-indexing ({exc})",
+                        path=self.path,
+                        fix=f"check the disk and the manifests under {self.root / 'bc_data'}",
+                    ) from None
                 self.rebuild(exc)
 
     def rebuild(self, why: Exception) -> int:
@@ -85,52 +106,73 @@ class Catalog:
         for manifest_path in sorted((self.root / "bc_data").glob("*.manifest.json")):
             try:
                 manifest = read_manifest(manifest_path)
-                rows.append(self.row_from(manifest, manifest_path.parent.relative_to(self.root) / manifest["file"],
-                                          manifest_path.relative_to(self.root)))
+                rows.append(
+                    self.row_from(
+                        manifest,
+                        manifest_path.parent.relative_to(self.root) / manifest["file"],
+                        manifest_path.relative_to(self.root),
+                    )
+                )
             except (DataError, KeyError, TypeError):
                 skipped.append(manifest_path.name)  # the build reports it by name when it validates the day
         with closing(self._connect()) as con, con:
             con.execute(DDL)
-            con.executemany(f"INSERT OR REPLACE INTO datasets ({', '.join(COLUMNS)}) "
-                            f"VALUES ({', '.join('?' * len(COLUMNS))})", [tuple(r[c] for c in COLUMNS) for r in rows])
-        report(f"{self.path} was damaged ({why}); moved to {aside.name} and re-indexed from {len(rows)} day "
-               "manifests" + (f" (unreadable, left out: {', '.join(skipped)})" if skipped else ""))
+            con.executemany(
+                f"INSERT OR REPLACE INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                [tuple(r[c] for c in COLUMNS) for r in rows],
+            )
+        report(
+            f"{self.path} was damaged ({why}); moved to {aside.name} and re-indexed from {len(rows)} day "
+            "manifests" + (f" (unreadable, left out: {', '.join(skipped)})" if skipped else "")
+        )
         return len(rows)
 
     @staticmethod
     def row_from(manifest: dict, parquet: Path, manifest_path: Path) -> dict:
         return {
-            "date": manifest["date"], "path": str(parquet), "manifest": str(manifest_path),
-            "rows": manifest["rows"], "row_groups": len(manifest["row_groups"]),
-            "episodes": manifest["episodes"], "train_rows": manifest["split"]["train_rows"],
-            "val_rows": manifest["split"]["val_rows"], "fingerprint": manifest["fingerprint"],
-            "schema_version": manifest["schema_version"], "sha256": manifest["sha256"],
+            "date": manifest["date"],
+            "path": str(parquet),
+            "manifest": str(manifest_path),
+            "rows": manifest["rows"],
+            "row_groups": len(manifest["row_groups"]),
+            "episodes": manifest["episodes"],
+            "train_rows": manifest["split"]["train_rows"],
+            "val_rows": manifest["split"]["val_rows"],
+            "fingerprint": manifest["fingerprint"],
+            "schema_version": manifest["schema_version"],
+            "sha256": manifest["sha256"],
             "built_at": manifest["built_at"],
         }
 
-    def get(self, date: str) -> Optional[dict]:
-        row = self._run(lambda con: con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets WHERE date = ?",
-                                                (date,)).fetchone())
+    def get(self, date: str) -> dict | None:
+        row = self._run(
+            lambda con: con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets WHERE date = ?", (date,)).fetchone()
+        )
         return dict(zip(COLUMNS, row)) if row else None
 
     def all(self) -> list[dict]:
         """Every row whose files exist, in date order; a row pointing at a missing file is reported, left out."""
-        rows = self._run(lambda con: con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY date")
-                         .fetchall())
+        rows = self._run(lambda con: con.execute(f"SELECT {', '.join(COLUMNS)} FROM datasets ORDER BY date").fetchall())
         out = []
         for r in (dict(zip(COLUMNS, r)) for r in rows):
             gone = [r[k] for k in ("path", "manifest") if not (self.root / r[k]).exists()]
             if gone:
-                report(f"{self.path}: the row for {r['date']} points at {' and '.join(gone)}, which is missing; left "
-                       f"out (python -m tcgexp.data with that day builds it again from its replay ZIP)")
+                report(
+                    f"{self.path}: the row for {r['date']} points at {' and '.join(gone)}, which is missing; left "
+                    f"out (python -m tcgexp.data with that day builds it again from its replay ZIP)"
+                )
                 continue
             out.append(r)
         return out
 
     def put(self, row: dict) -> None:
-        self._run(lambda con: con.execute(f"INSERT OR REPLACE INTO datasets ({', '.join(COLUMNS)}) "
-                                          f"VALUES ({', '.join('?' * len(COLUMNS))})", tuple(row[c] for c in COLUMNS)),
-                  write=True)
+        self._run(
+            lambda con: con.execute(
+                f"INSERT OR REPLACE INTO datasets ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                tuple(row[c] for c in COLUMNS),
+            ),
+            write=True,
+        )
 
     def delete(self, date: str) -> None:
         self._run(lambda con: con.execute("DELETE FROM datasets WHERE date = ?", (date,)), write=True)
@@ -146,12 +188,17 @@ class Catalog:
             return
         for key in ("rows", "row_groups", "episodes", "fingerprint", "sha256"):
             if have[key] != want[key]:
-                raise DataError(f"row for {manifest['date']} has {key}={have[key]!r}, its manifest says {want[key]!r}",
-                                path=self.path, fix="delete the catalog to re-index it from the manifests")
+                raise DataError(
+                    f"row for {manifest['date']} has {key}={have[key]!r}, its manifest says {want[key]!r}",
+                    path=self.path,
+                    fix="delete the catalog to re-index it from the manifests",
+                )
         if (have["path"], have["manifest"]) != (want["path"], want["manifest"]):
             self.put(want)
-            report(f"{self.path}: the row for {manifest['date']} pointed at {have['path']}; it points at "
-                   f"{want['path']} (the day's own files, checked) again")
+            report(
+                f"{self.path}: the row for {manifest['date']} pointed at {have['path']}; it points at "
+                f"{want['path']} (the day's own files, checked) again"
+            )
 
 
 def lock_holders(path: Path) -> list[str]:

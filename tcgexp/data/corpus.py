@@ -8,6 +8,7 @@ days are never built there, only opened (``_open_remote``): each must be
 published with the current settings, and ``files`` are then ``RemoteFile``s
 read through the local tier (``remote.py``, ``tier.py``).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -17,11 +18,12 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import field
 from enum import Enum
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator, Optional
+from typing import ClassVar
 
 from omegaconf import MISSING
 
@@ -31,8 +33,8 @@ from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError, listed
 from .parallel import build_days, worker_pool
-from .select import check_built, check_count, selected_dates
 from .schema import SCHEMA_VERSION
+from .select import check_built, check_count, selected_dates
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
 from .tier import Tier
 
@@ -70,10 +72,10 @@ class DatasetConfig:
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
     # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
     # a day not built, or built with other settings, is refused by name. Either a list ...
-    dates: Optional[list[str]] = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
+    dates: list[str] | None = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
     # ... or a range of consecutive days (an open end is the catalog's first/last built day)
-    date_from: Optional[str] = None
-    date_to: Optional[str] = None  # the range's last day, included (null: the last built day)
+    date_from: str | None = None
+    date_to: str | None = None  # the range's last day, included (null: the last built day)
     # root=s3://bucket/prefix (or gs://, abfs://): a published corpus, read by range requests through a local tier
     storage: StorageConfig = field(default_factory=StorageConfig)
     UNPINNED: ClassVar[tuple] = ALL  # a resume is pinned to the data by its days' fingerprints, not by these keys
@@ -88,7 +90,8 @@ class DatasetConfig:
         ("max_turns", within(1, 10**6), "in [1, 1e6]"),
         ("compression", lambda v: v in COMPRESSIONS, f"one of {', '.join(COMPRESSIONS)}"),
         ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
-        ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"))
+        ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"),
+    )
 
 
 class DataAction(Enum):
@@ -103,7 +106,7 @@ class DataAppConfig:
 
     dataset: DatasetConfig = MISSING
     action: DataAction = DataAction.build  # what the command does to the days (DataAction)
-    target: Optional[str] = None  # action=publish: the object-store URI the local corpus is uploaded to
+    target: str | None = None  # action=publish: the object-store URI the local corpus is uploaded to
     # the most days one command builds (a typo'd range would otherwise write hundreds); more is refused in one
     # line with the count: raise it to build a longer corpus on purpose (0 = only validate what is built)
     max_new_days: int = 31
@@ -111,33 +114,64 @@ class DataAppConfig:
 
 
 class Corpus:
-    def __init__(self, name: str, root: str, start_date: str, days: int, rows_per_day: int,
-                 row_group_rows: int, episodes_per_shard: int, val_fraction: float, seed: int,
-                 max_turns: int, would_ko: bool, compression: str, workers: int, verify: str,
-                 dates: Optional[list], date_from: Optional[str], date_to: Optional[str], storage) -> None:
+    def __init__(
+        self,
+        name: str,
+        root: str,
+        start_date: str,
+        days: int,
+        rows_per_day: int,
+        row_group_rows: int,
+        episodes_per_shard: int,
+        val_fraction: float,
+        seed: int,
+        max_turns: int,
+        would_ko: bool,
+        compression: str,
+        workers: int,
+        verify: str,
+        dates: list | None,
+        date_from: str | None,
+        date_to: str | None,
+        storage,
+    ) -> None:
         self.name = name
         # the bounds live in the dataset schema (DatasetConfig.CHECKS); a Corpus built by
         # python -m tcgexp.data, or by hand, gets the same refusals as a training run
-        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.") or \
-            check(StorageConfig, storage or {}, "dataset.storage.")
+        problem = check(DatasetConfig, {k: v for k, v in locals().items() if k != "self"}, "dataset.") or check(
+            StorageConfig, storage or {}, "dataset.storage."
+        )
         if problem:
             raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
         self.storage = storage
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
-        self.store: Optional[Store] = None  # a root in a store: opened below, after the selection's own checks
-        self.tier: Optional[Tier] = None
-        self._remote_catalog: Optional[RemoteCatalog] = None
+        self.store: Store | None = None  # a root in a store: opened below, after the selection's own checks
+        self.tier: Tier | None = None
+        self._remote_catalog: RemoteCatalog | None = None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
-        chosen = selected_dates(dates, date_from, date_to, lambda: self.catalog) \
-            if (dates is not None or date_from or date_to) else None
+        chosen = (
+            selected_dates(dates, date_from, date_to, lambda: self.catalog)
+            if (dates is not None or date_from or date_to)
+            else None
+        )
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
-        self.specs = [DaySpec(date=d, seed=seed, rows_per_day=rows_per_day, row_group_rows=row_group_rows,
-                              episodes_per_shard=episodes_per_shard, val_fraction=val_fraction,
-                              max_turns=max_turns, would_ko=would_ko, compression=compression)
-                      for d in self.dates]
+        self.specs = [
+            DaySpec(
+                date=d,
+                seed=seed,
+                rows_per_day=rows_per_day,
+                row_group_rows=row_group_rows,
+                episodes_per_shard=episodes_per_shard,
+                val_fraction=val_fraction,
+                max_turns=max_turns,
+                would_ko=would_ko,
+                compression=compression,
+            )
+            for d in self.dates
+        ]
         self.workers = workers or (os.cpu_count() or 1)
         self.verify = verify
         self.manifests: dict[str, dict] = {}
@@ -175,13 +209,15 @@ class Corpus:
 
     def fingerprint(self, spec: DaySpec) -> str:
         """Simulator + encoder config + every knob that shapes the day's bytes."""
-        blob = json.dumps({**spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION},
-                          sort_keys=True)
+        blob = json.dumps(
+            {**spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION}, sort_keys=True
+        )
         return hashlib.sha256(blob.encode()).hexdigest()
 
     # -- build ---------------------------------------------------------------------------
     def check_selected(self) -> None:
         """A selection's days must be in the catalog, built with these settings (one error names them all)."""
+
         def diff(date: str) -> str:
             spec = self.specs[self.dates.index(date)]
             manifest = json.loads(self.paths(date).manifest.read_text()) if self.paths(date).manifest.exists() else {}
@@ -190,8 +226,13 @@ class Corpus:
         check_count(self.dates, self.catalog)  # more days than the catalog holds: refused before any is looked at
         check_built(self.dates, [self.fingerprint(s) for s in self.specs], self.catalog, diff)
 
-    def build(self, progress: Optional[ProgressFn] = None, build_missing: bool = True,
-              max_new_days: int = DataAppConfig.max_new_days, on_day: Optional[DayFn] = None) -> dict[str, str]:
+    def build(
+        self,
+        progress: ProgressFn | None = None,
+        build_missing: bool = True,
+        max_new_days: int = DataAppConfig.max_new_days,
+        on_day: DayFn | None = None,
+    ) -> dict[str, str]:
         """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
 
         At most `max_new_days` days are built (more is refused before any, in one line with the
@@ -216,11 +257,14 @@ class Corpus:
             raise DataError(f"max_new_days={limit} is impossible", fix="give 0 (only validate) or more")
         new = [d for d in self.dates if not self.paths(d).manifest.exists()]
         if len(new) > limit:
-            raise DataError(f"{len(new):,} of the {len(self.dates):,} days selected are not built ({listed(new)}); "
-                            f"a command builds at most {limit} new days (tcgexp-data's max_new_days)", path=self.root,
-                            fix=f"narrow the selection, or build them on purpose: tcgexp-data <the same dataset "
-                                f"settings> max_new_days={len(new)} (each day takes seconds to minutes, with "
-                                "progress)")
+            raise DataError(
+                f"{len(new):,} of the {len(self.dates):,} days selected are not built ({listed(new)}); "
+                f"a command builds at most {limit} new days (tcgexp-data's max_new_days)",
+                path=self.root,
+                fix=f"narrow the selection, or build them on purpose: tcgexp-data <the same dataset "
+                f"settings> max_new_days={len(new)} (each day takes seconds to minutes, with "
+                "progress)",
+            )
 
     def _open_remote(self) -> dict[str, str]:
         """A published corpus: every day published with these settings, then its files opened for range reads.
@@ -234,18 +278,28 @@ class Corpus:
             check_count(self.dates, self.catalog)  # one listing: more days than are published, refused at once
         published = dict(zip(self.dates, self.store.map(self.catalog.manifest, self.dates)))  # a HEAD per day
         missing = [d for d, m in published.items() if m is None]
-        other = [(s, d, m) for s, (d, m) in zip(self.specs, published.items())
-                 if m and m["fingerprint"] != self.fingerprint(s)]
+        other = [
+            (s, d, m)
+            for s, (d, m) in zip(self.specs, published.items())
+            if m and m["fingerprint"] != self.fingerprint(s)
+        ]
         if missing or other:
-            shown = [f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
-                     for s, d, m in other[:3]] + [d for _, d, _ in other[3:]]
-            parts = ([f"not published: {listed(missing)}"] if missing else []) + \
-                ([f"published with other settings: {listed(shown, 3, '; ')}"] if other else [])
-            raise DataError(f"days {'; '.join(parts)}", path=self.catalog.path,
-                            fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
-                                f"dataset settings), then tcgexp-data action=publish target={self.root}")
-        self._remote_files = [RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], self.tier)
-                              for d in self.dates]
+            shown = [
+                f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
+                for s, d, m in other[:3]
+            ] + [d for _, d, _ in other[3:]]
+            parts = ([f"not published: {listed(missing)}"] if missing else []) + (
+                [f"published with other settings: {listed(shown, 3, '; ')}"] if other else []
+            )
+            raise DataError(
+                f"days {'; '.join(parts)}",
+                path=self.catalog.path,
+                fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
+                f"dataset settings), then tcgexp-data action=publish target={self.root}",
+            )
+        self._remote_files = [
+            RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], self.tier) for d in self.dates
+        ]
         for date, f in zip(self.dates, self._remote_files):
             self.manifests[date] = f.manifest
             f.metadata()  # footers now: a damaged or unreachable object fails before any planning
@@ -261,7 +315,8 @@ class Corpus:
             raise DataError("dataset.root is not a directory", path=self.root, fix="point dataset.root at a folder")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            lock, mode = open(self.root / ".build.lock", "a"), fcntl.LOCK_EX  # "a": taking the lock touches nothing
+            # "a": taking the lock touches nothing; the `with` below closes it
+            lock, mode = open(self.root / ".build.lock", "a"), fcntl.LOCK_EX  # noqa: SIM115
         except OSError as exc:
             lock, mode = self._read_only_lock(exc), fcntl.LOCK_SH
         with lock if lock is not None else nullcontext():
@@ -278,16 +333,18 @@ class Corpus:
         """
         unfinished = [d for d in self.dates if not self.paths(d).manifest.exists()]
         if unfinished or os.access(self.root, os.W_OK) and exc.errno != errno.EROFS:
-            raise DataError(f"dataset.root cannot be written ({exc.strerror})", path=self.root,
-                            fix="point dataset.root at a folder you can write"
-                                + (f" (days not yet built: {listed(unfinished, 3)})" if unfinished else "")) \
-                from exc
+            raise DataError(
+                f"dataset.root cannot be written ({exc.strerror})",
+                path=self.root,
+                fix="point dataset.root at a folder you can write"
+                + (f" (days not yet built: {listed(unfinished, 3)})" if unfinished else ""),
+            ) from exc
         try:
-            return open(self.root / ".build.lock", "r")
+            return open(self.root / ".build.lock")
         except OSError:
             return None
 
-    def _build(self, progress: Optional[ProgressFn], on_day: DayFn) -> dict[str, str]:
+    def _build(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
@@ -295,21 +352,34 @@ class Corpus:
         report = progress or (lambda stage, done, total: None)
         total = len(self.specs)
         if len(pending) > 1 and self.workers > 1:  # whole days in parallel; the catalog stays with us
-            built = build_days(pending, self.root, [self.fingerprint(s) for s in pending], workers=self.workers,
-                               verify=self.verify, progress=progress)
+            built = build_days(
+                pending,
+                self.root,
+                [self.fingerprint(s) for s in pending],
+                workers=self.workers,
+                verify=self.verify,
+                progress=progress,
+            )
             for spec in pending:
                 p = self.paths(spec.date)
                 catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         # one missing day: its shards in parallel (the builder's own pool), finished days validated here
-        pool = (worker_pool(self.workers) if len(pending) == 1 and self.workers > 1 else nullcontext(None))
+        pool = worker_pool(self.workers) if len(pending) == 1 and self.workers > 1 else nullcontext(None)
         with pool as executor:
             for spec in self.specs:
                 if spec.date in built:
                     outcome[spec.date], self.manifests[spec.date], self.encoded[spec.date] = built[spec.date]
                 else:
-                    builder = DayBuilder(spec, self.paths(spec.date), self.fingerprint(spec), catalog,
-                                         executor=executor, ahead=2 * self.workers, verify=self.verify,
-                                         progress=progress)
+                    builder = DayBuilder(
+                        spec,
+                        self.paths(spec.date),
+                        self.fingerprint(spec),
+                        catalog,
+                        executor=executor,
+                        ahead=2 * self.workers,
+                        verify=self.verify,
+                        progress=progress,
+                    )
                     outcome[spec.date], self.manifests[spec.date] = builder.run()
                     self.encoded[spec.date] = builder.encoded
                 report("days", len(outcome), total)
@@ -324,29 +394,42 @@ class Corpus:
         p = self.paths(date)
         with self.locked():
             if not p.zip.exists():
-                raise BuildRefused("the source replay ZIP is missing, so the derived day cannot be regenerated",
-                                   path=p.zip, fix="restore the ZIP first; the derived Parquet is kept")
+                raise BuildRefused(
+                    "the source replay ZIP is missing, so the derived day cannot be regenerated",
+                    path=p.zip,
+                    fix="restore the ZIP first; the derived Parquet is kept",
+                )
             spec = self.specs[self.dates.index(date)]
             try:  # the same reading a rebuild does: CRCs, meta.json, its shard count, the settings
                 DayBuilder(spec, p, self.fingerprint(spec), None).source().close()
             except DataError as exc:
-                raise BuildRefused(f"not cleaning: the day could not be rebuilt from its source ({exc})",
-                                   path=p.parquet, fix="the derived Parquet is kept, the only readable copy") from None
+                raise BuildRefused(
+                    f"not cleaning: the day could not be rebuilt from its source ({exc})",
+                    path=p.parquet,
+                    fix="the derived Parquet is kept, the only readable copy",
+                ) from None
             if not os.access(p.parquet.parent, os.W_OK):  # a read-only mount: nothing can go (nor half of it)
-                raise DataError("cannot delete the day's derived files: their folder is read-only", path=p.parquet,
-                                fix="clean where the corpus is writable (it stays as it is here)")
+                raise DataError(
+                    "cannot delete the day's derived files: their folder is read-only",
+                    path=p.parquet,
+                    fix="clean where the corpus is writable (it stays as it is here)",
+                )
             try:
                 for f in (p.manifest, p.parquet):
                     f.unlink(missing_ok=True)
             except OSError as exc:
-                raise DataError(f"cannot delete the day's derived files ({exc.strerror})", path=p.parquet,
-                                fix="clean where the corpus is writable") from None
+                raise DataError(
+                    f"cannot delete the day's derived files ({exc.strerror})",
+                    path=p.parquet,
+                    fix="clean where the corpus is writable",
+                ) from None
             shutil.rmtree(p.work, ignore_errors=True)
             self.catalog.delete(date)
             self.manifests.pop(date, None)
 
 
 def refuse_remote(root: str) -> DataError:
-    return DataError(f"dataset.root={root} is in an object store, where days are only read, never built or "
-                     "cleaned", fix=f"build the corpus locally (dataset.root=<folder>), then tcgexp-data "
-                     f"action=publish target={root}")
+    return DataError(
+        f"dataset.root={root} is in an object store, where days are only read, never built or cleaned",
+        fix=f"build the corpus locally (dataset.root=<folder>), then tcgexp-data action=publish target={root}",
+    )

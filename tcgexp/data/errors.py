@@ -1,8 +1,9 @@
 """One error type for bad data, always naming what is wrong and where; lists in it stay short."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 MAX_WHAT = 2000  # characters of the message's own text: a line for a person, whatever the input
 
@@ -25,10 +26,10 @@ class DataError(ValueError):
         self,
         what: str,
         *,
-        path: Optional[Path | str | object] = None,  # a Path, or a URI (anything whose str has '://')
-        row_group: Optional[int] = None,
-        lane: Optional[tuple[int, int]] = None,
-        fix: Optional[str] = None,
+        path: Path | str | object | None = None,  # a Path, or a URI (anything whose str has '://')
+        row_group: int | None = None,
+        lane: tuple[int, int] | None = None,
+        fix: str | None = None,
     ) -> None:
         # an object-store URI stays a string: Path() would fold its "//"
         remote = path is not None and "://" in str(path)

@@ -5,10 +5,10 @@ step_id runs 0, 1, 2, ... with repeats only for consecutive rows of one
 multi-select decision. Anything else (a gap, a step that comes back later, a
 lane that does not start at 0) is an error naming the lane.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -24,10 +24,10 @@ def check_lanes(
     episode_id: np.ndarray,
     side: np.ndarray,
     step_id: np.ndarray,
-    decision_id: Optional[np.ndarray] = None,
+    decision_id: np.ndarray | None = None,
     *,
-    path: Optional[Path | str] = None,
-    row_group: Optional[int] = None,
+    path: Path | str | None = None,
+    row_group: int | None = None,
 ) -> None:
     """Raise DataError naming the first bad lane; vectorised over all rows."""
     n = len(step_id)
@@ -54,7 +54,15 @@ def check_lanes(
         elif bad_step[i] and step[i] > 1:
             what = f"step_id jumps from {int(st[i - 1])} to {int(st[i])} (gap)"
         else:
-            what = (f"step_id {int(st[i])} repeats non-contiguously (after {int(st[i - 1])})"
-                    if step[i] != 0 else f"step_id {int(st[i])} is shared by two different decisions")
-        raise DataError(what, path=path, row_group=row_group, lane=lane,
-                        fix="the replay or encoder produced a broken lane; rebuild this day from its ZIP")
+            what = (
+                f"step_id {int(st[i])} repeats non-contiguously (after {int(st[i - 1])})"
+                if step[i] != 0
+                else f"step_id {int(st[i])} is shared by two different decisions"
+            )
+        raise DataError(
+            what,
+            path=path,
+            row_group=row_group,
+            lane=lane,
+            fix="the replay or encoder produced a broken lane; rebuild this day from its ZIP",
+        )

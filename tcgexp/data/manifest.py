@@ -1,4 +1,5 @@
 """Day manifests (``<date>.manifest.json``) and checks of a day file against one."""
+
 from __future__ import annotations
 
 import hashlib
@@ -60,12 +61,18 @@ def check_day(parquet: Path, manifest: dict, *, feature_dim: int, action_dim: in
     from .shards import validate_columns  # shares the per-row rules with the builder
 
     if manifest["schema_version"] != SCHEMA_VERSION:
-        raise DataError(f"manifest has schema_version {manifest['schema_version']}, this code reads {SCHEMA_VERSION}",
-                        path=parquet, fix=REFIX)
+        raise DataError(
+            f"manifest has schema_version {manifest['schema_version']}, this code reads {SCHEMA_VERSION}",
+            path=parquet,
+            fix=REFIX,
+        )
     size = parquet.stat().st_size
     if size != manifest["file_bytes"]:
-        raise DataError(f"file is {size} bytes, its manifest says {manifest['file_bytes']} (truncated or replaced?)",
-                        path=parquet, fix=REFIX)
+        raise DataError(
+            f"file is {size} bytes, its manifest says {manifest['file_bytes']} (truncated or replaced?)",
+            path=parquet,
+            fix=REFIX,
+        )
     pf = open_parquet(parquet)
     expected = arrow_schema(feature_dim, action_dim)
     got = pf.schema_arrow
@@ -75,8 +82,12 @@ def check_day(parquet: Path, manifest: dict, *, feature_dim: int, action_dim: in
             raise DataError(f"column {field.name!r} is {have}, expected {field.type}", path=parquet, fix=REFIX)
     md = pf.metadata
     if md.num_rows != manifest["rows"] or md.num_row_groups != len(manifest["row_groups"]):
-        raise DataError(f"file has {md.num_rows} rows in {md.num_row_groups} row groups, manifest says "
-                        f"{manifest['rows']} in {len(manifest['row_groups'])}", path=parquet, fix=REFIX)
+        raise DataError(
+            f"file has {md.num_rows} rows in {md.num_row_groups} row groups, manifest says "
+            f"{manifest['rows']} in {len(manifest['row_groups'])}",
+            path=parquet,
+            fix=REFIX,
+        )
     for rg in manifest["row_groups"]:
         n = md.row_group(rg["index"]).num_rows
         if n != rg["rows"]:
@@ -94,6 +105,10 @@ def check_day(parquet: Path, manifest: dict, *, feature_dim: int, action_dim: in
         validate_columns(cols, path=parquet, row_group=rg["index"])
         eps = np.unique(cols["episode_id"])
         if len(eps) != rg["episodes"] or seen.intersection(eps.tolist()):
-            raise DataError("episodes are not whole inside the row group (an episode spans row groups)",
-                            path=parquet, row_group=rg["index"], fix=REFIX)
+            raise DataError(
+                "episodes are not whole inside the row group (an episode spans row groups)",
+                path=parquet,
+                row_group=rg["index"],
+                fix=REFIX,
+            )
         seen.update(eps.tolist())

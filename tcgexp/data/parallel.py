@@ -14,6 +14,7 @@ A parent that dies while a worker is still starting (before its initializer
 asked) is caught by comparing the parent pid after asking. Every process pool
 of tcgexp is made by ``worker_pool``, so no path forgets the initializer.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,16 +22,16 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from .build import DayBuilder, DayPaths, DaySpec
 
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent: Optional[int] = None) -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Worker initializer: SIGKILL this process when the process that spawned it (pid `parent`) exits."""
     if sys.platform.startswith("linux"):
         try:
@@ -43,8 +44,9 @@ def die_with_parent(parent: Optional[int] = None) -> None:
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
     """Spawned worker processes that die with this one (the only way tcgexp makes a process pool)."""
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
-                               initargs=(os.getpid(),))
+    return ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent, initargs=(os.getpid(),)
+    )
 
 
 def build_day(spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[str, dict, list[int]]:
@@ -54,8 +56,15 @@ def build_day(spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[
     return outcome, manifest, builder.encoded
 
 
-def build_days(specs: Sequence[DaySpec], root: Path, fingerprints: Sequence[str], *, workers: int, verify: str,
-               progress: Optional[Callable[[str, int, int], None]] = None) -> dict[str, tuple[str, dict, list[int]]]:
+def build_days(
+    specs: Sequence[DaySpec],
+    root: Path,
+    fingerprints: Sequence[str],
+    *,
+    workers: int,
+    verify: str,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, tuple[str, dict, list[int]]]:
     """{date: (outcome, manifest, encoded shards)} for `specs`, built by up to `workers` processes."""
     report = progress or (lambda stage, done, total: None)
     stage = f"build {len(specs)} days"

@@ -10,13 +10,14 @@ published with the same bytes is skipped; a day published with other bytes
 is withdrawn first (its old manifest deleted) so no reader pairs the old
 manifest with the new file.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from .build import DayBuilder
 from .errors import DataError
@@ -42,8 +43,11 @@ def parts_of(parquet: Path, manifest: dict) -> list[dict]:
         group = md.row_group(rg)
         for c in range(group.num_columns):
             col = group.column(c)
-            start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
-                col.data_page_offset
+            start = (
+                col.dictionary_page_offset
+                if col.has_dictionary_page and col.dictionary_page_offset
+                else col.data_page_offset
+            )
             chunks.append((start, rg, col.path_in_schema))
     chunks.sort()
     bounds = [(0, None, "header")] + chunks + [(footer, None, "footer")]
@@ -52,34 +56,47 @@ def parts_of(parquet: Path, manifest: dict) -> list[dict]:
     with open(parquet, "rb") as fh:
         for (start, rg, what), (end, _, _) in zip(bounds, bounds[1:] + [(size, None, "")]):
             if end < start:
-                raise DataError(f"column chunks overlap at byte {start}", path=parquet, row_group=rg,
-                                fix="rebuild the day")
+                raise DataError(
+                    f"column chunks overlap at byte {start}", path=parquet, row_group=rg, fix="rebuild the day"
+                )
             fh.seek(start)
             data = fh.read(end - start)
             whole.update(data)
-            part = {"offset": start, "length": end - start, "sha256": hashlib.sha256(data).hexdigest(),
-                    "what": what if rg is None else f"column {what}"}
+            part = {
+                "offset": start,
+                "length": end - start,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "what": what if rg is None else f"column {what}",
+            }
             if rg is not None:
                 part["row_group"] = rg
             parts.append(part)
     if whole.hexdigest() != manifest["sha256"]:
-        raise DataError("content checksum differs from the manifest; not publishing it", path=parquet,
-                        fix="delete the day's .parquet and .manifest.json and rebuild it from its replay ZIP")
+        raise DataError(
+            "content checksum differs from the manifest; not publishing it",
+            path=parquet,
+            fix="delete the day's .parquet and .manifest.json and rebuild it from its replay ZIP",
+        )
     return parts
 
 
-def publish(corpus, target: str, storage=None, report: Optional[Callable[[str], None]] = None) -> dict[str, str]:
+def publish(corpus, target: str, storage=None, report: Callable[[str], None] | None = None) -> dict[str, str]:
     """Upload the corpus's finished days to `target`; {date: "published" | "unchanged"}."""
     report = report or (lambda line: None)
     if is_remote(corpus.root):
-        raise DataError(f"dataset.root={corpus.root} is already in a store; publish reads a local corpus",
-                        fix="point dataset.root at the local folder the days were built in")
+        raise DataError(
+            f"dataset.root={corpus.root} is already in a store; publish reads a local corpus",
+            fix="point dataset.root at the local folder the days were built in",
+        )
     if not target or not is_remote(target):
         raise DataError(f"target={target!r} is not an object-store URI", fix="give target=s3://bucket/prefix")
     unbuilt = [d for d in corpus.dates if not corpus.paths(d).manifest.exists()]
     if unbuilt:
-        raise DataError(f"days not built: {', '.join(unbuilt)}; only finished days are published",
-                        path=corpus.root, fix="build them first: python -m tcgexp.data with the same dataset settings")
+        raise DataError(
+            f"days not built: {', '.join(unbuilt)}; only finished days are published",
+            path=corpus.root,
+            fix="build them first: python -m tcgexp.data with the same dataset settings",
+        )
     store = Store(target, storage, writable=True, key="target")
     outcome: dict[str, str] = {}
     with corpus.locked():  # no build or clean of these days while they are read for upload
@@ -88,8 +105,12 @@ def publish(corpus, target: str, storage=None, report: Optional[Callable[[str], 
             manifest = DayBuilder(spec, p, corpus.fingerprint(spec), corpus.catalog, verify=corpus.verify).validate()
             parquet_rel, manifest_rel = f"bc_data/{p.parquet.name}", f"bc_data/{p.manifest.name}"
             have = store.read_json(manifest_rel)
-            if have and have.get("sha256") == manifest["sha256"] and have.get("parts") and \
-                    store.size(parquet_rel) == manifest["file_bytes"]:
+            if (
+                have
+                and have.get("sha256") == manifest["sha256"]
+                and have.get("parts")
+                and store.size(parquet_rel) == manifest["file_bytes"]
+            ):
                 outcome[spec.date] = "unchanged"
                 report(f"{spec.date}: unchanged at {store.uri}/{parquet_rel}")
                 continue
@@ -99,13 +120,21 @@ def publish(corpus, target: str, storage=None, report: Optional[Callable[[str], 
             store.upload(p.parquet, parquet_rel)
             size = store.size(parquet_rel)
             if size != manifest["file_bytes"]:
-                raise DataError(f"uploaded object is {size} bytes, the day file {manifest['file_bytes']}; its "
-                                "manifest was not published", path=f"{store.uri}/{parquet_rel}",
-                                fix="publish again")
-            published = {**manifest, "parts": parts,
-                         "published_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                raise DataError(
+                    f"uploaded object is {size} bytes, the day file {manifest['file_bytes']}; its "
+                    "manifest was not published",
+                    path=f"{store.uri}/{parquet_rel}",
+                    fix="publish again",
+                )
+            published = {
+                **manifest,
+                "parts": parts,
+                "published_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
             store.write_bytes(manifest_rel, json.dumps(published, indent=2, sort_keys=True).encode())
             outcome[spec.date] = "published"
-            report(f"{spec.date}: published {manifest['file_bytes'] / 2**20:.1f} MiB in {len(parts)} parts to "
-                   f"{store.uri}/{parquet_rel}")
+            report(
+                f"{spec.date}: published {manifest['file_bytes'] / 2**20:.1f} MiB in {len(parts)} parts to "
+                f"{store.uri}/{parquet_rel}"
+            )
     return outcome

@@ -18,6 +18,7 @@ against the manifest, then kept in the tier. So:
 ``FetchStats`` counts what a reader took from the store and from the tier;
 the row-group cache reports them as ``remote_bytes`` and ``tier_bytes``.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,7 +26,6 @@ import hashlib
 import io
 import threading
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,13 +61,14 @@ class RemoteFile:
         self.file_sha = manifest["sha256"]
         parts = manifest.get("parts")
         if not isinstance(parts, list) or not parts:
-            raise DataError("the published manifest has no parts (published by an older tcgexp?)",
-                            path=self.uri, fix=REPUBLISH)
+            raise DataError(
+                "the published manifest has no parts (published by an older tcgexp?)", path=self.uri, fix=REPUBLISH
+            )
         self.parts = sorted(parts, key=lambda p: p["offset"])
         self._starts = [p["offset"] for p in self.parts]
         self._lock = threading.Lock()
-        self._handle: Optional[int] = None  # the object opened in the store's client process
-        self._metadata: Optional[pq.FileMetaData] = None
+        self._handle: int | None = None  # the object opened in the store's client process
+        self._metadata: pq.FileMetaData | None = None
         self.stats = FetchStats()  # reads no reader claimed (the lane index, footers)
 
     def __str__(self) -> str:
@@ -81,7 +82,7 @@ class RemoteFile:
         return self.rel.rsplit("/", 1)[-1]
 
     # -- parts ----------------------------------------------------------------------------
-    def read(self, offset: int, length: int, stats: Optional[FetchStats] = None) -> bytes:
+    def read(self, offset: int, length: int, stats: FetchStats | None = None) -> bytes:
         """Bytes [offset, offset + length) of the file, assembled from whole verified parts."""
         end = min(offset + length, self.size)
         out = bytearray()
@@ -90,13 +91,13 @@ class RemoteFile:
             part = self.parts[i]
             data = self._part(part, stats or self.stats)
             lo = offset - part["offset"]
-            take = data[lo: lo + (end - offset)]
+            take = data[lo : lo + (end - offset)]
             out += take
             offset += len(take)
             i += 1
         return bytes(out)
 
-    def prefetch(self, row_group: int, columns, stats: Optional[FetchStats] = None) -> None:
+    def prefetch(self, row_group: int, columns, stats: FetchStats | None = None) -> None:
         """Fetch the row group's chunks of `columns` that the tier lacks, concurrently, into the tier.
 
         pyarrow then reads them one by one from local disk: a row group costs one round trip to the
@@ -106,8 +107,13 @@ class RemoteFile:
         if not self.tier.enabled:
             return
         wanted = set(columns)
-        todo = [p for p in self.parts if p.get("row_group") == row_group and p["what"].split(" ", 1)[-1]
-                .split(".")[0] in wanted and not self.tier.has(self.file_sha, p["offset"], p["sha256"])]
+        todo = [
+            p
+            for p in self.parts
+            if p.get("row_group") == row_group
+            and p["what"].split(" ", 1)[-1].split(".")[0] in wanted
+            and not self.tier.has(self.file_sha, p["offset"], p["sha256"])
+        ]
         if len(todo) > 1:
             self.store.map(lambda p: self._part(p, stats or self.stats), todo)
 
@@ -116,15 +122,19 @@ class RemoteFile:
         if data is not None:
             stats.add(tier=len(data))
             return data
-        for attempt in (0, 1):  # a bad transfer is fetched once more; a damaged object stays damaged
+        for _attempt in (0, 1):  # a bad transfer is fetched once more; a damaged object stays damaged
             data = self._fetch(part["offset"], part["length"])
             stats.add(remote=len(data))
             if len(data) == part["length"] and hashlib.sha256(data).hexdigest() == part["sha256"]:
                 self.tier.put(self.file_sha, part["offset"], part["sha256"], data)
                 return data
         what = part.get("what", f"bytes {part['offset']}..{part['offset'] + part['length']}")
-        raise DataError(f"{what}: the object's bytes differ from the published manifest's checksum (damaged "
-                        "or replaced object)", path=self.uri, row_group=part.get("row_group"), fix=REPUBLISH)
+        raise DataError(
+            f"{what}: the object's bytes differ from the published manifest's checksum (damaged or replaced object)",
+            path=self.uri,
+            row_group=part.get("row_group"),
+            fix=REPUBLISH,
+        )
 
     def _fetch(self, offset: int, length: int) -> bytes:
         with self._lock:
@@ -143,16 +153,23 @@ class RemoteFile:
             self._check_size(self.store.size(self.rel))
         return data
 
-    def _check_size(self, size: Optional[int]) -> None:
+    def _check_size(self, size: int | None) -> None:
         if size is None:
-            raise DataError("the object is gone from the store (deleted or withdrawn since it was published)",
-                            path=self.uri, fix=REPUBLISH)
+            raise DataError(
+                "the object is gone from the store (deleted or withdrawn since it was published)",
+                path=self.uri,
+                fix=REPUBLISH,
+            )
         if size != self.size:
-            raise DataError(f"object is {size} bytes, its published manifest says {self.size} (truncated or "
-                            "replaced by another object since it was published)", path=self.uri, fix=REPUBLISH)
+            raise DataError(
+                f"object is {size} bytes, its published manifest says {self.size} (truncated or "
+                "replaced by another object since it was published)",
+                path=self.uri,
+                fix=REPUBLISH,
+            )
 
     # -- pyarrow ----------------------------------------------------------------------------
-    def metadata(self, stats: Optional[FetchStats] = None) -> pq.FileMetaData:
+    def metadata(self, stats: FetchStats | None = None) -> pq.FileMetaData:
         """The footer, parsed once (from its verified part)."""
         with self._lock:
             md = self._metadata
@@ -167,13 +184,14 @@ class RemoteFile:
                 self._metadata = md
         return md
 
-    def parquet(self, stats: Optional[FetchStats] = None) -> pq.ParquetFile:
+    def parquet(self, stats: FetchStats | None = None) -> pq.ParquetFile:
         """A ParquetFile whose reads are this file's parts (one per reader and thread, as for local files)."""
         stats = stats or self.stats
         # pre_buffer off: pyarrow would coalesce nearby column chunks into one read (a good trade for one
         # big GET), and every part it touched would be fetched; each chunk asked for is one part here
-        return pq.ParquetFile(pa.PythonFile(_RangeReader(self, stats), mode="r"), metadata=self.metadata(stats),
-                              pre_buffer=False)
+        return pq.ParquetFile(
+            pa.PythonFile(_RangeReader(self, stats), mode="r"), metadata=self.metadata(stats), pre_buffer=False
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -220,9 +238,9 @@ def as_file(f):
     return f if isinstance(f, RemoteFile) else Path(f)
 
 
-def parquet_file(f, stats: Optional[FetchStats] = None) -> pq.ParquetFile:
+def parquet_file(f, stats: FetchStats | None = None) -> pq.ParquetFile:
     return f.parquet(stats) if isinstance(f, RemoteFile) else pq.ParquetFile(f)
 
 
-def read_metadata(f, stats: Optional[FetchStats] = None) -> pq.FileMetaData:
+def read_metadata(f, stats: FetchStats | None = None) -> pq.FileMetaData:
     return f.metadata(stats) if isinstance(f, RemoteFile) else pq.read_metadata(f)

@@ -5,16 +5,17 @@ One ZIP per day, ``replays/<date>.zip``; one JSON-lines member per build shard
 the settings that generated it. Derived files (shards, Parquet) can always be
 rebuilt from it; it is never rewritten once it exists.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Self
 
 import numpy as np
 
@@ -54,9 +55,9 @@ def write_day_zip(
     rows_target: int,
     episodes_per_shard: int,
     max_turns: int,
-    executor: Optional[Executor] = None,
+    executor: Executor | None = None,
     ahead: int = 2,
-    on_shard: Optional[Callable[[int, int], None]] = None,
+    on_shard: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Simulate episodes until `rows_target` rows, in shards; write the ZIP atomically.
 
@@ -112,19 +113,28 @@ class DayZip:
         try:
             self._zf = zipfile.ZipFile(self.path)
         except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-            raise DataError(f"replay ZIP is unreadable ({exc})", path=self.path,
-                            fix="restore it from a backup or move it away to re-simulate the day") from exc
+            raise DataError(
+                f"replay ZIP is unreadable ({exc})",
+                path=self.path,
+                fix="restore it from a backup or move it away to re-simulate the day",
+            ) from exc
         if verify:  # CRC-check every member once (catches truncation and bit rot); workers skip it
             self.check_members()
         try:
             self.meta = json.loads(self._zf.read(META))
         except (KeyError, json.JSONDecodeError) as exc:
-            raise DataError(f"replay ZIP has no readable {META} ({exc})", path=self.path,
-                            fix="it was not written by tcgexp; move it away") from exc
+            raise DataError(
+                f"replay ZIP has no readable {META} ({exc})",
+                path=self.path,
+                fix="it was not written by tcgexp; move it away",
+            ) from exc
         self.members = sorted(n for n in self._zf.namelist() if n.startswith("shard_"))
         if len(self.members) != self.meta.get("shards"):
-            raise DataError(f"replay ZIP lists {len(self.members)} shards, its {META} says {self.meta.get('shards')}",
-                            path=self.path, fix="the ZIP is incomplete; restore it or move it away")
+            raise DataError(
+                f"replay ZIP lists {len(self.members)} shards, its {META} says {self.meta.get('shards')}",
+                path=self.path,
+                fix="the ZIP is incomplete; restore it or move it away",
+            )
 
     def check_members(self) -> None:
         """Read every member through (zipfile checks its CRC at the end), naming the first that fails.
@@ -138,9 +148,11 @@ class DayZip:
                     while fh.read(1 << 20):
                         pass
             except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-                raise DataError(f"replay ZIP member {info.filename!r} fails its CRC check or cannot be "
-                                f"decompressed ({exc})", path=self.path,
-                                fix="restore it from a backup or move it away to re-simulate the day") from exc
+                raise DataError(
+                    f"replay ZIP member {info.filename!r} fails its CRC check or cannot be decompressed ({exc})",
+                    path=self.path,
+                    fix="restore it from a backup or move it away to re-simulate the day",
+                ) from exc
 
     def iter_records(self, member: str) -> Iterator[dict]:
         with self._zf.open(member) as fh:
@@ -148,8 +160,11 @@ class DayZip:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"{member} line {lineno} is not JSON ({exc})", path=self.path,
-                                    fix="the ZIP is damaged; restore it from a backup") from exc
+                    raise DataError(
+                        f"{member} line {lineno} is not JSON ({exc})",
+                        path=self.path,
+                        fix="the ZIP is damaged; restore it from a backup",
+                    ) from exc
                 if not isinstance(rec, dict):
                     raise DataError(f"{member} line {lineno} is not a replay record", path=self.path)
                 yield rec
@@ -157,7 +172,7 @@ class DayZip:
     def close(self) -> None:
         self._zf.close()
 
-    def __enter__(self) -> "DayZip":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,10 +3,10 @@
 fixed_size_list columns (features, action_mask, would_ko) map to 2-d numpy
 arrays in both directions through the flat child array: no per-row Python.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Union
 
 import numpy as np
 import pyarrow as pa
@@ -37,10 +37,24 @@ LIST_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "would_ko": (pa.float32(), "A"),
 }
 COLUMN_ORDER = [
-    "episode_id", "side", "step_id", "decision_id", "substep",
-    "new_episode", "terminal", "is_self",
-    "features", "action_mask", "label", "would_ko", "would_ko_valid",
-    "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return", "aux_valid",
+    "episode_id",
+    "side",
+    "step_id",
+    "decision_id",
+    "substep",
+    "new_episode",
+    "terminal",
+    "is_self",
+    "features",
+    "action_mask",
+    "label",
+    "would_ko",
+    "would_ko_valid",
+    "aux_ko",
+    "aux_prize_delta",
+    "aux_terminal",
+    "aux_return",
+    "aux_valid",
 ]
 LANE_COLUMNS = ["episode_id", "side", "step_id", "decision_id", "substep"]
 
@@ -76,7 +90,7 @@ def to_table(columns: dict[str, np.ndarray], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def to_numpy(data: Union[pa.Table, pa.RecordBatch], columns: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def to_numpy(data: pa.Table | pa.RecordBatch, columns: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Arrow table -> dict of numpy arrays; fixed_size_list columns become N-d."""
     names = list(columns) if columns is not None else data.schema.names
     out: dict[str, np.ndarray] = {}

@@ -7,10 +7,11 @@ exist, and a day that is missing or was built with other settings is named,
 all in one line, instead of being built behind the run's back
 (``python -m tcgexp.data`` with the same selection builds them).
 """
+
 from __future__ import annotations
 
 import datetime as dt
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from .catalog import Catalog
 from .errors import DataError, listed
@@ -25,8 +26,9 @@ def parse(key: str, value: str) -> dt.date:
         raise DataError(f"{key}={value!r} is not an ISO date", fix="use YYYY-MM-DD") from exc
 
 
-def selected_dates(dates: Optional[Sequence[str]], date_from: Optional[str], date_to: Optional[str],
-                   catalog: Callable[[], Catalog]) -> Optional[list[str]]:
+def selected_dates(
+    dates: Sequence[str] | None, date_from: str | None, date_to: str | None, catalog: Callable[[], Catalog]
+) -> list[str] | None:
     """The selected days in date order, or None when the config selects none (start_date + days).
 
     Counted before anything is listed: a range of any size is refused at once when it holds more
@@ -34,12 +36,15 @@ def selected_dates(dates: Optional[Sequence[str]], date_from: Optional[str], dat
     makes the catalog, which only an open range needs (a refusal writes nothing).
     """
     if dates is not None and len(dates) == 0:
-        raise DataError("dataset.dates=[] selects no day",
-                        fix="list the days (dataset.dates=[2026-07-27,...]), or leave dataset.dates unset "
-                            "(null) to use dataset.start_date and dataset.days")
+        raise DataError(
+            "dataset.dates=[] selects no day",
+            fix="list the days (dataset.dates=[2026-07-27,...]), or leave dataset.dates unset "
+            "(null) to use dataset.start_date and dataset.days",
+        )
     if dates and (date_from or date_to):
-        raise DataError("dataset.dates and dataset.date_from/date_to both select days",
-                        fix="give either a list of dates or a range")
+        raise DataError(
+            "dataset.dates and dataset.date_from/date_to both select days", fix="give either a list of dates or a range"
+        )
     if dates:
         days = sorted({parse("dataset.dates", d) for d in dates})
         too_many("dataset.dates", len(days))
@@ -54,9 +59,11 @@ def selected_dates(dates: Optional[Sequence[str]], date_from: Optional[str], dat
         found = catalog()
         built = [r["date"] for r in found.all()]
         if not built:
-            raise DataError("an open date range needs built days, and the catalog has none", path=found.path,
-                            fix="build days first (python -m tcgexp.data) or give both dataset.date_from and "
-                                "date_to")
+            raise DataError(
+                "an open date range needs built days, and the catalog has none",
+                path=found.path,
+                fix="build days first (python -m tcgexp.data) or give both dataset.date_from and date_to",
+            )
         lo = lo or parse("catalog", built[0])
         hi = hi or parse("catalog", built[-1])
         check_range(lo, hi)
@@ -71,8 +78,10 @@ def check_range(lo: dt.date, hi: dt.date) -> None:
 
 def too_many(what: str, count: int) -> None:
     if count > MAX_DAYS:
-        raise DataError(f"{what} selects {count:,} days; a corpus holds at most {MAX_DAYS:,} (100 years)",
-                        fix="narrow the selection to the days you mean")
+        raise DataError(
+            f"{what} selects {count:,} days; a corpus holds at most {MAX_DAYS:,} (100 years)",
+            fix="narrow the selection to the days you mean",
+        )
 
 
 def check_count(dates: Sequence[str], catalog: Catalog) -> None:
@@ -81,9 +90,12 @@ def check_count(dates: Sequence[str], catalog: Catalog) -> None:
     if len(dates) > len(have):
         span = f"{have[0]['date']}..{have[-1]['date']}" if have else "none"
         missing = [d for d in dates if d not in {r["date"] for r in have}]
-        raise DataError(f"the selection holds {len(dates):,} days, the catalog {len(have):,} ({span}); not built: "
-                        f"{listed(missing)}", path=catalog.path,
-                        fix="select built days, or build them with python -m tcgexp.data and the same selection")
+        raise DataError(
+            f"the selection holds {len(dates):,} days, the catalog {len(have):,} ({span}); not built: "
+            f"{listed(missing)}",
+            path=catalog.path,
+            fix="select built days, or build them with python -m tcgexp.data and the same selection",
+        )
 
 
 def check_built(dates: Sequence[str], fingerprints: Sequence[str], catalog: Catalog, diffs) -> None:
@@ -92,10 +104,15 @@ def check_built(dates: Sequence[str], fingerprints: Sequence[str], catalog: Cata
     missing = [d for d in dates if d not in have]
     other = [d for d, fp in zip(dates, fingerprints) if d in have and have[d]["fingerprint"] != fp]
     if missing or other:
-        parts = ([f"not built: {listed(missing)}"] if missing else []) + \
-            ([f"built with other settings: {listed([f'{d} ({diffs(d)})' for d in other[:3]] + other[3:], 3, '; ')}"]
-             if other else [])
+        parts = ([f"not built: {listed(missing)}"] if missing else []) + (
+            [f"built with other settings: {listed([f'{d} ({diffs(d)})' for d in other[:3]] + other[3:], 3, '; ')}"]
+            if other
+            else []
+        )
         span = f"{min(have)}..{max(have)}" if have else "none"
-        raise DataError(f"selected days {'; '.join(parts)} (catalog has {len(have)} days: {span})",
-                        path=catalog.path, fix="build them with python -m tcgexp.data and the same dataset "
-                        "settings and selection, or select built days")
+        raise DataError(
+            f"selected days {'; '.join(parts)} (catalog has {len(have)} days: {span})",
+            path=catalog.path,
+            fix="build them with python -m tcgexp.data and the same dataset "
+            "settings and selection, or select built days",
+        )

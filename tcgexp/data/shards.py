@@ -4,12 +4,12 @@ A shard counts as built only when its ``.done`` marker exists and parses; the
 marker is written after the Parquet file is renamed into place, so a build
 killed at any instant leaves either a finished shard or one that is redone.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,7 @@ def shard_paths(work: Path, index: int) -> tuple[Path, Path]:
     return work / f"shard_{index:05d}.parquet", work / f"shard_{index:05d}.done"
 
 
-def read_done(work: Path, index: int) -> Optional[dict]:
+def read_done(work: Path, index: int) -> dict | None:
     """The shard's marker, or None when the shard must be (re)built."""
     data_path, done_path = shard_paths(work, index)
     if not (done_path.exists() and data_path.exists()):
@@ -49,8 +49,9 @@ def encode_member(zip_path: str, member: str, would_ko: bool) -> tuple[dict, dic
             try:
                 cols, st = sim.encode_episode(rec, would_ko=would_ko)
             except sim.ReplayError as exc:
-                raise DataError(f"{member}: {exc}", path=zip_path,
-                                fix="the replay is inconsistent with this simulator version") from exc
+                raise DataError(
+                    f"{member}: {exc}", path=zip_path, fix="the replay is inconsistent with this simulator version"
+                ) from exc
             parts.append(cols)
             episodes.append([int(rec["episode_id"]), len(cols["label"])])
             for k, v in st.items():
@@ -59,10 +60,16 @@ def encode_member(zip_path: str, member: str, would_ko: bool) -> tuple[dict, dic
     return columns, stats, episodes
 
 
-def validate_columns(columns: dict, *, path, row_group: Optional[int] = None) -> None:
+def validate_columns(columns: dict, *, path, row_group: int | None = None) -> None:
     """What every encoded row must satisfy before it is accepted."""
-    check_lanes(columns["episode_id"], columns["side"], columns["step_id"], columns["decision_id"],
-                path=path, row_group=row_group)
+    check_lanes(
+        columns["episode_id"],
+        columns["side"],
+        columns["step_id"],
+        columns["decision_id"],
+        path=path,
+        row_group=row_group,
+    )
     feats = columns["features"]
     if not np.isfinite(feats).all():
         row = int(np.argwhere(~np.isfinite(feats))[0][0])
@@ -70,25 +77,33 @@ def validate_columns(columns: dict, *, path, row_group: Optional[int] = None) ->
     labels, mask = columns["label"], columns["action_mask"]
     if ((labels < 0) | (labels >= mask.shape[1])).any():
         row = int(np.flatnonzero((labels < 0) | (labels >= mask.shape[1]))[0])
-        raise DataError(f"label {int(labels[row])} of row {row} is outside the action space",
-                        path=path, row_group=row_group)
+        raise DataError(
+            f"label {int(labels[row])} of row {row} is outside the action space", path=path, row_group=row_group
+        )
     legal = mask[np.arange(len(labels)), labels]
     if not legal.all():
         row = int(np.flatnonzero(~legal)[0])
-        raise DataError(f"label {int(labels[row])} of row {row} is not a legal action under its action_mask",
-                        path=path, row_group=row_group)
+        raise DataError(
+            f"label {int(labels[row])} of row {row} is not a legal action under its action_mask",
+            path=path,
+            row_group=row_group,
+        )
 
 
-def write_shard(work: Path, index: int, columns: dict, stats: dict, episodes: list, *,
-                compression: str) -> dict:
+def write_shard(work: Path, index: int, columns: dict, stats: dict, episodes: list, *, compression: str) -> dict:
     data_path, done_path = shard_paths(work, index)
     validate_columns(columns, path=data_path)
     table = to_table(columns, arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM))
     tmp = data_path.with_name(data_path.name + ".tmp")
     pq.write_table(table, tmp, compression=compression)
     os.replace(tmp, data_path)
-    done = {"index": index, "rows": table.num_rows, "bytes": data_path.stat().st_size,
-            "episodes": episodes, "stats": stats}
+    done = {
+        "index": index,
+        "rows": table.num_rows,
+        "bytes": data_path.stat().st_size,
+        "episodes": episodes,
+        "stats": stats,
+    }
     tmp_done = done_path.with_name(done_path.name + ".tmp")
     tmp_done.write_text(json.dumps(done))
     os.replace(tmp_done, done_path)  # the marker goes last: it is the shard's commit

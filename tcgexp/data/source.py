@@ -14,6 +14,7 @@ A file may be a local Path or a ``RemoteFile`` (a day in an object store, read
 by range requests through the local tier); ``stats`` counts the bytes this
 source took from the store and from the tier.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,12 @@ def check_values(data: Arrays, *, path: Path, row_group: int) -> None:
             bad = ~mask[np.arange(len(labels)), labels]
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise DataError(f"row {row} has label {int(labels[row])}, not a legal action under its action_mask",
-                            path=path, row_group=row_group, fix=fix)
+            raise DataError(
+                f"row {row} has label {int(labels[row])}, not a legal action under its action_mask",
+                path=path,
+                row_group=row_group,
+                fix=fix,
+            )
 
 
 def pack(data: Arrays) -> Arrays:
@@ -81,7 +86,7 @@ def pack(data: Arrays) -> Arrays:
     raw = np.empty((n, dtype.itemsize), np.uint8)
     for name, a in data.items():
         offset, width = dtype.fields[name][1], a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
-        raw[:, offset:offset + width] = np.ascontiguousarray(a).view(np.uint8).reshape(n, width)
+        raw[:, offset : offset + width] = np.ascontiguousarray(a).view(np.uint8).reshape(n, width)
     raw.flags.writeable = False  # before the views are made: they inherit it
     records = raw.view(dtype).reshape(n)
     return {name: records[name] for name in data}
@@ -134,8 +139,9 @@ class ParquetSource:
         key = as_key(key)
         f, rg = key
         if not (0 <= f < len(self.row_groups) and 0 <= rg < self.row_groups[f]):
-            raise KeyError(f"{self.name}: no row group {key} (files={len(self.paths)}, "
-                           f"row groups per file={self.row_groups})")
+            raise KeyError(
+                f"{self.name}: no row group {key} (files={len(self.paths)}, row groups per file={self.row_groups})"
+            )
         return key
 
     def read(self, key: Key) -> Arrays:

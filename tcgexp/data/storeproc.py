@@ -20,6 +20,7 @@ closes (the parent exited, was killed, or let the store go), skipping
 pyarrow's wait for requests in flight, which nobody will read. (Not
 PR_SET_PDEATHSIG: that fires when the *thread* that started the child ends.)
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,9 +33,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Optional
+from typing import Any, ClassVar
 
 STOPPING = ("SIGINT", "SIGTERM", "SIGHUP")
 POLL_S = 0.2  # how often the main thread's wait looks at the signals that arrived
@@ -61,7 +63,7 @@ class Interrupted(Exception):
         self.signame = signame
 
 
-def wait(future: Future, bound_s: float, on_slow: Optional[Callable[[float], None]] = None, slow_s: float = 5.0):
+def wait(future: Future, bound_s: float, on_slow: Callable[[float], None] | None = None, slow_s: float = 5.0):
     """The future's result within `bound_s` (TimedOut after), interruptible on the main thread.
 
     On the main thread, SIGINT/SIGTERM/SIGHUP are taken for the wait only (the previous handlers are
@@ -113,11 +115,11 @@ def abandon_all(why: str) -> None:
 class StoreProcess:
     """The parent's end: calls sent to the child, answers matched to futures by a reader thread."""
 
-    _shared: dict[str, "StoreProcess"] = {}
+    _shared: ClassVar[dict[str, StoreProcess]] = {}
     _shared_lock = threading.Lock()
 
     @classmethod
-    def for_spec(cls, spec: dict) -> "StoreProcess":
+    def for_spec(cls, spec: dict) -> StoreProcess:
         """The live child for this store's settings, started on first use: a child costs a Python start and
         pyarrow's import (a few tenths of a second), and a process opens the same store many times (a run's
         corpus, publish, the tests). A child that was killed (a timeout, a signal) is replaced."""
@@ -137,16 +139,20 @@ class StoreProcess:
         rx_parent, tx_child = os.pipe()
         # run as a script: no tcgexp import (the data package would cost the child 0.3 s), stdlib and pyarrow
         # only; -P keeps this file's folder off sys.path (its select.py would shadow the standard library's)
-        self.proc = subprocess.Popen([sys.executable, "-P", __file__, str(rx_child), str(tx_child)],
-                                     pass_fds=(rx_child, tx_child), stdin=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", __file__, str(rx_child), str(tx_child)],
+            pass_fds=(rx_child, tx_child),
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         os.close(rx_child)
         os.close(tx_child)
         self._tx, self._rx = Connection(tx_parent, readable=False), Connection(rx_parent, writable=False)
         self._lock = threading.Lock()
         self._pending: dict[int, Future] = {}
         self._ids = itertools.count(1)
-        self._gone: Optional[str] = None
+        self._gone: str | None = None
         self._pending[0] = self.ready = Future()  # answered once the child has made its filesystem
         # what the SDK prints (Azure's "terminate called ...", curl's noise) is kept, not shown: the one
         # line for the user quotes its last words when the child dies
@@ -281,8 +287,9 @@ def serve(rx: Connection, tx: Connection) -> None:
     pool = ThreadPoolExecutor(SERVE_THREADS, thread_name_prefix="tcgexp-store")
     # made off the main thread, which only reads the pipe: it must see the parent leave whatever blocks
     made = pool.submit(make_filesystem, rx.recv())
-    made.add_done_callback(lambda f: reply(0, False, reason(f.exception())) if f.exception() is not None
-                           else reply(0, True, f.result()[1]))
+    made.add_done_callback(
+        lambda f: reply(0, False, reason(f.exception())) if f.exception() is not None else reply(0, True, f.result()[1])
+    )
 
     handles: dict[int, Any] = {}  # open random-access files, by the number "open" answered
     numbers = itertools.count(1)
@@ -324,7 +331,12 @@ def serve(rx: Connection, tx: Connection) -> None:
             h.close()
 
     ops: dict[str, Callable] = {
-        "info": info, "read": read, "write": write, "upload": upload, "list": listing, "close": close,
+        "info": info,
+        "read": read,
+        "write": write,
+        "upload": upload,
+        "list": listing,
+        "close": close,
         "delete": lambda path: fs().delete_file(path),
         "open": open_file,
         "read_at": lambda number, offset, length: handles[number].read_at(length, offset),

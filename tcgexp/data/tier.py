@@ -31,6 +31,7 @@ of the same sweep reads them from local disk instead of the network.
   refused, and eviction deletes only files named like entries. Temporary files
   of writers that died (their pid gone, this host) are reclaimed at open.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -40,7 +41,6 @@ import re
 import socket
 import warnings
 from pathlib import Path
-from typing import Optional
 
 from ..ownership import pid_alive, write_marker
 from .errors import DataError
@@ -50,8 +50,10 @@ _ENTRY = re.compile(r"^\d+-[0-9a-f]{64}$")
 _DIR = re.compile(r"^[0-9a-f]{64}$")
 _TMP = re.compile(r"^\.(?P<name>\d+-[0-9a-f]{64})\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
 _MANIFEST = re.compile(r"^(?P<key>[0-9a-f]{32})-(?P<size>\d+)-(?P<mtime>\d+)-(?P<sha>[0-9a-f]{64})\.json$")
-_MANIFEST_TMP = re.compile(r"^\.[0-9a-f]{32}-\d+-\d+-[0-9a-f]{64}\.json"
-                           r"\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$")
+_MANIFEST_TMP = re.compile(
+    r"^\.[0-9a-f]{32}-\d+-\d+-[0-9a-f]{64}\.json"
+    r"\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<tid>\d+)\.tmp$"
+)
 EVICT_TO = 0.9  # evict to 90 % of the budget, so a full tier does not scan on every put
 
 
@@ -66,12 +68,12 @@ def default_tier_dir() -> Path:
 class Tier:
     """Verified, budgeted, shared local copies of remote byte ranges."""
 
-    def __init__(self, root: Optional[str | Path], budget_bytes: int) -> None:
+    def __init__(self, root: str | Path | None, budget_bytes: int) -> None:
         self.root = Path(root).expanduser().absolute() if root else default_tier_dir()
         self._root = str(self.root)
         self.budget = int(budget_bytes)
         self.enabled = self.budget > 0
-        self._usage: Optional[int] = None  # this process's estimate; a real scan decides evictions
+        self._usage: int | None = None  # this process's estimate; a real scan decides evictions
         if self.enabled:
             self._claim()
 
@@ -83,15 +85,20 @@ class Tier:
             self.root.mkdir(parents=True, exist_ok=True)
             if not (self.root / TIER_MARKER).is_file():
                 if any(self.root.iterdir()):  # someone else's files: the tier would evict them
-                    raise DataError(f"the local tier folder holds files tcgexp did not put there (no {TIER_MARKER} "
-                                    "marker)", path=self.root,
-                                    fix=f"point {key} at an empty folder or an existing tcgexp tier")
+                    raise DataError(
+                        f"the local tier folder holds files tcgexp did not put there (no {TIER_MARKER} marker)",
+                        path=self.root,
+                        fix=f"point {key} at an empty folder or an existing tcgexp tier",
+                    )
                 write_marker(self.root, TIER_MARKER, "tier")
             (self.root / ".lock").touch()
         except OSError as exc:
-            raise DataError(f"the local tier cannot be written ({exc.strerror})", path=self.root,
-                            fix=f"point {key} at a writable folder, or set dataset.storage.tier_budget_bytes=0 to "
-                                "read every chunk from the store") from exc
+            raise DataError(
+                f"the local tier cannot be written ({exc.strerror})",
+                path=self.root,
+                fix=f"point {key} at a writable folder, or set dataset.storage.tier_budget_bytes=0 to "
+                "read every chunk from the store",
+            ) from exc
         self._reclaim_tmp()
 
     # -- entries ---------------------------------------------------------------------------
@@ -105,7 +112,7 @@ class Tier:
     def has(self, file_sha: str, offset: int, part_sha: str) -> bool:
         return os.path.exists(self.entry(file_sha, offset, part_sha))
 
-    def get(self, file_sha: str, offset: int, part_sha: str) -> Optional[bytes]:
+    def get(self, file_sha: str, offset: int, part_sha: str) -> bytes | None:
         """The entry's bytes if present and intact; a damaged entry is removed and is a miss."""
         if not self.enabled:
             return None
@@ -116,8 +123,9 @@ class Tier:
         except OSError:  # absent, or evicted by another job between its listing and our read
             return None
         if hashlib.sha256(data).hexdigest() != part_sha:
-            warnings.warn(f"local tier entry {path} is damaged; removed, fetching it again", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"local tier entry {path} is damaged; removed, fetching it again", RuntimeWarning, stacklevel=2
+            )
             self._unlink(Path(path))
             return None
         try:
@@ -139,8 +147,11 @@ class Tier:
             os.replace(tmp, path)
         except OSError as exc:
             self._unlink(tmp)
-            warnings.warn(f"local tier {self.root}: cannot store a chunk ({exc}); it will be fetched again next "
-                          "time", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"local tier {self.root}: cannot store a chunk ({exc}); it will be fetched again next time",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return
         if self._usage is None:
             self._usage = self.usage()
@@ -153,7 +164,7 @@ class Tier:
     def _manifests(self, uri: str) -> tuple[Path, str]:
         return self.root / "manifests", hashlib.sha256(uri.encode()).hexdigest()[:32]
 
-    def manifest(self, uri: str, size: int, mtime_ns: int) -> Optional[bytes]:
+    def manifest(self, uri: str, size: int, mtime_ns: int) -> bytes | None:
         """The manifest kept for the object `uri` as the store describes it now, if intact; else None."""
         if not self.enabled:
             return None
@@ -212,7 +223,7 @@ class Tier:
 
     def evict(self) -> int:
         """Remove least recently used entries down to EVICT_TO x budget; the bytes left."""
-        with open(self.root / ".lock", "r") as lock:
+        with open(self.root / ".lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one evictor at a time; readers and writers never wait
             entries = sorted(self._entries())
             total = sum(size for _, size, _ in entries)

@@ -15,17 +15,18 @@ cached) and imports it, or says in one line why it cannot: no compiler, a nanobi
 match MLX's, a device other than the CPU. ``tcgexp.train.fused_step`` composes the step from it;
 ``trainer.kernels`` (auto | fused | pure) chooses the path.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable, Optional
 
-_LOADED: dict[str, tuple[Optional[ModuleType], str]] = {}
+_LOADED: dict[str, tuple[ModuleType | None, str]] = {}
 
 
-def device_reason() -> Optional[str]:
+def device_reason() -> str | None:
     """Why the kernels cannot run on MLX's default device, or None (the CPU)."""
     import mlx.core as mx
 
@@ -33,7 +34,7 @@ def device_reason() -> Optional[str]:
     return None if device.type == mx.cpu else f"the device is {device}, the kernels run on the CPU only"
 
 
-def load(say: Optional[Callable[[str], None]] = None) -> tuple[Optional[ModuleType], str]:
+def load(say: Callable[[str], None] | None = None) -> tuple[ModuleType | None, str]:
     """(the kernels' module, a line saying what was loaded) or (None, the reason they cannot run here).
 
     Builds them first when this MLX has no build yet (`say` hears that it is building)."""
@@ -71,8 +72,15 @@ def smoke(module: ModuleType) -> None:
     import mlx.core as mx
 
     # one parameter at 1, gradient 2, no clipping, lr 0.5, no decay, b1 = b2 = 0: p - 0.5 * 2 / (2 + 0) = 0.5
-    out = module.clip_adamw([mx.array([2.0])], [mx.array([1.0])], [mx.array([0.0])], [mx.array([0.0])],
-                            mx.array(0.5), None, [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    out = module.clip_adamw(
+        [mx.array([2.0])],
+        [mx.array([1.0])],
+        [mx.array([0.0])],
+        [mx.array([0.0])],
+        mx.array(0.5),
+        None,
+        [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0],
+    )
     mx.eval(out)
     if [x.tolist() for x in out] != [2.0, [0.5], [2.0], [4.0]]:
         raise RuntimeError(f"the smoke test computed {[x.tolist() for x in out]}")

@@ -1,4 +1,5 @@
 """``python -m tcgexp.kernels``: which step path a run would take here, and why; ``build``: build the kernels now."""
+
 from __future__ import annotations
 
 import sys

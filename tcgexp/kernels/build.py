@@ -12,6 +12,7 @@ file lock makes concurrent runs (a sweep's jobs, a launch's ranks) wait for one 
 
 ``python -m tcgexp.kernels build`` builds ahead; ``python -m tcgexp.kernels`` says what a run would use.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -29,9 +30,24 @@ CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("primitive.cpp", "scan.cpp", "head.cpp", "adamw.cpp", "step.cpp", "bindings.cpp")
 MODULE = "_fused"
 # -ffp-contract=off: no fused multiply-add, so every clone computes what MLX's CPU kernels compute
-FLAGS = ("-std=c++20", "-O3", "-fPIC", "-fvisibility=hidden", "-ffp-contract=off", "-fno-strict-aliasing", "-fno-math-errno")
-NB_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-DNB_BUILD",
-            "-DNB_COMPACT_ASSERTIONS")
+FLAGS = (
+    "-std=c++20",
+    "-O3",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-ffp-contract=off",
+    "-fno-strict-aliasing",
+    "-fno-math-errno",
+)
+NB_FLAGS = (
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-fno-strict-aliasing",
+    "-DNB_BUILD",
+    "-DNB_COMPACT_ASSERTIONS",
+)
 
 
 class BuildError(RuntimeError):
@@ -99,8 +115,15 @@ def build_key(cxx: str, mlx_dir: Path, mlx_version: str, nb_version: str) -> str
     for name in sorted(p.name for p in CSRC.iterdir()):
         h.update(name.encode() + (CSRC / name).read_bytes())
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-    for part in (str(mlx_dir), mlx_version, nb_version, sysconfig.get_config_var("EXT_SUFFIX") or "",
-                 cxx, *version, *FLAGS):
+    for part in (
+        str(mlx_dir),
+        mlx_version,
+        nb_version,
+        sysconfig.get_config_var("EXT_SUFFIX") or "",
+        cxx,
+        *version,
+        *FLAGS,
+    ):
         h.update(part.encode() + b"\0")
     return f"mlx-{mlx_version}-{h.hexdigest()[:16]}"
 
@@ -108,8 +131,11 @@ def build_key(cxx: str, mlx_dir: Path, mlx_version: str, nb_version: str) -> str
 def _run(cmd: list[str], what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        lines = [ln for ln in (res.stderr or res.stdout).splitlines() if "error" in ln.lower()] or \
-            (res.stderr or res.stdout).splitlines()[-1:] or [f"exit {res.returncode}"]
+        lines = (
+            [ln for ln in (res.stderr or res.stdout).splitlines() if "error" in ln.lower()]
+            or (res.stderr or res.stdout).splitlines()[-1:]
+            or [f"exit {res.returncode}"]
+        )
         raise BuildError(f"compiling {what} failed: {lines[0].strip()[:300]}")
 
 
@@ -128,12 +154,15 @@ def built(say=None) -> Path:
         raise BuildError(f"cannot build into {root}: {exc} (TCGEXP_KERNELS_CACHE chooses the folder)") from None
 
 
-def _build(root: Path, target: Path, cxx: str, mlx_dir: Path, mlx_version: str, nb_dir: Path, nb_version: str,
-           say) -> Path:
+def _build(
+    root: Path, target: Path, cxx: str, mlx_dir: Path, mlx_version: str, nb_dir: Path, nb_version: str, say
+) -> Path:
     theirs, ours = mlx_nanobind_abi(mlx_dir), nanobind_abi(nb_dir)
     if theirs is not None and theirs != ours:
-        raise BuildError(f"mlx {mlx_version} was built with nanobind ABI {theirs}, the installed nanobind "
-                         f"{nb_version} has {ours} (install the nanobind release mlx {mlx_version} uses)")
+        raise BuildError(
+            f"mlx {mlx_version} was built with nanobind ABI {theirs}, the installed nanobind "
+            f"{nb_version} has {ours} (install the nanobind release mlx {mlx_version} uses)"
+        )
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same key
@@ -144,9 +173,18 @@ def _build(root: Path, target: Path, cxx: str, mlx_dir: Path, mlx_version: str, 
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
         try:
             _compile(tmp, cxx, mlx_dir, nb_dir)
-            (tmp / "build.json").write_text(json.dumps(
-                {"mlx": mlx_version, "nanobind": nb_version, "nanobind_abi": ours, "compiler": cxx,
-                 "flags": list(FLAGS)}, indent=1))
+            (tmp / "build.json").write_text(
+                json.dumps(
+                    {
+                        "mlx": mlx_version,
+                        "nanobind": nb_version,
+                        "nanobind_abi": ours,
+                        "compiler": cxx,
+                        "flags": list(FLAGS),
+                    },
+                    indent=1,
+                )
+            )
             os.rename(tmp, target)  # whole or not at all: a reader sees build.json only in a finished build
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -166,8 +204,20 @@ def _compile(out: Path, cxx: str, mlx_dir: Path, nb_dir: Path) -> None:
         _run([cxx, *FLAGS, *extra, *includes, "-c", str(CSRC / src), "-o", str(obj)], src)
         objs.append(str(obj))
     lib = out / (MODULE + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    _run([cxx, "-shared", "-o", str(lib), *objs, str(nb_obj), f"-L{mlx_dir / 'lib'}", "-lmlx",
-          f"-Wl,-rpath,{mlx_dir / 'lib'}"], "the module")
+    _run(
+        [
+            cxx,
+            "-shared",
+            "-o",
+            str(lib),
+            *objs,
+            str(nb_obj),
+            f"-L{mlx_dir / 'lib'}",
+            "-lmlx",
+            f"-Wl,-rpath,{mlx_dir / 'lib'}",
+        ],
+        "the module",
+    )
     for obj in objs:
         os.remove(obj)
 
@@ -178,7 +228,19 @@ def _nanobind_object(cxx: str, nb_dir: Path, py_include: str) -> Path:
     obj = cache_root() / f"nanobind-{tag}.o"
     if not obj.exists():
         tmp = obj.with_suffix(f".{os.getpid()}.o")
-        _run([cxx, *NB_FLAGS, f"-I{nb_dir / 'include'}", f"-I{nb_dir / 'ext/robin_map/include'}",
-              f"-I{py_include}", "-c", str(nb_dir / "src/nb_combined.cpp"), "-o", str(tmp)], "nanobind")
+        _run(
+            [
+                cxx,
+                *NB_FLAGS,
+                f"-I{nb_dir / 'include'}",
+                f"-I{nb_dir / 'ext/robin_map/include'}",
+                f"-I{py_include}",
+                "-c",
+                str(nb_dir / "src/nb_combined.cpp"),
+                "-o",
+                str(tmp),
+            ],
+            "nanobind",
+        )
         os.replace(tmp, obj)
     return obj

@@ -16,17 +16,18 @@ Nothing here is a Python object per lane: lanes are numbered in index order
 so a decision's or chunk's row count is a difference of ``dec_row0``. Lane
 objects (``index.lanes[i]``) are views built on demand, for errors and tests.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from ..data.errors import DataError
 from ..data.lanecheck import check_lanes
-
 from ..data.remote import as_file, parquet_file
 from ..data.source import Key  # (file index, row-group index)
 
@@ -71,8 +72,11 @@ def group_rows(group: np.ndarray, ep: np.ndarray, side: np.ndarray) -> np.ndarra
     new[1:] = (group[1:] != group[:-1]) | (ep[1:] != ep[:-1])
     runs = np.flatnonzero(new)
     run_ep, run_g = ep[runs], group[runs]
-    increasing = bool(((run_ep[1:] > run_ep[:-1]) | (run_g[1:] != run_g[:-1])).all()) and \
-        bool((np.diff(run_g) >= 0).all()) and bool(((side == 0) | (side == 1)).all())
+    increasing = (
+        bool(((run_ep[1:] > run_ep[:-1]) | (run_g[1:] != run_g[:-1])).all())
+        and bool((np.diff(run_g) >= 0).all())
+        and bool(((side == 0) | (side == 1)).all())
+    )
     if increasing and 2 * len(runs) <= np.iinfo(np.uint16).max:
         key = ((np.cumsum(new) - 1) * 2 + side).astype(np.uint16)
         return np.argsort(key, kind="stable")
@@ -82,10 +86,10 @@ def group_rows(group: np.ndarray, ep: np.ndarray, side: np.ndarray) -> np.ndarra
 class LaneIndex:
     """All lanes of `files`, with each row group's split taken from the day manifests."""
 
-    COLUMNS = ["episode_id", "side", "step_id", "decision_id"]
+    COLUMNS: ClassVar[list[str]] = ["episode_id", "side", "step_id", "decision_id"]
 
     @classmethod
-    def of(cls, corpus) -> "LaneIndex":
+    def of(cls, corpus) -> LaneIndex:
         """The lanes of a built ``tcgexp.data.Corpus`` (its selected days, in order)."""
         return cls(corpus.files, [corpus.manifests[d] for d in corpus.dates])
 
@@ -102,7 +106,7 @@ class LaneIndex:
         self._build(parts)
 
     @classmethod
-    def from_columns(cls, files: Sequence[Path], days: Sequence[tuple[list[dict], list[int], dict]]) -> "LaneIndex":
+    def from_columns(cls, files: Sequence[Path], days: Sequence[tuple[list[dict], list[int], dict]]) -> LaneIndex:
         """An index from lane columns already in memory: (manifest row groups, sizes, columns) per file."""
         self = cls.__new__(cls)
         self.files = [Path(f) for f in files]
@@ -134,12 +138,13 @@ class LaneIndex:
             lane_side.append(s[starts].astype(np.int8))
             bounds = np.append(starts, len(order))
             lane_len.append(np.diff(bounds))
-            dec_len.append(np.add.reduceat(dec_start.astype(np.int64), starts) if len(starts) else
-                           np.empty(0, np.int64))
+            dec_len.append(
+                np.add.reduceat(dec_start.astype(np.int64), starts) if len(starts) else np.empty(0, np.int64)
+            )
             dec_pos.append(np.flatnonzero(dec_start) + row_base)
             row_base += len(order)
         self.rows = offset
-        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
+        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)
         self.lane_rows = cat(rows_parts, np.int32)
         self.lane_rg = cat(lane_rg, np.int32)
         self.lane_episode = cat(lane_ep, np.int64)
@@ -166,8 +171,14 @@ class LaneIndex:
         gi = int(g[int(np.argmax(bad))])
         a = int(sum(sizes[:gi]))
         sl = slice(a, a + sizes[gi])
-        check_lanes(cols["episode_id"][sl], cols["side"][sl], cols["step_id"][sl], cols["decision_id"][sl],
-                    path=path, row_group=rgs[gi]["index"])
+        check_lanes(
+            cols["episode_id"][sl],
+            cols["side"][sl],
+            cols["step_id"][sl],
+            cols["decision_id"][sl],
+            path=path,
+            row_group=rgs[gi]["index"],
+        )
         raise DataError("broken lane", path=path, row_group=rgs[gi]["index"])  # check_lanes names it first
 
     # -- views -----------------------------------------------------------------------------
@@ -176,17 +187,21 @@ class LaneIndex:
         return len(self.lane_rg)
 
     @property
-    def lanes(self) -> "LaneViews":
+    def lanes(self) -> LaneViews:
         return LaneViews(self)
 
     def lane(self, i: int) -> Lane:
         i = int(i)
         r0, d0, d1 = int(self.lane_row0[i]), int(self.lane_dec0[i]), int(self.lane_dec0[i + 1])
-        return Lane(index=i, episode_id=int(self.lane_episode[i]), side=int(self.lane_side[i]),
-                    key=self.row_groups[int(self.lane_rg[i])].key,
-                    rows=self.lane_rows[r0:int(self.lane_row0[i + 1])],
-                    dec_bounds=(self.dec_row0[d0:d1 + 1] - r0).astype(np.int32),
-                    step_ids=np.arange(d1 - d0, dtype=np.int32))
+        return Lane(
+            index=i,
+            episode_id=int(self.lane_episode[i]),
+            side=int(self.lane_side[i]),
+            key=self.row_groups[int(self.lane_rg[i])].key,
+            rows=self.lane_rows[r0 : int(self.lane_row0[i + 1])],
+            dec_bounds=(self.dec_row0[d0 : d1 + 1] - r0).astype(np.int32),
+            step_ids=np.arange(d1 - d0, dtype=np.int32),
+        )
 
     def row_group(self, key: Key) -> RowGroupRef:
         return self._rg[key]
@@ -203,7 +218,7 @@ class LaneIndex:
     def decision_sizes(self) -> np.ndarray:
         return np.diff(self.dec_row0)
 
-    def largest_decision(self) -> tuple[int, Optional[Lane], int]:
+    def largest_decision(self) -> tuple[int, Lane | None, int]:
         """(rows, lane, decision) of the largest decision: the smallest possible row budget."""
         if not self.n_lanes:
             return 0, None, 0
@@ -212,8 +227,18 @@ class LaneIndex:
         return int(self.dec_row0[d + 1] - self.dec_row0[d]), self.lane(lane), d - int(self.lane_dec0[lane])
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.lane_rows, self.lane_rg, self.lane_episode, self.lane_side,
-                                      self.dec_row0, self.lane_dec0, self.lane_row0))
+        return sum(
+            a.nbytes
+            for a in (
+                self.lane_rows,
+                self.lane_rg,
+                self.lane_episode,
+                self.lane_side,
+                self.dec_row0,
+                self.lane_dec0,
+                self.lane_row0,
+            )
+        )
 
 
 class LaneViews(Sequence):
@@ -242,5 +267,8 @@ def decision_too_large(lane: Lane, d: int, budget: int, path: Path) -> DataError
     return DataError(
         f"decision at step_id {int(lane.step_ids[d])} has {int(lane.decision_rows()[d])} rows, more than the "
         f"row budget tbptt.batch_size={budget}; a decision is never split",
-        path=path, row_group=lane.key[1], lane=(lane.episode_id, lane.side),
-        fix=f"set tbptt.batch_size>={int(lane.decision_rows()[d])}")
+        path=path,
+        row_group=lane.key[1],
+        lane=(lane.episode_id, lane.side),
+        fix=f"set tbptt.batch_size>={int(lane.decision_rows()[d])}",
+    )

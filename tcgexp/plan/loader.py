@@ -6,13 +6,15 @@ and column: no per-row Python). At most ``depth`` assembled batches wait, so
 memory stays bounded. The consumer receives them strictly in plan order and
 the time it spends waiting is the data stall.
 """
+
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from omegaconf import MISSING
@@ -23,8 +25,18 @@ from .plan import Microbatch, Plan
 
 # What the trainer reads per row (lane columns come from the plan, not the file).
 WAIT_POLL_S = 0.2  # how often a wait for a batch asks the consumer whether to go on (stop_waiting)
-TRAIN_COLUMNS = ["features", "action_mask", "label", "would_ko", "would_ko_valid",
-                 "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return", "aux_valid"]
+TRAIN_COLUMNS = [
+    "features",
+    "action_mask",
+    "label",
+    "would_ko",
+    "would_ko_valid",
+    "aux_ko",
+    "aux_prize_delta",
+    "aux_terminal",
+    "aux_return",
+    "aux_valid",
+]
 
 
 @schema("loader")
@@ -39,7 +51,7 @@ class LoaderConfig:
 
 
 class RowGroupSource(Protocol):
-    def get(self, key: Key, t: Optional[int] = None) -> dict[str, np.ndarray]: ...
+    def get(self, key: Key, t: int | None = None) -> dict[str, np.ndarray]: ...
 
 
 class DirectSource:
@@ -50,7 +62,7 @@ class DirectSource:
 
         self._source = ParquetSource(files, columns, name="direct")
 
-    def get(self, key: Key, t: Optional[int] = None) -> dict[str, np.ndarray]:
+    def get(self, key: Key, t: int | None = None) -> dict[str, np.ndarray]:
         return self._source.read(key)
 
 
@@ -81,7 +93,7 @@ def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> 
         # fast path: whole records, one gather per row group (the cache packs what it decodes)
         dtype = packed[0][1]
         if len(mb.take) == 1:
-            (rows, _), = mb.take.values()
+            ((rows, _),) = mb.take.values()
             raw = packed[0][0].take(rows, axis=0)
         else:
             raw = np.empty((mb.rows, dtype.itemsize), np.uint8)
@@ -103,9 +115,15 @@ def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> 
 
 
 class Loader:
-    def __init__(self, source: RowGroupSource, columns: Sequence[str] = TRAIN_COLUMNS, *,
-                 workers: int, depth: Optional[int] = None,
-                 transform: Optional[Callable[[Batch], Any]] = None) -> None:
+    def __init__(
+        self,
+        source: RowGroupSource,
+        columns: Sequence[str] = TRAIN_COLUMNS,
+        *,
+        workers: int,
+        depth: int | None = None,
+        transform: Callable[[Batch], Any] | None = None,
+    ) -> None:
         self.source, self.columns = source, list(columns)
         self.transform = transform  # runs in the worker too (e.g. padding for the compiled step)
         self.workers = max(0, int(workers))
@@ -114,7 +132,7 @@ class Loader:
         self.batches = 0
         # set by the consumer: while it waits for a batch, asked every WAIT_POLL_S; an exception it returns ends the
         # wait (raised), and the workers are then not waited for (a store that stopped answering holds them)
-        self.stop_waiting: Optional[Callable[[], Optional[BaseException]]] = None
+        self.stop_waiting: Callable[[], BaseException | None] | None = None
 
     def _work(self, mb: Microbatch) -> Any:
         if not mb.rows:

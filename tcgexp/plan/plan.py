@@ -6,11 +6,11 @@ reads) follows from the index's arrays. Doing that per microbatch, when the
 loader asks for it, keeps a plan's memory proportional to its chunks (about
 one per 20 rows), not its rows, and its cost off the planning path.
 """
+
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import numpy as np
 
@@ -57,16 +57,25 @@ class Plan:
     d0/d1 are global decision ids (``index.lane_dec0``). ``len(plan)`` is microbatches_per_epoch.
     """
 
-    def __init__(self, index: LaneIndex, lane: np.ndarray, d0: np.ndarray, d1: np.ndarray, bounds: np.ndarray,
-                 split: str, epoch: Optional[int], tbptt: bool) -> None:
+    def __init__(
+        self,
+        index: LaneIndex,
+        lane: np.ndarray,
+        d0: np.ndarray,
+        d1: np.ndarray,
+        bounds: np.ndarray,
+        split: str,
+        epoch: int | None,
+        tbptt: bool,
+    ) -> None:
         self.index, self.lane, self.d0, self.d1 = index, lane, d0, d1
         self.bounds = bounds
         self.split, self.epoch, self.tbptt = split, epoch, tbptt
         self.chunk_rows = index.dec_row0[d1] - index.dec_row0[d0]
         self.chunk_rg = index.lane_rg[lane]
         self.microbatches = Microbatches(self, 0, len(bounds) - 1)
-        self._stats: Optional[dict] = None
-        self._trace: Optional[list] = None
+        self._stats: dict | None = None
+        self._trace: list | None = None
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -130,19 +139,28 @@ class Plan:
             cuts = np.flatnonzero(np.diff(r_sorted)) + 1
             firsts = np.concatenate([[0], cuts])
             by_rank = {int(ix.rg_rank[g]): ix.row_groups[int(g)].key for g in np.unique(rg)}
-            take = {by_rank[int(r_sorted[f])]: (local[o], out[o])
-                    for f, o in zip(firsts.tolist(), np.split(order, cuts))}
+            take = {
+                by_rank[int(r_sorted[f])]: (local[o], out[o]) for f, o in zip(firsts.tolist(), np.split(order, cuts))
+            }
         return Microbatch(
-            index=i, keys=tuple(take), take=take, row_lane=np.repeat(np.arange(b - a, dtype=np.int32), sizes),
-            row_dec=row_dec, row_ids=row_ids, lane_ids=lane.astype(np.int64), lane_fresh=lane_dec_start == 0,
-            lane_decisions=n_dec.astype(np.int32), lane_dec_start=lane_dec_start)
+            index=i,
+            keys=tuple(take),
+            take=take,
+            row_lane=np.repeat(np.arange(b - a, dtype=np.int32), sizes),
+            row_dec=row_dec,
+            row_ids=row_ids,
+            lane_ids=lane.astype(np.int64),
+            lane_fresh=lane_dec_start == 0,
+            lane_decisions=n_dec.astype(np.int32),
+            lane_dec_start=lane_dec_start,
+        )
 
     # -- shards ----------------------------------------------------------------------------
     def real(self) -> np.ndarray:
         """bool per microbatch: it holds rows (False for the padding that keeps shards in lockstep)."""
         return np.diff(self.bounds) > 0
 
-    def padded(self, length: int) -> "Plan":
+    def padded(self, length: int) -> Plan:
         """This plan with empty microbatches appended up to `length` (a shard of a lockstep epoch)."""
         if length < len(self):
             raise ValueError(f"cannot pad a plan of {len(self)} microbatches to {length}")
@@ -150,7 +168,7 @@ class Plan:
         return Plan(self.index, self.lane, self.d0, self.d1, bounds, self.split, self.epoch, self.tbptt)
 
     @classmethod
-    def interleave(cls, plans: Sequence["Plan"]) -> "Plan":
+    def interleave(cls, plans: Sequence[Plan]) -> Plan:
         """Microbatch i of every shard in shard order, then i + 1, ...: what `len(plans)` ranks run in
         lockstep, as one plan (shards that ran out contribute empty microbatches)."""
         first = plans[0]
@@ -169,8 +187,10 @@ class Plan:
     def row_ids(self) -> np.ndarray:
         """Every row id of the plan, in plan order (what the microbatches' row_ids concatenate to)."""
         ix = self.index
-        return np.repeat(ix.rg_offset[self.chunk_rg], self.chunk_rows) + \
-            ix.lane_rows[ranges(ix.dec_row0[self.d0], self.chunk_rows)]
+        return (
+            np.repeat(ix.rg_offset[self.chunk_rg], self.chunk_rows)
+            + ix.lane_rows[ranges(ix.dec_row0[self.d0], self.chunk_rows)]
+        )
 
     def check_coverage(self, expected_row_ids: np.ndarray) -> None:
         """Every expected row exactly once, after putting rows back in order."""
@@ -182,8 +202,9 @@ class Plan:
         if len(got) != len(want) or not np.array_equal(got, want):
             dup = len(got) - len(np.unique(got))
             missing = len(np.setdiff1d(want, got))
-            raise RuntimeError(f"{self.split} plan covers {len(got)} rows for {len(want)} expected "
-                               f"({dup} repeated, {missing} missing)")
+            raise RuntimeError(
+                f"{self.split} plan covers {len(got)} rows for {len(want)} expected ({dup} repeated, {missing} missing)"
+            )
 
     def live_lanes(self, position: int) -> np.ndarray:
         """Lanes whose memory is still needed before microbatch `position`: started, not finished."""
@@ -203,8 +224,18 @@ class Plan:
 def empty_microbatch(i: int) -> Microbatch:
     """Position i of a shard that has no work there: no rows, no lanes (the loader skips it)."""
     z32, z64 = np.empty(0, np.int32), np.empty(0, np.int64)
-    return Microbatch(index=i, keys=(), take={}, row_lane=z32, row_dec=z32, row_ids=z64, lane_ids=z64,
-                      lane_fresh=np.empty(0, bool), lane_decisions=z32, lane_dec_start=z32)
+    return Microbatch(
+        index=i,
+        keys=(),
+        take={},
+        row_lane=z32,
+        row_dec=z32,
+        row_ids=z64,
+        lane_ids=z64,
+        lane_fresh=np.empty(0, bool),
+        lane_decisions=z32,
+        lane_dec_start=z32,
+    )
 
 
 class Microbatches(Sequence):
@@ -215,7 +246,7 @@ class Microbatches(Sequence):
     microbatch at a time.
     """
 
-    def __init__(self, plan: Plan, start: int, stop: int, kept: Optional[dict] = None) -> None:
+    def __init__(self, plan: Plan, start: int, stop: int, kept: dict | None = None) -> None:
         self.plan, self.start, self.stop = plan, start, stop
         self.kept: dict[int, Microbatch] = {} if kept is None else kept
 
@@ -271,7 +302,7 @@ def working_set_stats(plan: Plan) -> dict:
         new[1:] = (key[1:] != key[:-1]) | (start[1:] > run[:-1])
         seg_start = start[new]
         seg_end = run[np.append(np.flatnonzero(new)[1:] - 1, len(key) - 1)]
-        delta = np.bincount(seg_start, minlength=n + 1)[:n + 1] - np.bincount(seg_end + 1, minlength=n + 1)[:n + 1]
+        delta = np.bincount(seg_start, minlength=n + 1)[: n + 1] - np.bincount(seg_end + 1, minlength=n + 1)[: n + 1]
         sizes = np.cumsum(delta)[:n]
     else:  # stateless batches: nothing stays open between batches
         sizes = keys_per_mb

@@ -26,9 +26,10 @@ new ones) kept as one tight loop over plain ints. Plans are identical to the
 per-object planner this replaced (``tcgexp/bench/reference_planner.py``; a
 test compares them).
 """
+
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import numpy as np
 from omegaconf import II, MISSING
@@ -56,7 +57,7 @@ class TbpttConfig:
     seed: int = II("seed")  # the lane shuffle's seed: the run's
     # lane shards: null = one per rank (mlx.launch); N on one process = N ranks' plans interleaved
     # (then accum_steps is N x the ranks')
-    shards: Optional[int] = None
+    shards: int | None = None
     NULLABLE: ClassVar[tuple] = ("shards",)
     UNPINNED: ClassVar[tuple] = ("shards",)  # checked against the checkpoint's world instead (setup.check_world)
     CHECKS: ClassVar[tuple] = (
@@ -65,7 +66,8 @@ class TbpttConfig:
         ("accum_steps", within(1, INT32_MAX), "in [1, 2**31)"),
         ("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),
         ("shards", lambda v: v is None or within(1, 4096)(v), "null (one per rank) or in [1, 4096]"),
-        ("lane_order", lambda v: v in ORDERS, "'grouped' or 'naive'"))
+        ("lane_order", lambda v: v in ORDERS, "'grouped' or 'naive'"),
+    )
 
 
 def pack(first: list[int], last: list[int], chunk_rows: list[int], budget: int) -> tuple[list[int], list[int]]:
@@ -119,8 +121,19 @@ def fill(sizes: np.ndarray, budget: int) -> np.ndarray:
 
 
 class Planner:
-    def __init__(self, index: LaneIndex, *, chunk: int, batch_size: int, seed: int, enabled: bool,
-                 lane_order: str, accum_steps: int, shards: Optional[int], shard: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        index: LaneIndex,
+        *,
+        chunk: int,
+        batch_size: int,
+        seed: int,
+        enabled: bool,
+        lane_order: str,
+        accum_steps: int,
+        shards: int | None,
+        shard: int | None = None,
+    ) -> None:
         """Built from the ``tbptt`` config group (its schema, ``TbpttConfig``, holds the defaults and
         checks); the trainer supplies `shards` (the world size, or ``tbptt.shards``; None: one) and
         `shard` (this rank)."""
@@ -131,10 +144,10 @@ class Planner:
         if shards < 1 or (shard is not None and not 0 <= shard < shards):
             raise ValueError(f"shard {shard} of {shards} shards: need shards >= 1 and 0 <= shard < shards")
         self.shards, self.shard = shards, (0 if shards == 1 else shard)
-        self._chunks: Optional[tuple] = None
-        self._last: Optional[Plan] = None  # the latest epoch plan: the trainer asks for it more than once
+        self._chunks: tuple | None = None
+        self._last: Plan | None = None  # the latest epoch plan: the trainer asks for it more than once
         self._counts: dict[int, int] = {}  # microbatches per epoch, from the packing alone
-        self._shard_plans: Optional[tuple] = None  # (epoch, [plan per shard]) of the latest epoch
+        self._shard_plans: tuple | None = None  # (epoch, [plan per shard]) of the latest epoch
         if enabled:
             size, lane, d = index.largest_decision()
             if size > batch_size:
@@ -161,8 +174,7 @@ class Planner:
                 if (e == pp).any():
                     k = int(todo[np.argmax(e == pp)])
                     lane = ix.lane(k)
-                    raise decision_too_large(lane, int(p[k] - ix.lane_dec0[k]), self.batch_size,
-                                             ix.files[lane.key[0]])
+                    raise decision_too_large(lane, int(p[k] - ix.lane_dec0[k]), self.batch_size, ix.files[lane.key[0]])
                 d0s.append(pp)
                 d1s.append(e)
                 p[todo] = e
@@ -176,7 +188,7 @@ class Planner:
         return self._chunks
 
     # -- plans -----------------------------------------------------------------------------
-    def lane_order(self, split: str, epoch: Optional[int]) -> np.ndarray:
+    def lane_order(self, split: str, epoch: int | None) -> np.ndarray:
         """Lane ids of `split` in admission order (the same random stream as ever, call for call)."""
         ix = self.index
         lanes = ix.split_lane_ids(split)
@@ -295,13 +307,19 @@ class Planner:
         return sum(r.rows for r in self.index.row_groups if r.split == split)
 
     def split_row_ids(self, split: str) -> np.ndarray:
-        return np.concatenate([np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
-                               for r in self.index.row_groups if r.split == split] or [np.empty(0, np.int64)])
+        return np.concatenate(
+            [
+                np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
+                for r in self.index.row_groups
+                if r.split == split
+            ]
+            or [np.empty(0, np.int64)]
+        )
 
-    def _plan(self, split: str, epoch: Optional[int]) -> Plan:
+    def _plan(self, split: str, epoch: int | None) -> Plan:
         return self._pack(self.lane_order(split, epoch), split, epoch)
 
-    def _pack(self, lanes: np.ndarray, split: str, epoch: Optional[int]) -> Plan:
+    def _pack(self, lanes: np.ndarray, split: str, epoch: int | None) -> Plan:
         if not self.enabled:
             d, bounds = self._rows_plan(lanes, epoch)
             return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
@@ -309,13 +327,12 @@ class Planner:
         placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
         placed = np.array(placed, np.int64)
         lane_of_chunk = self._lane_of(d0[placed])
-        return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch,
-                    True)
+        return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch, True)
 
     def _lane_of(self, d: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.index.lane_dec0, d, side="right") - 1
 
-    def _rows_plan(self, lanes: np.ndarray, epoch: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    def _rows_plan(self, lanes: np.ndarray, epoch: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Without TBPTT: plain batches of `batch_size` rows that run across row-group boundaries.
 
         Each decision is its own one-decision 'chunk' (stateless; a decision's rows still travel
@@ -333,12 +350,14 @@ class Planner:
             d = d[np.argsort(rank[rg], kind="stable")]  # blocks in order of first appearance
             sizes = np.bincount(rank[rg], minlength=len(uniq))
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            d = d[np.concatenate([s + rng.permutation(n) for s, n in zip(starts.tolist(), sizes.tolist())]
-                                 or [np.empty(0, np.int64)])]
+            d = d[
+                np.concatenate(
+                    [s + rng.permutation(n) for s, n in zip(starts.tolist(), sizes.tolist())] or [np.empty(0, np.int64)]
+                )
+            ]
         sizes = ix.dec_row0[d + 1] - ix.dec_row0[d]
         if len(d) and sizes.max() > self.batch_size:
             k = int(np.argmax(sizes > self.batch_size))
-            lane = ix.lane(int(self._lane_of(d[k:k + 1])[0]))
-            raise decision_too_large(lane, int(d[k] - ix.lane_dec0[lane.index]), self.batch_size,
-                                     ix.files[lane.key[0]])
+            lane = ix.lane(int(self._lane_of(d[k : k + 1])[0]))
+            raise decision_too_large(lane, int(d[k] - ix.lane_dec0[lane.index]), self.batch_size, ix.files[lane.key[0]])
         return d, fill(sizes, self.batch_size)

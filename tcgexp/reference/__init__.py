@@ -3,6 +3,7 @@
 ``pages()`` is every generated page by its path under docs/; ``python -m tcgexp.reference config``
 (or ``metrics``) prints one in a terminal, which is where ``tcgexp-train --help`` points.
 """
+
 from __future__ import annotations
 
 PAGES = {"config": "config-reference.md", "metrics": "metrics-reference.md"}  # name -> its path under docs/

@@ -4,6 +4,7 @@ The same Markdown the docs site builds (its Config reference and Metrics referen
 reader without the site: every knob with its type, default, allowed values and meaning, or every
 tracked name with its meaning.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,12 +6,14 @@ the values its YAML sets) and every knob of every schema (type, default, allowed
 they sweep. Nothing here is written by hand: a new knob shows up with its comment, and a knob
 without one stops the build (``MissingMeaning``).
 """
+
 from __future__ import annotations
 
 import inspect
 import itertools
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -20,8 +22,11 @@ from ..config import CONF_DIR, group_options, primary_defaults
 from .knobs import Knob, knobs, missing_meanings, render_default, show
 
 # (command, its primary config under conf/, its root schema)
-APPS = (("tcgexp-train", "config", "base_config"), ("tcgexp-data", "data", "base_data_app"),
-        ("tcgexp-replay", "replay", "base_replay"))
+APPS = (
+    ("tcgexp-train", "config", "base_config"),
+    ("tcgexp-data", "data", "base_data_app"),
+    ("tcgexp-replay", "replay", "base_replay"),
+)
 SWEEPERS = (("halving", "schema.hydra.sweeper.halving"),)  # hydra/sweeper=<option>: its schema's name
 KNOB_HEADER = ["| knob | type | default | allowed | meaning |", "|---|---|---|---|---|"]
 
@@ -32,8 +37,9 @@ class MissingMeaning(Exception):
 
 def registry() -> dict[str, type]:
     """tcgexp's schemas by their stored names, each module that declares one imported (the apps' roots too)."""
-    import tcgexp.app  # noqa: F401  (every schema a training run composes, the sweeper's)
+    import tcgexp.app  # every schema a training run composes, the sweeper's
     import tcgexp.bench.trace  # noqa: F401  (tcgexp-replay's root)
+
     from ..schema import REGISTRY
 
     # a plug-in's schemas registered in this process (a test's) are its own docs' business
@@ -43,8 +49,10 @@ def registry() -> dict[str, type]:
 def check_meanings(schemas: Iterable[type]) -> None:
     missing = sorted({m for cls in schemas for m in missing_meanings(cls)})
     if missing:
-        raise MissingMeaning(f"{len(missing)} knob(s) have no comment saying what they mean: {', '.join(missing)}; "
-                             "add a one-line comment beside each field (what it costs or buys)")
+        raise MissingMeaning(
+            f"{len(missing)} knob(s) have no comment saying what they mean: {', '.join(missing)}; "
+            "add a one-line comment beside each field (what it costs or buys)"
+        )
 
 
 def cell(text: Any) -> str:
@@ -77,19 +85,21 @@ def where(cls: type) -> str:
     return f"`{cls.__qualname__}` (`{path.relative_to(root) if path.is_relative_to(root) else path.name}`)"
 
 
-def knob_rows(cls: type, prefix: str, *, own_only: bool = False, groups: Optional[dict] = None) -> list[str]:
+def knob_rows(cls: type, prefix: str, *, own_only: bool = False, groups: dict | None = None) -> list[str]:
     """The table rows of schema `cls`'s knobs under `prefix` (`own_only`: those its own class declares;
     `groups`: {field: its default option} of an app's root, whose group fields pick an option)."""
-    declared = cls.__dict__.get("__annotations__", {})
+    declared = inspect.get_annotations(cls)
     rows = []
     for k in knobs(cls):
         if own_only and k.key not in declared:
             continue
         if groups and k.key in groups:
             options = ", ".join(f"`{o}`" for o in group_options(k.key))
-            rows.append(f"| `{k.key}` | config group | `{groups[k.key]}` | an option: {options} | "
-                        f"{prose(k.meaning) + ' ' if k.meaning else ''}its options and knobs: "
-                        f"[`{k.key}`](#{anchor(k.key)}) |")
+            rows.append(
+                f"| `{k.key}` | config group | `{groups[k.key]}` | an option: {options} | "
+                f"{prose(k.meaning) + ' ' if k.meaning else ''}its options and knobs: "
+                f"[`{k.key}`](#{anchor(k.key)}) |"
+            )
             continue
         rows.append(row(prefix + k.key, k))
     return rows
@@ -142,10 +152,17 @@ def group_section(group: str, schemas: dict[str, type], defaults: dict[str, list
     base = schemas[f"schema.{group}"]
     options = group_options(group)
     chosen = "; ".join(f"{cmd}: `{opt}`" for cmd, opt in defaults.get(group, []))
-    out = [f"## `{group}` {{#{anchor(group)}}}", "",
-           f"Options (`{group}=<option>`, each `conf/{group}/<option>.yaml`): "
-           + ", ".join(f"`{o}`" for o in options) + (f". Default: {chosen}." if chosen else "."),
-           f"Schema: {where(base)}.", "", "| option | builds | sets |", "|---|---|---|"]
+    out = [
+        f"## `{group}` {{#{anchor(group)}}}",
+        "",
+        f"Options (`{group}=<option>`, each `conf/{group}/<option>.yaml`): "
+        + ", ".join(f"`{o}`" for o in options)
+        + (f". Default: {chosen}." if chosen else "."),
+        f"Schema: {where(base)}.",
+        "",
+        "| option | builds | sets |",
+        "|---|---|---|",
+    ]
     used: dict[str, list[tuple[type, str]]] = {}  # node prefix -> (schema, option) beyond the group's own
     expected = {"": base}
     for k in knobs(base):
@@ -170,29 +187,45 @@ def group_section(group: str, schemas: dict[str, type], defaults: dict[str, list
         for cls, names in itertools.groupby(sorted(pairs, key=lambda p: p[0].__qualname__), key=lambda p: p[0]):
             key = f"{group}.{prefix}".rstrip(".")
             picked = ", ".join(f"`{group}={n}`" for _, n in names)
-            out += ["", f"### `{key}` with {picked} {{#{anchor(key)}-{anchor(cls.__qualname__.lower())}}}", "",
-                    f"Schema: {where(cls)}, which adds to `{expected[prefix].__qualname__}`'s knobs:", "",
-                    *KNOB_HEADER, *knob_rows(cls, f"{key}.", own_only=True)]
+            out += [
+                "",
+                f"### `{key}` with {picked} {{#{anchor(key)}-{anchor(cls.__qualname__.lower())}}}",
+                "",
+                f"Schema: {where(cls)}, which adds to `{expected[prefix].__qualname__}`'s knobs:",
+                "",
+                *KNOB_HEADER,
+                *knob_rows(cls, f"{key}.", own_only=True),
+            ]
     return out + [""]
 
 
 def experiment_section() -> list[str]:
-    out = ["## `experiment` {#experiment}", "",
-           "Options (`+experiment=<option>`, each `conf/experiment/<option>.yaml`): a preset that picks options, "
-           "sets knobs and, for `--multirun`, the sweep's parameters. None by default.", "",
-           "| option | picks and sets | sweeps (`--multirun`) | jobs |", "|---|---|---|---|"]
+    out = [
+        "## `experiment` {#experiment}",
+        "",
+        "Options (`+experiment=<option>`, each `conf/experiment/<option>.yaml`): a preset that picks options, "
+        "sets knobs and, for `--multirun`, the sweep's parameters. None by default.",
+        "",
+        "| option | picks and sets | sweeps (`--multirun`) | jobs |",
+        "|---|---|---|---|",
+    ]
     for name in group_options("experiment"):
         doc = yaml.safe_load((CONF_DIR / "experiment" / f"{name}.yaml").read_text()) or {}
-        picks = [f"`{k.removeprefix('override /')}={v}`" for d in doc.get("defaults", []) if isinstance(d, dict)
-                 for k, v in d.items()]
+        picks = [
+            f"`{k.removeprefix('override /')}={v}`"
+            for d in doc.get("defaults", [])
+            if isinstance(d, dict)
+            for k, v in d.items()
+        ]
         params = (doc.get("hydra") or {}).get("sweeper", {}).get("params", {}) or {}
         flat = [f"`{k}={show(v)}`" for k, v in _flat({k: v for k, v in doc.items() if k not in ("defaults", "hydra")})]
         sweeps = [f"`{k}`: {cell(v)}" for k, v in params.items()]
         jobs = 1
         for v in params.values():
             jobs *= len(str(v).split(","))
-        out.append(f"| `{name}` | {', '.join(picks + flat) or '—'} | {'; '.join(sweeps) or '—'} | "
-                   f"{jobs if params else '—'} |")
+        out.append(
+            f"| `{name}` | {', '.join(picks + flat) or '—'} | {'; '.join(sweeps) or '—'} | {jobs if params else '—'} |"
+        )
     return out + [""]
 
 
@@ -215,32 +248,56 @@ def page() -> str:
             defaults.setdefault(group, []).append((cmd, choice))
             if group not in groups:
                 groups.append(group)
-    out = ["# Config reference", "",
-           "Generated from the typed schemas when this site is built (`python -m tcgexp.reference config` prints "
-           "it in a terminal): every knob with its type, its one default (the schema's; an option's YAML may set "
-           "its own, listed under its group), the values it allows (what the check before any work refuses "
-           "outside) and what it means (the comment beside the field in the source).", "",
-           "Set a knob with `key=value` and pick an option with `group=option` on any command line, e.g. "
-           "`tcgexp-train cache=lru cache.capacity=16 trainer.epochs=5`.", ""]
+    out = [
+        "# Config reference",
+        "",
+        "Generated from the typed schemas when this site is built (`python -m tcgexp.reference config` prints "
+        "it in a terminal): every knob with its type, its one default (the schema's; an option's YAML may set "
+        "its own, listed under its group), the values it allows (what the check before any work refuses "
+        "outside) and what it means (the comment beside the field in the source).",
+        "",
+        "Set a knob with `key=value` and pick an option with `group=option` on any command line, e.g. "
+        "`tcgexp-train cache=lru cache.capacity=16 trainer.epochs=5`.",
+        "",
+    ]
     out += ["## The groups at a glance {#groups}", "", "| group | options | default |", "|---|---|---|"]
     for group in [*groups, "experiment"]:
         chosen = ", ".join(f"`{opt}` ({cmd})" for cmd, opt in defaults.get(group, [])) or "none (`+experiment=...`)"
-        out.append(f"| [`{group}`](#{anchor(group)}) | {', '.join(f'`{o}`' for o in group_options(group))} | {chosen} |")
+        out.append(
+            f"| [`{group}`](#{anchor(group)}) | {', '.join(f'`{o}`' for o in group_options(group))} | {chosen} |"
+        )
     sweepers = ", ".join(f"[`{name}`](#hydra-sweeper-{name})" for name, _ in SWEEPERS)
-    out += [f"| `hydra/sweeper` | {sweepers} (tcgexp's), Hydra's own | Hydra's `basic` grid |",
-            f"| `hydra/callbacks` | {', '.join(f'`{o}`' for o in group_options('hydra/callbacks'))} (tcgexp's) | "
-            "all of them, in `tcgexp-train` |", ""]
+    out += [
+        f"| `hydra/sweeper` | {sweepers} (tcgexp's), Hydra's own | Hydra's `basic` grid |",
+        f"| `hydra/callbacks` | {', '.join(f'`{o}`' for o in group_options('hydra/callbacks'))} (tcgexp's) | "
+        "all of them, in `tcgexp-train` |",
+        "",
+    ]
     out += ["## The commands' own keys {#commands}", ""]
     for cmd, config_name, root in APPS:
         cls = schemas[root]
-        out += [f"### `{cmd}` {{#{anchor(cmd)}}}", "", f"`conf/{config_name}.yaml`; schema: {where(cls)}.", "",
-                *KNOB_HEADER, *knob_rows(cls, "", groups=primary_defaults(config_name)), ""]
+        out += [
+            f"### `{cmd}` {{#{anchor(cmd)}}}",
+            "",
+            f"`conf/{config_name}.yaml`; schema: {where(cls)}.",
+            "",
+            *KNOB_HEADER,
+            *knob_rows(cls, "", groups=primary_defaults(config_name)),
+            "",
+        ]
     for group in groups:
         out += group_section(group, schemas, defaults)
     out += experiment_section()
     for name, key in SWEEPERS:
         cls = schemas[key]
-        out += [f"## `hydra.sweeper` with `hydra/sweeper={name}` {{#hydra-sweeper-{name}}}", "",
-                f"Schema: {where(cls)}; `tcgexp-train --multirun hydra/sweeper={name} --cfg hydra -p hydra.sweeper` "
-                "prints the composed values.", "", *KNOB_HEADER, *knob_rows(cls, "hydra.sweeper."), ""]
+        out += [
+            f"## `hydra.sweeper` with `hydra/sweeper={name}` {{#hydra-sweeper-{name}}}",
+            "",
+            f"Schema: {where(cls)}; `tcgexp-train --multirun hydra/sweeper={name} --cfg hydra -p hydra.sweeper` "
+            "prints the composed values.",
+            "",
+            *KNOB_HEADER,
+            *knob_rows(cls, "hydra.sweeper."),
+            "",
+        ]
     return "\n".join(out)

@@ -8,6 +8,7 @@ their own class): the trailing comment on the field's line, after the comment li
 it when there are some (a knob whose meaning takes more than a line). A field with neither has no
 meaning, and ``missing_meanings`` names it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,7 +20,7 @@ import io
 import tokenize
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -34,10 +35,10 @@ class Knob:
     default: str
     allowed: str
     meaning: str
-    node: Optional[type] = None  # a field typed by another schema: that schema (its knobs listed with it)
+    node: type | None = None  # a field typed by another schema: that schema (its knobs listed with it)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _file_comments(path: str) -> tuple[dict[int, str], frozenset[int]]:
     """({line: its comment's text}, the lines that hold nothing but a comment) of a source file."""
     text = Path(path).read_text()
@@ -51,7 +52,7 @@ def _file_comments(path: str) -> tuple[dict[int, str], frozenset[int]]:
     return comments, frozenset(line for line in comments if line not in code_lines)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _class_fields(path: str, qualname: str) -> dict[str, tuple[int, int]]:
     """{field: (first line, last line)} of the annotated assignments in class `qualname` of the file."""
     tree = ast.parse(Path(path).read_text())
@@ -61,14 +62,17 @@ def _class_fields(path: str, qualname: str) -> dict[str, tuple[int, int]]:
         if not found:
             return {}
         body = found[-1].body
-    return {n.target.id: (n.lineno, n.end_lineno or n.lineno) for n in body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return {
+        n.target.id: (n.lineno, n.end_lineno or n.lineno)
+        for n in body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
 
 
 def _owner(cls: type, name: str) -> type:
     """The class in `cls`'s MRO whose body declares field `name`."""
     for klass in cls.__mro__:
-        if name in klass.__dict__.get("__annotations__", {}):
+        if name in inspect.get_annotations(klass):
             return klass
     return cls
 
@@ -105,8 +109,11 @@ def missing_meanings(cls: type) -> list[str]:
     """``module.Class.field`` for each field of `cls` with no comment (a field typed by a schema is that
     schema's node: its knobs carry the meanings)."""
     hints = _hints(cls)
-    return [f"{_owner(cls, f.name).__module__}.{_owner(cls, f.name).__qualname__}.{f.name}" for f in fields(cls)
-            if not _schema_of(hints.get(f.name)) and not comment(cls, f.name)]
+    return [
+        f"{_owner(cls, f.name).__module__}.{_owner(cls, f.name).__qualname__}.{f.name}"
+        for f in fields(cls)
+        if not _schema_of(hints.get(f.name)) and not comment(cls, f.name)
+    ]
 
 
 def knobs(cls: type) -> list[Knob]:
@@ -128,11 +135,11 @@ def knobs(cls: type) -> list[Knob]:
 def _hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls)
-    except Exception:  # an annotation naming something the module does not import at run time: keep the text
+    except Exception:  # noqa: BLE001 - an annotation naming something the module does not import at run time: keep the text
         return {f.name: f.type for f in dataclasses.fields(cls)}
 
 
-def _schema_of(hint: Any) -> Optional[type]:
+def _schema_of(hint: Any) -> type | None:
     """The schema a field is typed by (a nested node: ``policy: PolicyConfig``), else None."""
     for arg in (hint, *typing.get_args(hint)):
         if isinstance(arg, type) and dataclasses.is_dataclass(arg):
@@ -148,9 +155,9 @@ def type_name(hint: Any) -> str:
     if origin is typing.Union:
         rest = [a for a in args if a is not type(None)]
         return " or ".join(type_name(a) for a in rest) + (" or null" if len(rest) < len(args) else "")
-    if origin in (list, tuple, typing.List):
+    if origin in (list, tuple, list):
         return f"list of {type_name(args[0])}" if args else "list"
-    if origin in (dict, typing.Dict):
+    if origin in (dict, dict):
         return f"map of {type_name(args[0])} to {type_name(args[1])}" if args else "map"
     if isinstance(hint, type):
         return hint.__name__

@@ -9,5 +9,13 @@ from .encode import FEATURE_DIM, encode_episode, encoder_config
 from .engine import ACTION_DIM, HAND_SLOTS
 from .record import SIM_VERSION, ReplayError, simulate_episode
 
-__all__ = ["SIM_VERSION", "FEATURE_DIM", "ACTION_DIM", "HAND_SLOTS", "ReplayError", "simulate_episode",
-           "encode_episode", "encoder_config"]
+__all__ = [
+    "ACTION_DIM",
+    "FEATURE_DIM",
+    "HAND_SLOTS",
+    "SIM_VERSION",
+    "ReplayError",
+    "encode_episode",
+    "encoder_config",
+    "simulate_episode",
+]

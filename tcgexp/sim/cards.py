@@ -27,16 +27,16 @@ N_KINDS = len(KIND_NAMES)
 POKEMON_KINDS = (BASIC, STAGE1)
 TRAINER_KINDS = (POTION, SWITCH, RESEARCH, ULTRA_BALL)
 
-POTION_HEAL = 30      # Potion heals up to this much damage
-RESEARCH_DRAW = 4     # Research: discard your hand, draw this many
-ULTRA_BALL_MAX = 2    # Ultra Ball: discard up to this many cards (one Pokémon fetched per discard)
+POTION_HEAL = 30  # Potion heals up to this much damage
+RESEARCH_DRAW = 4  # Research: discard your hand, draw this many
+ULTRA_BALL_MAX = 2  # Ultra Ball: discard up to this many cards (one Pokémon fetched per discard)
 
 
 @dataclass(frozen=True, slots=True)
 class Attack:
     name: str
-    cost: int            # energies required on the attacker
-    damage: int          # base damage (before weakness)
+    cost: int  # energies required on the attacker
+    damage: int  # base damage (before weakness)
     coin_bonus: int = 0  # "flip a coin, if heads +coin_bonus"; 0 = deterministic attack
 
 
@@ -45,13 +45,13 @@ class Card:
     cid: int
     name: str
     kind: int
-    ptype: int = COLORLESS       # Pokémon / energy type
+    ptype: int = COLORLESS  # Pokémon / energy type
     hp: int = 0
     retreat: int = 0
     weakness: int = NO_WEAKNESS
     attacks: tuple[Attack, ...] = ()
-    evolves_from: int = -1       # cid of the Basic a Stage-1 evolves from
-    max_cost: int = 0            # energy needed for its most expensive attack (scripted players use it)
+    evolves_from: int = -1  # cid of the Basic a Stage-1 evolves from
+    max_cost: int = 0  # energy needed for its most expensive attack (scripted players use it)
 
 
 # The table lists classic-card HPs; they are scaled (and rounded to tens) so a KO takes ~3
@@ -98,9 +98,21 @@ def _build_catalog() -> tuple[Card, ...]:
     by_name: dict[str, int] = {}
     for name, kind, ptype, hp, retreat, attacks, pre in _POKEMON_SPECS:
         cid = len(cards)
-        hp = int(round(hp * HP_SCALE / 10)) * 10
-        cards.append(Card(cid, name, kind, ptype, hp, retreat, WEAKNESS_OF[ptype], attacks,
-                          by_name[pre] if pre else -1, max(a.cost for a in attacks)))
+        hp = int(round(hp * HP_SCALE / 10)) * 10  # noqa: RUF046 - a Python int whatever hp is
+        cards.append(
+            Card(
+                cid,
+                name,
+                kind,
+                ptype,
+                hp,
+                retreat,
+                WEAKNESS_OF[ptype],
+                attacks,
+                by_name[pre] if pre else -1,
+                max(a.cost for a in attacks),
+            )
+        )
         by_name[name] = cid
     for t in (FIRE, WATER, GRASS, LIGHTNING):
         cards.append(Card(len(cards), f"{TYPE_NAMES[t].capitalize()} Energy", ENERGY, t))

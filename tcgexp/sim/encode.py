@@ -10,11 +10,27 @@ from __future__ import annotations
 import numpy as np
 
 from .cards import CATALOG, N_KINDS, N_TYPES, STAGE1
-from .engine import (ACTION_DIM, ACTION_LAYOUT, ATTACK, BENCH_MAX, CONTEXT_NAMES, DISCARD_SELECT, DONE, HAND_SLOTS,
-                     MAIN, MULTI_SELECT, PRIZES, PROMOTE, SETUP_ACTIVE, SETUP_BENCH, SWITCH_TARGET, Game)
+from .engine import (
+    ACTION_DIM,
+    ACTION_LAYOUT,
+    ATTACK,
+    BENCH_MAX,
+    CONTEXT_NAMES,
+    DISCARD_SELECT,
+    DONE,
+    HAND_SLOTS,
+    MAIN,
+    MULTI_SELECT,
+    PRIZES,
+    PROMOTE,
+    SETUP_ACTIVE,
+    SETUP_BENCH,
+    SWITCH_TARGET,
+    Game,
+)
 from .record import DEFAULT_MAX_TURNS, MAX_DECISIONS, SIM_VERSION, ReplayError, new_game, validate_record
 
-AUX_HORIZON_TURNS = 4       # aux_prize_delta counts prizes over the acting side's window turn + 3 more
+AUX_HORIZON_TURNS = 4  # aux_prize_delta counts prizes over the acting side's window turn + 3 more
 
 _MON = 20
 _OWN_BENCH = 5
@@ -52,8 +68,11 @@ _EMPTY_SLOT = (0.0,) * N_KINDS
 
 def _card_static(c) -> tuple[float, ...]:
     """Stage flag, type one-hot and retreat of a Pokémon card (the block's time-invariant middle)."""
-    return ((1.0 if c.kind == STAGE1 else 0.0,) + tuple(1.0 if t == c.ptype else 0.0 for t in range(N_TYPES))
-            + (c.retreat / 4,))
+    return (
+        (1.0 if c.kind == STAGE1 else 0.0,)
+        + tuple(1.0 if t == c.ptype else 0.0 for t in range(N_TYPES))
+        + (c.retreat / 4,)
+    )
 
 
 _STATIC = tuple(_card_static(c) for c in CATALOG)
@@ -85,10 +104,17 @@ def features(game: Game, side: int) -> list[float]:
     turn = game.turn
     mine = turn > 0 and game.current == side
     f = list(_CTX_ONEHOT[ctx])
-    f += (turn / game.max_turns, 1.0 if mine else 0.0, 1.0 if game.first == side else 0.0,
-          1.0 if mine and game.attached else 0.0, 1.0 if mine and game.supporter else 0.0,
-          1.0 if mine and game.retreated else 0.0, 1.0 if turn <= 2 else 0.0, len(game.selection) / 5)
-    setup = ctx == SETUP_ACTIVE or ctx == SETUP_BENCH   # the opponent's board is still face down
+    f += (
+        turn / game.max_turns,
+        1.0 if mine else 0.0,
+        1.0 if game.first == side else 0.0,
+        1.0 if mine and game.attached else 0.0,
+        1.0 if mine and game.supporter else 0.0,
+        1.0 if mine and game.retreated else 0.0,
+        1.0 if turn <= 2 else 0.0,
+        len(game.selection) / 5,
+    )
+    setup = ctx == SETUP_ACTIVE or ctx == SETUP_BENCH  # the opponent's board is still face down
     oa = None if setup else op.active
     f += _mon_block(me.active, oa)
     hand = me.hand
@@ -116,9 +142,17 @@ def features(game: Game, side: int) -> list[float]:
             f += (_KIND_PICKED if i in picked else _KIND_ONEHOT)[CATALOG[hand[i]].kind]
         else:
             f += _EMPTY_SLOT
-    f += (len(hand) / 20, max(0, len(hand) - HAND_SLOTS) / 10,
-          len(me.deck) / 40, len(me.discard) / 40, (PRIZES - me.taken) / PRIZES,
-          len(op.hand) / 20, len(op.deck) / 40, len(op.discard) / 40, (PRIZES - op.taken) / PRIZES)
+    f += (
+        len(hand) / 20,
+        max(0, len(hand) - HAND_SLOTS) / 10,
+        len(me.deck) / 40,
+        len(me.discard) / 40,
+        (PRIZES - me.taken) / PRIZES,
+        len(op.hand) / 20,
+        len(op.deck) / 40,
+        len(op.discard) / 40,
+        (PRIZES - op.taken) / PRIZES,
+    )
     return f
 
 
@@ -138,9 +172,9 @@ def would_ko_trials(game: Game, legal: list[int]) -> list[tuple[int, float | Non
         if lo >= left:
             out.append((x, 1.0))
         elif (atk.damage + atk.coin_bonus) * mult < left:
-            out.append((x, 0.0))    # even heads can't KO (covers deterministic attacks too)
+            out.append((x, 0.0))  # even heads can't KO (covers deterministic attacks too)
         else:
-            out.append((x, None))   # heads KOs, tails doesn't: not determinable before the flip
+            out.append((x, None))  # heads KOs, tails doesn't: not determinable before the flip
     return out
 
 
@@ -178,24 +212,26 @@ def encode_episode(record: dict, *, would_ko: bool = True) -> tuple[dict[str, np
     wk_r: list[int] = []
     wk_a: list[int] = []
     wk_valid: list[int] = []
-    events: list[tuple[int, int, int]] = []   # (decision, turn, side that took a prize)
+    events: list[tuple[int, int, int]] = []  # (decision, turn, side that took a prize)
     lane = [0, 0]
     decision = 0
     eligible = valid_trials = failed_trials = valid_zero_rows = failed_rows = 0
     actions = rec["actions"]
     for idx, (side, action) in enumerate(actions):
         where = f"episode {eid}: decision {decision} (action {idx})"
-        if decision >= MAX_DECISIONS:       # decision_id packs the index into 4 decimal digits
+        if decision >= MAX_DECISIONS:  # decision_id packs the index into 4 decimal digits
             raise ReplayError(f"{where}: more than {MAX_DECISIONS} decisions")
         if game.over:
-            raise ReplayError(f"{where}: game already ended ({game.end_reason}) with "
-                              f"{len(actions) - idx} actions left over")
+            raise ReplayError(
+                f"{where}: game already ended ({game.end_reason}) with {len(actions) - idx} actions left over"
+            )
         if side != game.side:
             raise ReplayError(f"{where}: recorded side {side} but side {game.side} is to act")
         legal = game.legal_actions()
         if action not in legal:
-            raise ReplayError(f"{where}: action {action} is illegal in context "
-                              f"{CONTEXT_NAMES[game.context]} (legal: {legal})")
+            raise ReplayError(
+                f"{where}: action {action} is illegal in context {CONTEXT_NAMES[game.context]} (legal: {legal})"
+            )
         r = len(labels)
         ctx = game.context
         feats.append(features(game, side))
@@ -231,17 +267,21 @@ def encode_episode(record: dict, *, would_ko: bool = True) -> tuple[dict[str, np
             events.append((decision, turn, side))
         if game.sides[1 - side].taken != taken[1]:  # cannot happen (only the attacker scores); kept general
             events.append((decision, turn, 1 - side))
-        if ctx not in MULTI_SELECT or action == DONE:   # the decision is complete
+        if ctx not in MULTI_SELECT or action == DONE:  # the decision is complete
             lane[side] += 1
             decision += 1
     if not game.over:
-        raise ReplayError(f"episode {eid}: decision {decision}: actions ran out before the game ended "
-                          f"(side {game.side} to act in {CONTEXT_NAMES[game.context]})")
+        raise ReplayError(
+            f"episode {eid}: decision {decision}: actions ran out before the game ended "
+            f"(side {game.side} to act in {CONTEXT_NAMES[game.context]})"
+        )
     got = (game.winner, game.end_reason, game.turn)
     want = (rec["winner"], rec["end_reason"], rec["turns"])
     if got != want:
-        raise ReplayError(f"episode {eid}: decision {decision}: replay ended with (winner, end_reason, turns)="
-                          f"{got}, record says {want}")
+        raise ReplayError(
+            f"episode {eid}: decision {decision}: replay ended with (winner, end_reason, turns)="
+            f"{got}, record says {want}"
+        )
 
     n = len(labels)
     side_a = np.asarray(sides, dtype=np.int8)
@@ -292,9 +332,17 @@ def encode_episode(record: dict, *, would_ko: bool = True) -> tuple[dict[str, np
         "aux_return": aux_return,
         "aux_valid": np.full(n, winner is not None, dtype=bool),
     }
-    stats = {"rows": n, "decisions": decision, "eligible": eligible, "computed": eligible if would_ko else 0,
-             "valid_trials": valid_trials, "failed_trials": failed_trials, "valid_rows": len(wk_valid),
-             "valid_zero_rows": valid_zero_rows, "failed_rows": failed_rows}
+    stats = {
+        "rows": n,
+        "decisions": decision,
+        "eligible": eligible,
+        "computed": eligible if would_ko else 0,
+        "valid_trials": valid_trials,
+        "failed_trials": failed_trials,
+        "valid_rows": len(wk_valid),
+        "valid_zero_rows": valid_zero_rows,
+        "failed_rows": failed_rows,
+    }
     return columns, stats
 
 

@@ -14,8 +14,20 @@ import random
 
 import numpy as np
 
-from .cards import (BASIC, CATALOG, ENERGY, POTION, POTION_HEAL, RESEARCH, RESEARCH_DRAW, STAGE1, SWITCH,
-                    ULTRA_BALL, ULTRA_BALL_MAX, build_deck)
+from .cards import (
+    BASIC,
+    CATALOG,
+    ENERGY,
+    POTION,
+    POTION_HEAL,
+    RESEARCH,
+    RESEARCH_DRAW,
+    STAGE1,
+    SWITCH,
+    ULTRA_BALL,
+    ULTRA_BALL_MAX,
+    build_deck,
+)
 
 HAND_SLOTS = 10
 BENCH_MAX = 5
@@ -30,59 +42,82 @@ MULTI_SELECT = (SETUP_BENCH, DISCARD_SELECT)
 # Action ids (a fixed space; hand-slot ids double as "select slot" in multi-select contexts
 # and as "choose this Basic as active" during setup).
 END_TURN = 0
-ATTACK = 1            # 1..2: attack 0/1 of the active Pokémon
-ATTACH_ACTIVE = 3     # attach an energy from hand to the active
-ATTACH_BENCH = 4      # 4..8: ... to bench i
-RETREAT = 9           # 9..13: retreat, bench i becomes active
-HAND = 14             # 14..23: play / select hand slot i
-BENCH_PICK = 24       # 24..28: promote bench i (after a KO) / Switch target bench i
-DONE = 29             # finish a multi-select
+ATTACK = 1  # 1..2: attack 0/1 of the active Pokémon
+ATTACH_ACTIVE = 3  # attach an energy from hand to the active
+ATTACH_BENCH = 4  # 4..8: ... to bench i
+RETREAT = 9  # 9..13: retreat, bench i becomes active
+HAND = 14  # 14..23: play / select hand slot i
+BENCH_PICK = 24  # 24..28: promote bench i (after a KO) / Switch target bench i
+DONE = 29  # finish a multi-select
 ACTION_DIM = 30
-ACTION_LAYOUT = (("end_turn", END_TURN, 1), ("attack", ATTACK, 2), ("attach_active", ATTACH_ACTIVE, 1),
-                 ("attach_bench", ATTACH_BENCH, BENCH_MAX), ("retreat", RETREAT, BENCH_MAX),
-                 ("hand_slot", HAND, HAND_SLOTS), ("bench_pick", BENCH_PICK, BENCH_MAX), ("done", DONE, 1))
+ACTION_LAYOUT = (
+    ("end_turn", END_TURN, 1),
+    ("attack", ATTACK, 2),
+    ("attach_active", ATTACH_ACTIVE, 1),
+    ("attach_bench", ATTACH_BENCH, BENCH_MAX),
+    ("retreat", RETREAT, BENCH_MAX),
+    ("hand_slot", HAND, HAND_SLOTS),
+    ("bench_pick", BENCH_PICK, BENCH_MAX),
+    ("done", DONE, 1),
+)
 
 END_REASONS = ("prizes", "no_active", "deck_out", "turn_limit")
 
 
 class Mon:
     """A Pokémon in play."""
+
     __slots__ = ("card", "damage", "energy", "placed", "under")
 
     def __init__(self, cid: int, turn: int):
         self.card = CATALOG[cid]
         self.damage = 0
-        self.energy: list[int] = []   # attached energy card ids
-        self.placed = turn            # turn it was played or last evolved (can't evolve that turn)
-        self.under: list[int] = []    # pre-evolution card ids (discarded with it)
+        self.energy: list[int] = []  # attached energy card ids
+        self.placed = turn  # turn it was played or last evolved (can't evolve that turn)
+        self.under: list[int] = []  # pre-evolution card ids (discarded with it)
 
 
 class Side:
-    __slots__ = ("archetype", "deck", "hand", "active", "bench", "discard", "prizes", "taken")
+    __slots__ = ("active", "archetype", "bench", "deck", "discard", "hand", "prizes", "taken")
 
     def __init__(self, archetype: str):
         self.archetype = archetype
-        self.deck = build_deck(archetype)   # top of deck = end of list
+        self.deck = build_deck(archetype)  # top of deck = end of list
         self.hand: list[int] = []
         self.active: Mon | None = None
         self.bench: list[Mon] = []
         self.discard: list[int] = []
         self.prizes: list[int] = []
-        self.taken = 0                      # prizes taken by this side
+        self.taken = 0  # prizes taken by this side
 
 
 class Game:
-    __slots__ = ("rng", "sides", "max_turns", "turn", "current", "first", "context", "side", "selection",
-                 "attached", "supporter", "retreated", "over", "winner", "end_reason")
+    __slots__ = (
+        "attached",
+        "context",
+        "current",
+        "end_reason",
+        "first",
+        "max_turns",
+        "over",
+        "retreated",
+        "rng",
+        "selection",
+        "side",
+        "sides",
+        "supporter",
+        "turn",
+        "winner",
+    )
 
     def __init__(self, archetypes: tuple[str, str] | list[str], game_seed: int, max_turns: int = 60):
         self.rng = random.Random(game_seed)
         self.sides = (Side(archetypes[0]), Side(archetypes[1]))
         self.max_turns = max_turns
-        self.turn = 0                       # 0 during setup, then 1, 2, ... (both players' turns count)
+        self.turn = 0  # 0 during setup, then 1, 2, ... (both players' turns count)
         self.first = self.rng.randrange(2)  # side that takes turn 1
         self.current = self.first
-        self.selection: list[int] = []      # hand slots picked so far in a multi-select
+        self.selection: list[int] = []  # hand slots picked so far in a multi-select
         self.attached = self.supporter = self.retreated = False
         self.over = False
         self.winner: int | None = None
@@ -113,7 +148,7 @@ class Game:
         self.turn += 1
         self.attached = self.supporter = self.retreated = False
         me = self.sides[self.current]
-        if self.turn > 1:                   # the very first turn of the game has no draw
+        if self.turn > 1:  # the very first turn of the game has no draw
             if not me.deck:
                 self._finish(1 - self.current, "deck_out")
                 return
@@ -155,7 +190,7 @@ class Game:
             return not self.supporter and bool(s.deck)
         if kind == ULTRA_BALL:
             return bool(s.deck)
-        return False                        # energy is attached via ATTACH_* actions
+        return False  # energy is attached via ATTACH_* actions
 
     # ------------------------------------------------------------ legal actions
     def legal_actions(self) -> list[int]:
@@ -166,7 +201,7 @@ class Game:
         if ctx == MAIN:
             acts = [END_TURN]
             a = s.active
-            if self.turn > 1:               # the first player can't attack on turn 1
+            if self.turn > 1:  # the first player can't attack on turn 1
                 for k, atk in enumerate(a.card.attacks):
                     if len(a.energy) >= atk.cost:
                         acts.append(ATTACK + k)
@@ -188,7 +223,7 @@ class Game:
             if len(sel) >= BENCH_MAX:
                 return [DONE]
             acts = [HAND + i for i in range(n_slots) if i not in sel and CATALOG[hand[i]].kind == BASIC]
-        else:                               # DISCARD_SELECT
+        else:  # DISCARD_SELECT
             if len(sel) >= ULTRA_BALL_MAX:
                 return [DONE]
             acts = [HAND + i for i in range(n_slots) if i not in sel]
@@ -210,7 +245,7 @@ class Game:
             self._main(s, action)
         elif ctx == PROMOTE:
             s.active = s.bench.pop(action - BENCH_PICK)
-            self._end_turn()                # the KO happened on the attacker's turn, which now ends
+            self._end_turn()  # the KO happened on the attacker's turn, which now ends
         elif ctx == SWITCH_TARGET:
             i = action - BENCH_PICK
             s.active, s.bench[i] = s.bench[i], s.active
@@ -221,7 +256,7 @@ class Game:
                 self.side = 1
             else:
                 self.context, self.side = SETUP_BENCH, 0
-        elif action != DONE:                # a pick inside a multi-select
+        elif action != DONE:  # a pick inside a multi-select
             self.selection.append(action - HAND)
         elif ctx == SETUP_BENCH:
             picked = [s.hand[i] for i in self.selection]
@@ -236,12 +271,12 @@ class Game:
                     side.prizes = [side.deck.pop() for _ in range(PRIZES)]
                 self.current = self.first
                 self._start_turn()
-        else:                               # DONE of an Ultra Ball discard
+        else:  # DONE of an Ultra Ball discard
             n = len(self.selection)
             s.discard.extend(s.hand[i] for i in self.selection)
             self._remove_slots(s, self.selection)
             self.selection = []
-            for _ in range(n):              # fetch the first Pokémon of the deck per discarded card
+            for _ in range(n):  # fetch the first Pokémon of the deck per discarded card
                 for j in range(len(s.deck) - 1, -1, -1):
                     if CATALOG[s.deck[j]].kind in (BASIC, STAGE1):
                         s.hand.append(s.deck.pop(j))
@@ -286,7 +321,7 @@ class Game:
             m.card = card
             m.placed = self.turn
             return
-        s.discard.append(cid)               # trainers go to the discard pile when played
+        s.discard.append(cid)  # trainers go to the discard pile when played
         if kind == POTION:
             m = s.active if s.active.damage > 0 else max(s.bench, key=lambda b: b.damage)
             m.damage = max(0, m.damage - POTION_HEAL)
@@ -296,7 +331,7 @@ class Game:
             s.discard.extend(s.hand)
             s.hand = [s.deck.pop() for _ in range(min(RESEARCH_DRAW, len(s.deck)))]
             self.supporter = True
-        else:                               # ULTRA_BALL
+        else:  # ULTRA_BALL
             self.context = DISCARD_SELECT
             self.selection = []
 

@@ -25,8 +25,23 @@ import math
 import random
 
 from .cards import BASIC, CATALOG, ENERGY, POTION, RESEARCH, STAGE1, SWITCH, TRAINER_KINDS
-from .engine import (ATTACH_ACTIVE, ATTACH_BENCH, ATTACK, BENCH_PICK, DONE, END_TURN, HAND,
-                     MAIN, PROMOTE, RETREAT, SETUP_ACTIVE, SETUP_BENCH, SWITCH_TARGET, Game, Mon)
+from .engine import (
+    ATTACH_ACTIVE,
+    ATTACH_BENCH,
+    ATTACK,
+    BENCH_PICK,
+    DONE,
+    END_TURN,
+    HAND,
+    MAIN,
+    PROMOTE,
+    RETREAT,
+    SETUP_ACTIVE,
+    SETUP_BENCH,
+    SWITCH_TARGET,
+    Game,
+    Mon,
+)
 
 NAME_POOL = ("Ash", "Misty", "Brock", "Gary", "Erika", "Surge", "Sabrina", "Blaine", "Koga", "Giovanni")
 DISCARD_PREFS = ("energy", "trainer")
@@ -55,7 +70,7 @@ def _rem_frac(m: Mon) -> float:
 
 
 class ScriptedPlayer:
-    __slots__ = ("name", "style", "rng", "aggr", "risk", "bench_energy", "eager", "energy_first", "inv_t")
+    __slots__ = ("aggr", "bench_energy", "eager", "energy_first", "inv_t", "name", "risk", "rng", "style")
 
     def __init__(self, name: str, style: dict, rng: random.Random):
         self.name, self.style, self.rng = name, style, rng
@@ -75,9 +90,14 @@ class ScriptedPlayer:
         elif ctx in (PROMOTE, SWITCH_TARGET):
             bench = game.sides[game.side].bench
             a = self.aggr
-            scores = [2.5 * (a * min(len(bench[x - BENCH_PICK].energy), 3) / 3
-                             + (1 - a) * (bench[x - BENCH_PICK].card.hp - bench[x - BENCH_PICK].damage) / 100)
-                      for x in legal]
+            scores = [
+                2.5
+                * (
+                    a * min(len(bench[x - BENCH_PICK].energy), 3) / 3
+                    + (1 - a) * (bench[x - BENCH_PICK].card.hp - bench[x - BENCH_PICK].damage) / 100
+                )
+                for x in legal
+            ]
         elif ctx == SETUP_ACTIVE:
             hand = game.sides[game.side].hand
             a = self.aggr
@@ -89,7 +109,7 @@ class ScriptedPlayer:
         elif ctx == SETUP_BENCH:
             base = 1.5 + 2.5 * self.eager - 1.0 * len(game.selection)
             scores = [1.0 if x == DONE else base for x in legal]
-        else:                               # DISCARD_SELECT
+        else:  # DISCARD_SELECT
             scores = self._discard_scores(game, legal)
         return self._sample(legal, scores)
 
@@ -152,7 +172,7 @@ class ScriptedPlayer:
                 e = len(a.energy)
                 v = 3.0 + 1.5 * (1.0 - self.bench_energy) - (2.0 if e >= a.card.max_cost else 0.0)
                 if any(at.cost == e + 1 for at in a.card.attacks):
-                    v += 1.5                # this attach switches on a new attack right now
+                    v += 1.5  # this attach switches on a new attack right now
             elif x < RETREAT:
                 i = x - ATTACH_BENCH
                 m = s.bench[i]
@@ -175,7 +195,7 @@ class ScriptedPlayer:
                     v = 3.0 * caution - 0.5 if low and healthy_bench else -3.0
                 elif kind == RESEARCH:
                     v = 2.5 - 0.6 * len(hand)
-                else:                       # ULTRA_BALL
+                else:  # ULTRA_BALL
                     v = 1.5 if len(hand) >= 3 else -0.5
             scores.append(v)
         return scores
@@ -186,4 +206,3 @@ def make_players(rng: random.Random) -> tuple[list[str], list[dict]]:
     names = rng.sample(NAME_POOL, 2)
     styles = [draw_style(rng), draw_style(rng)]
     return names, styles
-

@@ -18,7 +18,7 @@ from .players import ScriptedPlayer, make_players
 
 SIM_VERSION = "tcgsim-2"
 DEFAULT_MAX_TURNS = 60
-MAX_DECISIONS = 10000               # decision_id = episode_id * 10000 + decision index
+MAX_DECISIONS = 10000  # decision_id = episode_id * 10000 + decision index
 MAX_EPISODE_ID = (2**63 - 1) // MAX_DECISIONS - 1
 RECORD_KEYS = ("episode_id", "seed", "self_side", "players", "actions", "winner", "end_reason", "turns")
 
@@ -56,7 +56,7 @@ def simulate_episode(episode_id: int, seed: int, *, max_turns: int = DEFAULT_MAX
     game = Game(decks, game_seed(seed), max_turns)
     actions: list[list[int]] = []
     while not game.over:
-        if len(actions) >= MAX_DECISIONS:   # unreachable with sane max_turns; guards the id scheme
+        if len(actions) >= MAX_DECISIONS:  # unreachable with sane max_turns; guards the id scheme
             raise RuntimeError(f"episode {episode_id}: more than {MAX_DECISIONS} actions")
         side = game.side
         a = players[side].choose(game, game.legal_actions())
@@ -116,8 +116,7 @@ def validate_record(record) -> dict:
     if len(actions) > MAX_DECISIONS * 8:
         raise ReplayError(f"{where}: {len(actions)} actions is implausibly many")
     for d, item in enumerate(actions):
-        if (not isinstance(item, (list, tuple)) or len(item) != 2 or not _is_int(item[0])
-                or not _is_int(item[1])):
+        if not isinstance(item, (list, tuple)) or len(item) != 2 or not _is_int(item[0]) or not _is_int(item[1]):
             raise ReplayError(f"{where}: action entry {d} must be a [side, action] pair of ints, got {item!r}")
     winner = record["winner"]
     if winner is not None and (not _is_int(winner) or winner not in (0, 1)):
@@ -126,8 +125,17 @@ def validate_record(record) -> dict:
         raise ReplayError(f"{where}: end_reason must be one of {END_REASONS}, got {record['end_reason']!r}")
     if not _is_int(record["turns"]):
         raise ReplayError(f"{where}: turns must be an int")
-    return {"episode_id": eid, "seed": seed, "max_turns": max_turns, "self_side": self_side, "decks": decks,
-            "actions": actions, "winner": winner, "end_reason": record["end_reason"], "turns": record["turns"]}
+    return {
+        "episode_id": eid,
+        "seed": seed,
+        "max_turns": max_turns,
+        "self_side": self_side,
+        "decks": decks,
+        "actions": actions,
+        "winner": winner,
+        "end_reason": record["end_reason"],
+        "turns": record["turns"],
+    }
 
 
 def new_game(rec: dict) -> Game:

@@ -11,11 +11,12 @@ promote are already better (``certainly_pruned``), so the sampler learns from it
 configurations are used up and nothing runs, the best waiting trial of the highest rung is promoted
 until one trial reaches the full budget (``drain``): the sweep's answer is always a full-budget result.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 from ..track.stats import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
 
@@ -27,7 +28,7 @@ def rungs(min_epochs: int, max_epochs: int, eta: int) -> list[int]:
     where K is the most divisions by eta that stay at or above min_epochs (1, 3, 9 for 1..9 with eta 3)."""
     if min_epochs >= max_epochs:
         return [max_epochs]
-    k = int(math.floor(math.log(max_epochs / min_epochs) / math.log(eta) + 1e-9))
+    k = int(math.floor(math.log(max_epochs / min_epochs) / math.log(eta) + 1e-9))  # noqa: RUF046
     return sorted({max(min_epochs, round(max_epochs / eta ** (k - i))) for i in range(k + 1)})
 
 
@@ -65,16 +66,16 @@ class Halving:
         """The trials with a result at `rung`, best first (failed ones too: they were measured there)."""
         return sorted((t for t in trials if rung in t.values), key=lambda t: self.key(t, rung))
 
-    def next_promotion(self, trials: Sequence[Trial]) -> Optional[Trial]:
+    def next_promotion(self, trials: Sequence[Trial]) -> Trial | None:
         """ASHA's rule: the best waiting trial inside the top floor(n/eta) of its rung, top rung first."""
         for rung in reversed(range(self.top)):
             ranked = self.ranked(trials, rung)
-            for t in ranked[:len(ranked) // self.eta]:
+            for t in ranked[: len(ranked) // self.eta]:
                 if t.state == WAITING and t.rung == rung:
                     return t
         return None
 
-    def drain(self, trials: Sequence[Trial]) -> Optional[Trial]:
+    def drain(self, trials: Sequence[Trial]) -> Trial | None:
         """With no configuration left and nothing running: the best waiting trial of the highest rung,
         while no trial has reached the full budget (so the answer is a full-budget result)."""
         if any(t.state == COMPLETE for t in trials) or any(t.state == RUNNING for t in trials):
@@ -101,7 +102,7 @@ class Halving:
                 out.append(t)
         return out
 
-    def best(self, trials: Sequence[Trial]) -> Optional[Trial]:
+    def best(self, trials: Sequence[Trial]) -> Trial | None:
         """The best trial of the highest rung any trial reached (the full budget once one completes)."""
         done = [t for t in trials if t.values and t.state != FAILED]
         if not done:

@@ -6,11 +6,12 @@ ASHA's promotions, then new configurations from the sampler; after the batch, ea
 read from their run dirs (``outcome.py``), its rung's mean reported to the study, and the trials that
 can never be promoted pruned at once.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
@@ -44,8 +45,18 @@ class Search(Protocol):
 class Run:
     """One sweep's state between batches: the records, the ASHA rules, the study."""
 
-    def __init__(self, search: Search, study, space: spaces.Space, budgets: list[int], metric: str,
-                 direction: str, seed0: int, n_trials: int, records: list[studies.Record]) -> None:
+    def __init__(
+        self,
+        search: Search,
+        study,
+        space: spaces.Space,
+        budgets: list[int],
+        metric: str,
+        direction: str,
+        seed0: int,
+        n_trials: int,
+        records: list[studies.Record],
+    ) -> None:
         self.search, self.s, self.study, self.space = search, search.s, study, space
         self.budgets, self.metric, self.direction, self.seed0 = budgets, metric, direction, seed0
         self.halving = asha.Halving(budgets, self.s.eta, n_trials, maximize=direction == "maximize")
@@ -54,7 +65,7 @@ class Run:
             r.run_dirs = [self.run_dir(r.trial.number, s) for s in range(self.s.seeds)]
             self.adopt(r, made_only=True)  # a finished trial is reported only if its folders trained it
         self.n_trials = n_trials
-        self.held: list[tuple[int, Optional[str]]] = []  # trials a full disk stopped (settle), said at the batch's end
+        self.held: list[tuple[int, str | None]] = []  # trials a full disk stopped (settle), said at the batch's end
         self.out = results.Outputs(search.sweep_dir, search.config, space, budgets, metric, direction, self.s.seeds)
 
     @property
@@ -88,7 +99,7 @@ class Run:
             chosen.add(record.trial.number)
         return units
 
-    def pick(self, chosen: set[int], first: bool) -> Optional[studies.Record]:
+    def pick(self, chosen: set[int], first: bool) -> studies.Record | None:
         for r in self.records.values():  # in flight when the sweep stopped: continue it first
             if r.trial.state == asha.RUNNING and r.trial.number not in chosen:
                 return r
@@ -107,8 +118,12 @@ class Run:
 
     def new_trial(self) -> studies.Record:
         trial = self.study.ask(self.space.distributions())
-        r = studies.Record(asha.Trial(trial.number), trial._trial_id, dict(trial.params),
-                           [self.run_dir(trial.number, s) for s in range(self.s.seeds)])
+        r = studies.Record(
+            asha.Trial(trial.number),
+            trial._trial_id,
+            dict(trial.params),
+            [self.run_dir(trial.number, s) for s in range(self.s.seeds)],
+        )
         r.save(self.study)
         self.records[trial.number] = r
         return r
@@ -178,8 +193,7 @@ class Run:
             if ret is not None and ret.status.name == "FAILED":
                 exc = ret._return_value  # .return_value would re-raise it
                 error = f"{type(exc).__name__}: {exc}"
-            out[(r.trial.number, s)] = outcome.read(Path(r.run_dirs[s]), self.budgets[r.trial.rung], self.metric,
-                                                    error)
+            out[(r.trial.number, s)] = outcome.read(Path(r.run_dirs[s]), self.budgets[r.trial.rung], self.metric, error)
         return out
 
     def stop_held(self) -> None:
@@ -188,9 +202,11 @@ class Run:
         from ..errors import ConfigError
 
         numbers = ", ".join(str(n) for n, _ in self.held)
-        raise ConfigError(f"{WHERE}: trial(s) {numbers} could not write their outputs: the disk is full "
-                          f"({self.held[0][1]}); nothing is lost and no trial was failed for it: free space and run "
-                          f"the same command to continue the study in {self.search.sweep_dir}")
+        raise ConfigError(
+            f"{WHERE}: trial(s) {numbers} could not write their outputs: the disk is full "
+            f"({self.held[0][1]}); nothing is lost and no trial was failed for it: free space and run "
+            f"the same command to continue the study in {self.search.sweep_dir}"
+        )
 
     def settle(self, r: studies.Record, seen: list[outcome.Outcome]) -> None:
         """A unit's seeds are back: its rung's mean, a failure, or another try from latest/."""
@@ -228,9 +244,12 @@ class Run:
 
         r.trial.state = state
         r.save(self.study)
-        states = {asha.COMPLETE: optuna.trial.TrialState.COMPLETE, asha.PRUNED: optuna.trial.TrialState.PRUNED,
-                  asha.FAILED: optuna.trial.TrialState.FAIL}
-        value: Optional[Any] = r.trial.values[r.trial.rung] if state == asha.COMPLETE else None
+        states = {
+            asha.COMPLETE: optuna.trial.TrialState.COMPLETE,
+            asha.PRUNED: optuna.trial.TrialState.PRUNED,
+            asha.FAILED: optuna.trial.TrialState.FAIL,
+        }
+        value: Any | None = r.trial.values[r.trial.rung] if state == asha.COMPLETE else None
         try:
             self.study.tell(r.trial.number, value, states[state])
         except RuntimeError as exc:  # the grid sampler's "grid done" stop: the trial is recorded all the same

@@ -5,10 +5,11 @@ so neither completion nor ``--help`` offers it as an option); ``conf/hydra/sweep
 from it, so a misspelt key or a wrong type fails at composition; ``CHECKS`` are applied before any trial runs.
 ``sweep_name`` names a halving sweep's folder (the ``${sweep_name:}`` resolver in ``conf/config.yaml``).
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import ClassVar, Dict, Optional
+from typing import ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,13 +28,13 @@ class HalvingSweeperConfig:
     eta: int = 3  # keep the best 1/eta of each rung; rungs are eta times apart
     seeds: int = 1  # replicates of each configuration (seed, seed+1, ...); promotion and ranking on the mean
     sampler: str = "tpe"  # tpe | random | grid | cmaes (numeric spaces)
-    sampler_seed: Optional[int] = None  # the sampler's own seed (not the runs'); fixed: a repeatable search
-    direction: Optional[str] = None  # minimize | maximize; None: from optimized_metric (accuracy: maximize)
-    storage: Optional[str] = None  # None: sqlite:///<sweep dir>/optuna.db; an SQLAlchemy URL or a journal file
-    study_name: Optional[str] = None  # None: the sweep dir as given (hydra.sweep.dir)
-    batch: Optional[int] = None  # jobs handed to the launcher at once; None: its parallelism (joblib n_jobs, ...)
+    sampler_seed: int | None = None  # the sampler's own seed (not the runs'); fixed: a repeatable search
+    direction: str | None = None  # minimize | maximize; None: from optimized_metric (accuracy: maximize)
+    storage: str | None = None  # None: sqlite:///<sweep dir>/optuna.db; an SQLAlchemy URL or a journal file
+    study_name: str | None = None  # None: the sweep dir as given (hydra.sweep.dir)
+    batch: int | None = None  # jobs handed to the launcher at once; None: its parallelism (joblib n_jobs, ...)
     max_interruptions: int = 2  # a job stopped by a signal (preemption) is continued this often, then failed
-    params: Optional[Dict[str, str]] = None  # the search space, in the sweep grammar (the command line adds)
+    params: dict[str, str] | None = None  # the search space, in the sweep grammar (the command line adds)
     CHECKS: ClassVar[tuple] = (
         ("n_trials", within(1, INT32_MAX), "in [1, 2**31)"),
         ("min_epochs", within(1, 10**6), "in [1, 1e6]"),
@@ -42,8 +43,11 @@ class HalvingSweeperConfig:
         ("seeds", within(1, 10**4), "in [1, 1e4]"),
         ("sampler", lambda v: v in SAMPLERS, f"one of {', '.join(SAMPLERS)}"),
         ("sampler_seed", lambda v: v is None or within(0, 2**32, open_hi=True)(v), "null or in [0, 2**32)"),
-        ("direction", lambda v: v in (None, "minimize", "maximize"),
-         "minimize or maximize (or null: from optimized_metric)"),
+        (
+            "direction",
+            lambda v: v in (None, "minimize", "maximize"),
+            "minimize or maximize (or null: from optimized_metric)",
+        ),
         ("batch", lambda v: v is None or within(1, 10**6)(v), "in [1, 1e6] (or null: the launcher's parallelism)"),
         ("max_interruptions", within(0, 10**6), "in [0, 1e6]"),
     )
@@ -63,7 +67,10 @@ def sweep_name(date: str, time: str, *, _root_: DictConfig) -> str:
     if OmegaConf.select(_root_, "hydra.sweeper._target_", default=None) != TARGET:
         return f"{date}/{time}"
     task = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.task", default=[]) or []]
-    settings = [str(o) for o in OmegaConf.select(_root_, "hydra.overrides.hydra", default=[]) or []
-                if str(o).startswith("hydra.sweeper.") and not str(o).startswith(STUDY_FREE)]
+    settings = [
+        str(o)
+        for o in OmegaConf.select(_root_, "hydra.overrides.hydra", default=[]) or []
+        if str(o).startswith("hydra.sweeper.") and not str(o).startswith(STUDY_FREE)
+    ]
     digest = hashlib.sha256("\n".join(sorted(task) + sorted(settings)).encode()).hexdigest()[:12]
     return f"halving/{digest}"

@@ -7,6 +7,7 @@ The study page shows each configuration's value at every rung it reached (Optuna
 at step = epochs: the halving's learning curves), the pruned and complete trials, and the parameters'
 importances. ``--out`` is required: nothing is written over ``docs/`` unless asked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,6 @@ import shutil
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Optional
 
 from ..console import one_line_errors
 from ..track.screenshot import capture, free_port, served
@@ -30,15 +30,17 @@ def storage_of(where: str) -> str:
     if path.is_dir():
         db = path / "optuna.db"
         if not db.exists():
-            raise FileNotFoundError(f"{where}: no optuna.db there (a halving sweep's dir holds one; with "
-                                    "hydra.sweeper.storage set, pass that URL instead)")
+            raise FileNotFoundError(
+                f"{where}: no optuna.db there (a halving sweep's dir holds one; with "
+                "hydra.sweeper.storage set, pass that URL instead)"
+            )
         return f"sqlite:///{db.absolute()}"
     if "://" not in where and not path.exists():
         raise FileNotFoundError(f"{where}: neither a sweep dir, a storage URL nor a journal file")
     return where
 
 
-def study_page(base: str, name: Optional[str]) -> tuple[str, str]:
+def study_page(base: str, name: str | None) -> tuple[str, str]:
     """(URL of the study's page, its name): the study called `name`, or the only one there."""
     studies = json.loads(urllib.request.urlopen(f"{base}/api/studies", timeout=30).read())["study_summaries"]
     chosen = [s for s in studies if name in (None, s["study_name"])]
@@ -49,7 +51,7 @@ def study_page(base: str, name: Optional[str]) -> tuple[str, str]:
 
 
 @one_line_errors(FileNotFoundError, TimeoutError)  # no chromium, no optuna-dashboard, a dashboard that never answers
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tcgexp.sweep.dashboard")
     p.add_argument("study", help="a halving sweep's dir (hydra.sweep.dir), a storage URL, or a journal file")
     p.add_argument("--out", required=True, help="the folder for optuna_dashboard.png")
@@ -65,14 +67,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with served([exe, storage, "--host", "127.0.0.1", "--port", str(port)], f"{base}/api/studies",
-                args.chromium) as devtools:
+    with served(
+        [exe, storage, "--host", "127.0.0.1", "--port", str(port)], f"{base}/api/studies", args.chromium
+    ) as devtools:
         url, name = study_page(base, args.study_name)
         text = asyncio.run(capture(devtools, {"optuna_dashboard": (url, [TEXT])}, out, args.settle))[
-            "optuna_dashboard"][-1]  # the page's text, after it drew
+            "optuna_dashboard"
+        ][-1]  # the page's text, after it drew
     print(out / "optuna_dashboard.png")
-    print(f"study {name!r}: the page shows {'its name' if name in (text or '') else 'NOT its name'}",
-          file=sys.stderr)
+    print(f"study {name!r}: the page shows {'its name' if name in (text or '') else 'NOT its name'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,14 @@ the driver does (``deadline``: a frozen server process, which its kernel keeps a
 journal file on a hung network file system), and ``failure`` names the cause: a damaged or locked
 SQLite file, a read-only folder, a server out of reach.
 """
+
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 
@@ -40,9 +42,15 @@ def connect_args(url: str) -> dict[str, Any]:
     if kind in ("mysql", "mariadb"):  # PyMySQL: the greeting and every reply are reads
         return {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S, "write_timeout": READ_TIMEOUT_S}
     if kind == "postgresql":  # libpq: connect_timeout covers the start-up exchange; the rest the server's own
-        return {"connect_timeout": CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={READ_TIMEOUT_S * 1000}",
-                "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-                "tcp_user_timeout": READ_TIMEOUT_S * 1000}
+        return {
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": f"-c statement_timeout={READ_TIMEOUT_S * 1000}",
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            "tcp_user_timeout": READ_TIMEOUT_S * 1000,
+        }
     return {"connect_timeout": CONNECT_TIMEOUT_S}
 
 
@@ -55,9 +63,11 @@ def deadline(seconds: float, key: str, what: str = "a call") -> Iterator[None]:
         return
 
     def expired(signum, frame) -> None:
-        raise StudyUnanswered(f"{key}: the study database did not answer {what} within {seconds:.0f} s (a server "
-                              "that stopped answering, or a file system that hangs): check it and run the same "
-                              "command again; every trial keeps its latest/")
+        raise StudyUnanswered(
+            f"{key}: the study database did not answer {what} within {seconds:.0f} s (a server "
+            "that stopped answering, or a file system that hangs): check it and run the same "
+            "command again; every trial keeps its latest/"
+        )
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -79,19 +89,27 @@ def failure(url: str, key: str, exc: BaseException, doing: str = "cannot open th
     if dialect(url) == "sqlite":
         path = url.split(":///", 1)[-1]
         if "not a database" in low or "malformed" in low or "file is encrypted" in low:
-            return ConfigError(f"{key}: {path} is damaged ({text}): it is not an SQLite database tcgexp can read; "
-                               "restore it from a copy, or run the sweep in a new hydra.sweep.dir (this folder's "
-                               "trial folders belong to the damaged study; each keeps its result.json and "
-                               "checkpoints)")
+            return ConfigError(
+                f"{key}: {path} is damaged ({text}): it is not an SQLite database tcgexp can read; "
+                "restore it from a copy, or run the sweep in a new hydra.sweep.dir (this folder's "
+                "trial folders belong to the damaged study; each keeps its result.json and "
+                "checkpoints)"
+            )
         if "locked" in low or "busy" in low:
-            return ConfigError(f"{said}: another process held it for {SQLITE_BUSY_S} s; is another sweep writing "
-                               "it? wait for it, or give this sweep another hydra.sweep.dir")
+            return ConfigError(
+                f"{said}: another process held it for {SQLITE_BUSY_S} s; is another sweep writing "
+                "it? wait for it, or give this sweep another hydra.sweep.dir"
+            )
         if "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
-            return ConfigError(f"{said}: its folder cannot be written (read-only, or not yours); point "
-                               "hydra.sweep.dir at a folder you can write")
+            return ConfigError(
+                f"{said}: its folder cannot be written (read-only, or not yours); point "
+                "hydra.sweep.dir at a folder you can write"
+            )
         return ConfigError(f"{said}; leave hydra.sweeper.storage unset for the sweep dir's own SQLite file")
-    return ConfigError(f"{said}; check that the server is up and the URL, user and password are right, or leave "
-                       "hydra.sweeper.storage unset for the sweep dir's own SQLite file")
+    return ConfigError(
+        f"{said}; check that the server is up and the URL, user and password are right, or leave "
+        "hydra.sweeper.storage unset for the sweep dir's own SQLite file"
+    )
 
 
 def bounded(url: str, key: str, call: Callable[[], T], doing: str = "cannot open the study database") -> T:
@@ -114,6 +132,7 @@ def bounded_storage(storage, url: str, key: str):
         def method(self, *args, **kwargs):
             with deadline(CALL_BOUND_S, key, f"to {name}"):
                 return getattr(self._inner, name)(*args, **kwargs)
+
         method.__name__ = name
         return method
 

@@ -15,12 +15,13 @@ other's trials finished. Now:
   resumed) only when its identity is this trial's (``adopt``). A folder made before the stamp existed
   proves it by the overrides Hydra recorded for its job.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import ConfigError
 from ..ownership import HeldLock, describe
@@ -44,11 +45,15 @@ def names_folder(name: str, real: Path, own_db: bool) -> bool:
     path = Path(name).expanduser()
     if real_dir(path) == real:
         return True
-    return own_db and not path.is_absolute() and len(path.parts) <= len(real.parts) \
-        and real.parts[-len(path.parts):] == path.parts
+    return (
+        own_db
+        and not path.is_absolute()
+        and len(path.parts) <= len(real.parts)
+        and real.parts[-len(path.parts) :] == path.parts
+    )
 
 
-def find_study(storage, sweep_dir: Path, own_db: bool) -> tuple[str, Optional[str]]:
+def find_study(storage, sweep_dir: Path, own_db: bool) -> tuple[str, str | None]:
     """(the study's name, a line saying which earlier study is continued, or None).
 
     The study of `sweep_dir` is named by its real path; when there is none by that name, one that an
@@ -62,10 +67,12 @@ def find_study(storage, sweep_dir: Path, own_db: bool) -> tuple[str, Optional[st
     if len(found) > 1:
         counts = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
         shown = ", ".join(f"{n!r} ({counts.get(n, '?')} trials)" for n in found)
-        raise ConfigError(f"{WHERE}: {len(found)} studies name the sweep dir {real}: {shown} (an earlier tcgexp "
-                          "opened a second study when the folder was written another way): continue one with "
-                          "hydra.sweeper.study_name=<its name> (a trial whose folder trained other parameters is "
-                          "refused, never adopted), or start a new hydra.sweep.dir")
+        raise ConfigError(
+            f"{WHERE}: {len(found)} studies name the sweep dir {real}: {shown} (an earlier tcgexp "
+            "opened a second study when the folder was written another way): continue one with "
+            "hydra.sweeper.study_name=<its name> (a trial whose folder trained other parameters is "
+            "refused, never adopted), or start a new hydra.sweep.dir"
+        )
     if found and found[0] != str(real):
         return found[0], f"continuing study {found[0]!r} (named by its folder as typed then)"
     return str(real), None
@@ -79,22 +86,25 @@ def hold(sweep_dir: Path, name: str) -> HeldLock:
     try:
         holder = lock.acquire()
     except OSError as exc:
-        raise ConfigError(f"hydra.sweep.dir={real} cannot be written ({exc.strerror or exc}); point it at a folder "
-                          "you can write") from None
+        raise ConfigError(
+            f"hydra.sweep.dir={real} cannot be written ({exc.strerror or exc}); point it at a folder you can write"
+        ) from None
     if holder is not None:
         pid = holder.get("pid", "?")
-        raise ConfigError(f"{WHERE}: study {name!r} is running in {real} ({describe(holder)}); nothing was "
-                          f"started: wait for it to end (or stop it: kill -INT {pid}), or give this sweep another "
-                          "hydra.sweep.dir")
+        raise ConfigError(
+            f"{WHERE}: study {name!r} is running in {real} ({describe(holder)}); nothing was "
+            f"started: wait for it to end (or stop it: kill -INT {pid}), or give this sweep another "
+            "hydra.sweep.dir"
+        )
     return lock
 
 
-def identity(study: str, number: int, params: dict[str, Any], seed: Optional[int]) -> dict:
+def identity(study: str, number: int, params: dict[str, Any], seed: int | None) -> dict:
     """What a trial's folder is for; parameters as JSON keeps them (the stamp is compared as read back)."""
     return json.loads(json.dumps({"study": study, "trial": int(number), "params": params, "seed": seed}))
 
 
-def _read(path: Path) -> Optional[dict]:
+def _read(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -102,7 +112,7 @@ def _read(path: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def recorded_overrides(run_dir: Path) -> Optional[list[str]]:
+def recorded_overrides(run_dir: Path) -> list[str] | None:
     """The overrides Hydra recorded for the folder's last job (``.hydra/overrides.yaml``), or None."""
     from omegaconf import OmegaConf
 
@@ -135,15 +145,19 @@ def adopt(run_dir: Path, want: dict, sweep_dir: Path) -> None:
     run_dir = Path(run_dir)
     stamp = run_dir / STAMP
     have = _read(stamp)
-    fix = (f"nothing was adopted; give this study its own folder (another hydra.sweep.dir), or continue the study "
-           f"that trained it (hydra.sweeper.study_name=<its name>, with {sweep_dir})")
+    fix = (
+        f"nothing was adopted; give this study its own folder (another hydra.sweep.dir), or continue the study "
+        f"that trained it (hydra.sweeper.study_name=<its name>, with {sweep_dir})"
+    )
     if have is not None:
         if have == want:
             return
         differ = [k for k in ("study", "trial", "params", "seed") if have.get(k) != want.get(k)]
-        raise ConfigError(f"{WHERE}: {run_dir} holds trial {have.get('trial')} of study {have.get('study')!r} "
-                          f"({_shown(have.get('params') or {})}), not trial {want['trial']} of study "
-                          f"{want['study']!r} ({_shown(want['params'])}): they differ in {', '.join(differ)}; {fix}")
+        raise ConfigError(
+            f"{WHERE}: {run_dir} holds trial {have.get('trial')} of study {have.get('study')!r} "
+            f"({_shown(have.get('params') or {})}), not trial {want['trial']} of study "
+            f"{want['study']!r} ({_shown(want['params'])}): they differ in {', '.join(differ)}; {fix}"
+        )
     if stamp.exists() or stamp.is_symlink():
         raise ConfigError(f"{WHERE}: {stamp} is not a trial stamp tcgexp wrote (not a JSON object); {fix}")
     if run_dir.is_dir() and _has_outputs(run_dir):  # a folder of an earlier tcgexp: its job's overrides
@@ -151,11 +165,16 @@ def adopt(run_dir: Path, want: dict, sweep_dir: Path) -> None:
         expected = overrides_of(want["params"]) + ([f"seed={want['seed']}"] if want["seed"] is not None else [])
         missing = [o for o in expected if recorded is None or o not in recorded]
         if missing:
-            trained = ("no .hydra/overrides.yaml to say what it trained" if recorded is None else
-                       "it trained " + " ".join(o for o in recorded if o.split("=", 1)[0] in
-                                                {m.split("=", 1)[0] for m in missing}))
-            raise ConfigError(f"{WHERE}: {run_dir} holds a run of other parameters than trial {want['trial']} of "
-                              f"study {want['study']!r} ({' '.join(missing)}): {trained}; {fix}")
+            trained = (
+                "no .hydra/overrides.yaml to say what it trained"
+                if recorded is None
+                else "it trained "
+                + " ".join(o for o in recorded if o.split("=", 1)[0] in {m.split("=", 1)[0] for m in missing})
+            )
+            raise ConfigError(
+                f"{WHERE}: {run_dir} holds a run of other parameters than trial {want['trial']} of "
+                f"study {want['study']!r} ({' '.join(missing)}): {trained}; {fix}"
+            )
     mark(run_dir, "hydra.sweep.dir", RUN_MARKER, hydra_made=True)
     tmp = run_dir / f".{STAMP}.tmp"
     tmp.write_text(json.dumps(want, indent=1))

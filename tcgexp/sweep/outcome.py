@@ -5,13 +5,13 @@ the same run dir, a job the launcher lost (a killed sweep, a SLURM node gone) le
 continued after a SIGKILL finds there what the dead one never recorded. ``latest/`` is the truth: it
 is written atomically after an epoch's validation, and its history holds every validation so far.
 """
+
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 DONE, FAILED, CONTINUE = "done", "failed", "continue"
 HELD = "held"  # stopped by the machine, not by its configuration (a full disk): continued once that is fixed
@@ -22,9 +22,9 @@ DISK_FULL = ("No space left on device", "Disk quota exceeded", "database or disk
 @dataclass
 class Outcome:
     kind: str  # DONE: trained to the rung's budget | FAILED: error says why | CONTINUE: stopped early | HELD
-    value: Optional[float] = None  # the objective at the rung's budget (DONE)
-    error: Optional[str] = None
-    signal: Optional[str] = None  # CONTINUE after a stopping signal (SIGTERM, SIGINT): its name
+    value: float | None = None  # the objective at the rung's budget (DONE)
+    error: str | None = None
+    signal: str | None = None  # CONTINUE after a stopping signal (SIGTERM, SIGINT): its name
 
 
 def objective(history: list[dict], epochs: int, metric: str) -> float:
@@ -42,7 +42,7 @@ def _json(path: Path) -> dict:
         return {}
 
 
-def latest_state(run_dir: Path) -> Optional[dict]:
+def latest_state(run_dir: Path) -> dict | None:
     """The run dir's latest/ state.json (verified), or None when there is no usable checkpoint."""
     from ..train import checkpoint as ckpt
 
@@ -52,7 +52,7 @@ def latest_state(run_dir: Path) -> Optional[dict]:
         return None
 
 
-def read(run_dir: Path, budget: int, metric: str, job_error: Optional[str] = None) -> Outcome:
+def read(run_dir: Path, budget: int, metric: str, job_error: str | None = None) -> Outcome:
     """The outcome of training `run_dir` to `budget` epochs; `job_error`: the launcher's, if it said one."""
     run_dir = Path(run_dir)
     state = latest_state(run_dir)
@@ -74,7 +74,7 @@ def read(run_dir: Path, budget: int, metric: str, job_error: Optional[str] = Non
     return Outcome(CONTINUE)  # killed, lost, or never started: continue from latest/ if there is one
 
 
-def aim_hash(run_dir: Path) -> Optional[str]:
+def aim_hash(run_dir: Path) -> str | None:
     """The run's Aim run (its checkpoint carries it across rungs), or None (untracked)."""
     from ..track.aim_run import recorded_run
 

@@ -6,12 +6,12 @@ computation, bit for bit). ``trials.json`` is every configuration as the sweeper
 report (``tcgexp.track.summary``) is drawn from it. Each trial's Aim run gets its rung and status as
 params (``run["trial"]``) and its status (promoted, pruned, complete) as a tag.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,8 +29,16 @@ def epochs_trained(run_dirs: list[str]) -> int:
 
 
 class Outputs:
-    def __init__(self, sweep_dir: Path, config: DictConfig, space: Space, budgets: list[int], metric: str,
-                 direction: str, seeds: int) -> None:
+    def __init__(
+        self,
+        sweep_dir: Path,
+        config: DictConfig,
+        space: Space,
+        budgets: list[int],
+        metric: str,
+        direction: str,
+        seeds: int,
+    ) -> None:
         self.sweep_dir, self.config, self.space, self.budgets = Path(sweep_dir), config, space, budgets
         self.metric, self.direction, self.seeds = metric, direction, seeds
         self.marked: set[str] = set()  # "[tracking] ..." said once per repo
@@ -40,20 +48,37 @@ class Outputs:
         reached = t.reached
         values = r.seed_values.get(reached, [])
         mean, half = asha.mean_interval(values) if values else (None, None)
-        return {"number": t.number, "params": r.params, "state": t.state, "rung": reached,
-                "epochs": self.budgets[reached] if reached >= 0 else 0, "value": mean, "interval": half,
-                "seed_values": {str(self.budgets[k]): v for k, v in sorted(r.seed_values.items())},
-                "run_dirs": r.run_dirs, "epochs_trained": epochs_trained(r.run_dirs), "error": r.error}
+        return {
+            "number": t.number,
+            "params": r.params,
+            "state": t.state,
+            "rung": reached,
+            "epochs": self.budgets[reached] if reached >= 0 else 0,
+            "value": mean,
+            "interval": half,
+            "seed_values": {str(self.budgets[k]): v for k, v in sorted(r.seed_values.items())},
+            "run_dirs": r.run_dirs,
+            "epochs_trained": epochs_trained(r.run_dirs),
+            "error": r.error,
+        }
 
     def write(self, records: dict, halving: asha.Halving, budgets: list[int]) -> None:
         """trials.json, then the report drawn from it."""
         best = halving.best([r.trial for r in records.values()])
-        doc = {"kind": "halving", "metric": self.metric, "direction": self.direction, "rungs": budgets,
-               "eta": halving.eta, "seeds": self.seeds, "n_trials": halving.n_trials,
-               "space": {k: {"log": p.log, "categorical": p.categorical, "typed": p.typed}
-                         for k, p in self.space.params.items()},
-               "best": best.number if best else None,
-               "trials": [self.row(r) for _, r in sorted(records.items())]}
+        doc = {
+            "kind": "halving",
+            "metric": self.metric,
+            "direction": self.direction,
+            "rungs": budgets,
+            "eta": halving.eta,
+            "seeds": self.seeds,
+            "n_trials": halving.n_trials,
+            "space": {
+                k: {"log": p.log, "categorical": p.categorical, "typed": p.typed} for k, p in self.space.params.items()
+            },
+            "best": best.number if best else None,
+            "trials": [self.row(r) for _, r in sorted(records.items())],
+        }
         write_atomic(self.sweep_dir / TRIALS, json.dumps(doc, indent=2).encode())
         write_summary(self.sweep_dir)
 
@@ -61,19 +86,31 @@ class Outputs:
         """The trial's rung and status on each of its Aim runs (local repos; remote runs keep the job's own)."""
         from ..track.aim_run import mark_run
 
-        attrs = {"trial": {"number": r.trial.number, "rung": r.trial.rung, "epochs": self.budgets[r.trial.rung],
-                           "status": state}}
+        attrs = {
+            "trial": {
+                "number": r.trial.number,
+                "rung": r.trial.rung,
+                "epochs": self.budgets[r.trial.rung],
+                "status": state,
+            }
+        }
         for run_dir in r.run_dirs:
             repo, run_hash = self.aim_run_of(Path(run_dir))
             if repo is None or run_hash is None:
                 continue
             rung = f"rung {r.trial.rung}"  # rung 0 is the lowest; trial.epochs says its budget
-            mark_run(repo, run_hash, attrs, tags=(rung, *([state] if state in TAGS else [])),
-                     untag=tuple(t for t in (*TAGS, *(f"rung {k}" for k in range(len(self.budgets))))
-                                 if t not in (state, rung)))
+            mark_run(
+                repo,
+                run_hash,
+                attrs,
+                tags=(rung, *([state] if state in TAGS else [])),
+                untag=tuple(
+                    t for t in (*TAGS, *(f"rung {k}" for k in range(len(self.budgets)))) if t not in (state, rung)
+                ),
+            )
 
     @staticmethod
-    def aim_run_of(run_dir: Path) -> tuple[Optional[str], Optional[str]]:
+    def aim_run_of(run_dir: Path) -> tuple[str | None, str | None]:
         try:
             cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
         except OSError:
@@ -85,8 +122,9 @@ class Outputs:
 
     def command(self, r) -> str:
         seed = [f"seed={OmegaConf.select(self.config, 'seed')}"] if self.seeds > 1 else []
-        return " ".join(["tcgexp-train", *self.space.fixed, *overrides_of(r.params),
-                         f"trainer.epochs={self.budgets[-1]}", *seed])
+        return " ".join(
+            ["tcgexp-train", *self.space.fixed, *overrides_of(r.params), f"trainer.epochs={self.budgets[-1]}", *seed]
+        )
 
     def finish(self, records: dict, halving: asha.Halving, study) -> None:
         trials = [r.trial for r in records.values()]
@@ -96,24 +134,41 @@ class Outputs:
         full = len(records) * self.budgets[-1] * self.seeds
         if best is None:
             first = next((r.error for r in records.values() if r.error), "no trial finished a rung")
-            raise ConfigError(f"every one of the {len(records)} trials failed (the first: {first}); see "
-                              f"{self.sweep_dir / 'summary.md'}: is the search space trainable (optimizer.lr "
-                              "too high, a batch too small)?")
+            raise ConfigError(
+                f"every one of the {len(records)} trials failed (the first: {first}); see "
+                f"{self.sweep_dir / 'summary.md'}: is the search space trainable (optimizer.lr "
+                "too high, a batch too small)?"
+            )
         r = records[best.number]
         row = self.row(r)
-        doc = {"name": "halving", "best_params": dict(r.params), "best_value": row["value"],
-               "best_interval_95": row["interval"], "best_trial": best.number, "best_epochs": row["epochs"],
-               "best_run_dirs": r.run_dirs, "best_command": self.command(r), "metric": self.metric,
-               "direction": self.direction, "rungs": self.budgets, "study": study.study_name,
-               "trials": {"total": len(records), **counts}, "epochs_trained": spent, "epochs_at_full_budget": full}
+        doc = {
+            "name": "halving",
+            "best_params": dict(r.params),
+            "best_value": row["value"],
+            "best_interval_95": row["interval"],
+            "best_trial": best.number,
+            "best_epochs": row["epochs"],
+            "best_run_dirs": r.run_dirs,
+            "best_command": self.command(r),
+            "metric": self.metric,
+            "direction": self.direction,
+            "rungs": self.budgets,
+            "study": study.study_name,
+            "trials": {"total": len(records), **counts},
+            "epochs_trained": spent,
+            "epochs_at_full_budget": full,
+        }
         write_atomic(self.sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(doc)).encode())
         shown = " ".join(f"{k}={_short(v)}" for k, v in r.params.items())
         ci = f" ± {row['interval']:.4g}" if row["interval"] is not None else ""
-        print(f"[sweep] best: trial {best.number} ({shown}): {self.metric} {row['value']:.4f}{ci} after "
-              f"{row['epochs']} epochs; {counts[asha.COMPLETE]} complete, {counts[asha.PRUNED]} pruned, "
-              f"{counts[asha.FAILED]} failed; {spent} of {full} epochs trained ({100 * spent / max(full, 1):.0f}% "
-              f"of every configuration at full budget); {self.sweep_dir / 'optimization_results.yaml'}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[sweep] best: trial {best.number} ({shown}): {self.metric} {row['value']:.4f}{ci} after "
+            f"{row['epochs']} epochs; {counts[asha.COMPLETE]} complete, {counts[asha.PRUNED]} pruned, "
+            f"{counts[asha.FAILED]} failed; {spent} of {full} epochs trained ({100 * spent / max(full, 1):.0f}% "
+            f"of every configuration at full budget); {self.sweep_dir / 'optimization_results.yaml'}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _short(value) -> str:

@@ -8,18 +8,22 @@ command line; a plain ``key=value`` on the command line fixes that key for every
 of a preset space, as Hydra's Optuna sweeper does). Every contradiction is refused in one line before
 any trial runs.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from ..errors import ConfigError
 from ..overrides import override
 
 # keys the sweeper sets on every job itself: a user's value would be overwritten or contradict the budget
-OWNED = {"trainer.epochs": "hydra.sweeper.max_epochs (the schedule's horizon)",
-         "trainer.stop_at_epoch": "the rung budgets (hydra.sweeper.min_epochs, max_epochs, eta)",
-         "resume": "the sweeper (a promoted trial resumes from its own checkpoint)"}
+OWNED = {
+    "trainer.epochs": "hydra.sweeper.max_epochs (the schedule's horizon)",
+    "trainer.stop_at_epoch": "the rung budgets (hydra.sweeper.min_epochs, max_epochs, eta)",
+    "resume": "the sweeper (a promoted trial resumes from its own checkpoint)",
+}
 WHERE = "hydra/sweeper=halving"
 
 
@@ -42,14 +46,14 @@ class Param:
             return list(self.distribution.choices)
         return [self.distribution.low, self.distribution.high]
 
-    def grid(self) -> Optional[list[Any]]:
+    def grid(self) -> list[Any] | None:
         """Every value a grid visits, or None for a continuous range."""
         if self.categorical:
             return list(self.distribution.choices)
         step = getattr(self.distribution, "step", None)
         if step is None:
             return None
-        low, n = self.distribution.low, int(round((self.distribution.high - self.distribution.low) / step))
+        low, n = self.distribution.low, int(round((self.distribution.high - self.distribution.low) / step))  # noqa: RUF046
         return [type(low)(low + i * step) for i in range(n + 1)]
 
 
@@ -77,8 +81,10 @@ def value_text(value: Any) -> str:
 
 def overrides_of(params: Mapping[str, Any]) -> list[str]:
     """A trial's parameters as overrides that read back the same (a string is quoted when it must be)."""
-    return [override(key, value) if isinstance(value, str) else f"{key}={value_text(value)}"
-            for key, value in params.items()]
+    return [
+        override(key, value) if isinstance(value, str) else f"{key}={value_text(value)}"
+        for key, value in params.items()
+    ]
 
 
 def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
@@ -96,16 +102,20 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
             key = o.get_key_element()
             bare = key.lstrip("+~")
             if bare in OWNED:
-                raise ConfigError(f"{WHERE}: {line!r}: the sweeper sets {bare} on every trial itself, from "
-                                  f"{OWNED[bare]}; drop it from {origin}")
+                raise ConfigError(
+                    f"{WHERE}: {line!r}: the sweeper sets {bare} on every trial itself, from "
+                    f"{OWNED[bare]}; drop it from {origin}"
+                )
             if bare.startswith("hydra."):
                 if o.is_sweep_override():
                     raise ConfigError(f"{WHERE}: {line!r} sweeps {bare}, Hydra's own setting, not a trial's")
                 continue
             if origin == "the command line":  # a fixed value given twice: the last wins, as in Hydra
                 if key in typed and (typed[key] or o.is_sweep_override()):
-                    raise ConfigError(f"{WHERE}: {key} is given twice on the command line, swept at least once "
-                                      f"({line!r} is the second); give it once: a fixed value, or a sweep")
+                    raise ConfigError(
+                        f"{WHERE}: {key} is given twice on the command line, swept at least once "
+                        f"({line!r} is the second); give it once: a fixed value, or a sweep"
+                    )
                 typed[key] = o.is_sweep_override()
             if not o.is_sweep_override():
                 space.params.pop(key, None)  # a fixed value takes the key out of a preset space
@@ -115,9 +125,11 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
             space.params[key] = Param(key, _distribution(o, line), "log" in getattr(o.value(), "tags", ()), line)
             space.fixed = [f for f in space.fixed if parser.parse_override(f).get_key_element() != key]
     if not space.params:
-        raise ConfigError(f"{WHERE}: the search space is empty: sweep at least one key, e.g. "
-                          "'optimizer.lr=tag(log, interval(1e-4, 1e-2))' 'model.hidden=choice(64,128,256)', "
-                          "or set hydra.sweeper.params")
+        raise ConfigError(
+            f"{WHERE}: the search space is empty: sweep at least one key, e.g. "
+            "'optimizer.lr=tag(log, interval(1e-4, 1e-2))' 'model.hidden=choice(64,128,256)', "
+            "or set hydra.sweeper.params"
+        )
     return space
 
 
@@ -145,10 +157,14 @@ def _distribution(o, line: str):
     if o.is_range_sweep() and not value.shuffle:
         values = list(o.sweep_iterator())
         if not values:
-            raise ConfigError(f"{WHERE}: {line!r} is empty (range's stop is exclusive): it must give at least one value")
+            raise ConfigError(
+                f"{WHERE}: {line!r} is empty (range's stop is exclusive): it must give at least one value"
+            )
         if log:
-            raise ConfigError(f"{WHERE}: {line!r}: a range has a step, so it cannot be log-sampled; "
-                              "use tag(log, interval(low, high)) or choice(...)")
+            raise ConfigError(
+                f"{WHERE}: {line!r}: a range has a step, so it cannot be log-sampled; "
+                "use tag(log, interval(low, high)) or choice(...)"
+            )
         if len(values) > 1 and all(isinstance(v, int) for v in values):
             return IntDistribution(values[0], values[-1], step=values[1] - values[0])
         if len(values) > 1:
@@ -161,11 +177,14 @@ def _distribution(o, line: str):
         if len(set(map(str, choices))) != len(choices):
             raise ConfigError(f"{WHERE}: {line!r} lists a value twice")
         if log:
-            raise ConfigError(f"{WHERE}: {line!r}: choices are categories, not log-sampled numbers; "
-                              "use tag(log, interval(low, high))")
+            raise ConfigError(
+                f"{WHERE}: {line!r}: choices are categories, not log-sampled numbers; use tag(log, interval(low, high))"
+            )
         return CategoricalDistribution(choices)
-    raise ConfigError(f"{WHERE}: {line!r}: {type(value).__name__} cannot be sampled; use choice(...), "
-                      f"range(...) or interval(...) for {key}")
+    raise ConfigError(
+        f"{WHERE}: {line!r}: {type(value).__name__} cannot be sampled; use choice(...), "
+        f"range(...) or interval(...) for {key}"
+    )
 
 
 def check_sampler(space: Space, sampler: str) -> None:
@@ -173,15 +192,19 @@ def check_sampler(space: Space, sampler: str) -> None:
     if sampler == "grid":
         continuous = [p.typed for p in space.params.values() if p.grid() is None]
         if continuous:
-            raise ConfigError(f"{WHERE}: hydra.sweeper.sampler=grid needs every key discrete, but "
-                              f"{', '.join(repr(c) for c in continuous)} is continuous: use choice(...) or "
-                              "range(...), or another sampler (tpe, random, cmaes)")
+            raise ConfigError(
+                f"{WHERE}: hydra.sweeper.sampler=grid needs every key discrete, but "
+                f"{', '.join(repr(c) for c in continuous)} is continuous: use choice(...) or "
+                "range(...), or another sampler (tpe, random, cmaes)"
+            )
     if sampler == "cmaes":
         categorical = [p.typed for p in space.params.values() if p.categorical]
         if categorical:
-            raise ConfigError(f"{WHERE}: hydra.sweeper.sampler=cmaes samples numbers only, but "
-                              f"{', '.join(repr(c) for c in categorical)} is categorical: use "
-                              "interval(...) or range(...) for it, or sampler=tpe (or random)")
+            raise ConfigError(
+                f"{WHERE}: hydra.sweeper.sampler=cmaes samples numbers only, but "
+                f"{', '.join(repr(c) for c in categorical)} is categorical: use "
+                "interval(...) or range(...) for it, or sampler=tpe (or random)"
+            )
 
 
 def grid_size(space: Space) -> int:

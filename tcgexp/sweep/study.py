@@ -12,19 +12,23 @@ what the sweeper needs to continue it (rung, per-seed values, run dirs) is in it
 ``tcgexp``. The study's user attribute ``tcgexp_halving`` holds the settings that must not change when a
 study is continued (space, rungs, seeds, objective).
 """
+
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import ConfigError
 from ..extras import install_line
 from . import asha, dbbounds
 
-DRIVERS = {"mysql": "PyMySQL (mysql+pymysql://)", "mariadb": "PyMySQL (mariadb+pymysql://)",
-           "postgresql": "psycopg (postgresql+psycopg://)"}
+DRIVERS = {
+    "mysql": "PyMySQL (mysql+pymysql://)",
+    "mariadb": "PyMySQL (mariadb+pymysql://)",
+    "postgresql": "psycopg (postgresql+psycopg://)",
+}
 SETTINGS = "tcgexp_halving"
 ATTR = "tcgexp"
 
@@ -39,7 +43,7 @@ def shown(url: str) -> str:
         return url
 
 
-def open_storage(storage: Optional[str], sweep_dir: Path):
+def open_storage(storage: str | None, sweep_dir: Path):
     """(Optuna storage, its printable name); ConfigError naming hydra.sweeper.storage when it cannot be had.
 
     Every call to it is bounded (``dbbounds``): the driver's own connect and read timeouts, and a deadline
@@ -65,36 +69,50 @@ def open_storage(storage: Optional[str], sweep_dir: Path):
         return dbbounds.bounded_storage(dbbounds.bounded(url, key, connect), url, key), key
     except ImportError as exc:
         dialect = dbbounds.dialect(url)
-        raise ConfigError(f"{key}: its database driver is not installed ({exc}); {install_line('sweep')} "
-                          f"brings {DRIVERS.get(dialect, 'PyMySQL and psycopg')}") from None
+        raise ConfigError(
+            f"{key}: its database driver is not installed ({exc}); {install_line('sweep')} "
+            f"brings {DRIVERS.get(dialect, 'PyMySQL and psycopg')}"
+        ) from None
 
 
 def open_study(storage, key: str, name: str, direction: str, sampler, settings: dict):
     """The study `name`, created or continued; a continued one must have the same `settings`."""
     import optuna
 
-    study = dbbounds.bounded(getattr(storage, "url", key), key, lambda: optuna.create_study(
-        storage=storage, study_name=name, direction=direction, sampler=sampler, load_if_exists=True),
-        f"cannot create or load study {name!r}")
+    study = dbbounds.bounded(
+        getattr(storage, "url", key),
+        key,
+        lambda: optuna.create_study(
+            storage=storage, study_name=name, direction=direction, sampler=sampler, load_if_exists=True
+        ),
+        f"cannot create or load study {name!r}",
+    )
     saved = study.user_attrs.get(SETTINGS)
     if saved is None:
         study.set_user_attr(SETTINGS, settings)
     elif saved != settings:
-        differ = [f"{k}: the study has {saved.get(k)!r}, this command {settings.get(k)!r}"
-                  for k in sorted(set(saved) | set(settings)) if saved.get(k) != settings.get(k)]
-        raise ConfigError(f"study {name!r} in {key} was run with other settings ({'; '.join(differ)}): "
-                          "continue it with its own, or start a new one (a new hydra.sweep.dir, or "
-                          "hydra.sweeper.study_name)")
+        differ = [
+            f"{k}: the study has {saved.get(k)!r}, this command {settings.get(k)!r}"
+            for k in sorted(set(saved) | set(settings))
+            if saved.get(k) != settings.get(k)
+        ]
+        raise ConfigError(
+            f"study {name!r} in {key} was run with other settings ({'; '.join(differ)}): "
+            "continue it with its own, or start a new one (a new hydra.sweep.dir, or "
+            "hydra.sweeper.study_name)"
+        )
     return study
 
 
-def make_sampler(name: str, seed: Optional[int], grid: Optional[dict] = None):
+def make_sampler(name: str, seed: int | None, grid: dict | None = None):
     import optuna
 
-    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed),
-                "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-                "grid": lambda: optuna.samplers.GridSampler(grid or {}, seed=seed),
-                "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)}
+    samplers = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+        "grid": lambda: optuna.samplers.GridSampler(grid or {}, seed=seed),
+        "cmaes": lambda: optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False),
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return samplers[name]()
@@ -110,25 +128,43 @@ class Record:
     run_dirs: list[str]  # one per seed
     seed_values: dict[int, list[float]] = field(default_factory=dict)  # rung index -> each seed's value
     interruptions: int = 0
-    error: Optional[str] = None
+    error: str | None = None
 
     def attrs(self) -> dict:
         t = self.trial
-        return {"rung": t.rung, "state": t.state, "promoted": t.promoted, "run_dirs": self.run_dirs,
-                "values": {str(k): v for k, v in self.seed_values.items()}, "interruptions": self.interruptions,
-                "error": self.error}
+        return {
+            "rung": t.rung,
+            "state": t.state,
+            "promoted": t.promoted,
+            "run_dirs": self.run_dirs,
+            "values": {str(k): v for k, v in self.seed_values.items()},
+            "interruptions": self.interruptions,
+            "error": self.error,
+        }
 
     @classmethod
-    def of(cls, frozen) -> Optional["Record"]:
+    def of(cls, frozen) -> Record | None:
         """The record kept in an Optuna trial (None: a trial this sweeper did not make)."""
         a = frozen.user_attrs.get(ATTR)
         if not a:
             return None
         values = {int(k): [float(x) for x in v] for k, v in a["values"].items()}
-        trial = asha.Trial(frozen.number, int(a["rung"]), a["state"],
-                           {k: asha.mean_interval(v)[0] for k, v in values.items()}, bool(a["promoted"]))
-        return cls(trial, frozen._trial_id, dict(frozen.params), list(a["run_dirs"]), values,
-                   int(a.get("interruptions", 0)), a.get("error"))
+        trial = asha.Trial(
+            frozen.number,
+            int(a["rung"]),
+            a["state"],
+            {k: asha.mean_interval(v)[0] for k, v in values.items()},
+            bool(a["promoted"]),
+        )
+        return cls(
+            trial,
+            frozen._trial_id,
+            dict(frozen.params),
+            list(a["run_dirs"]),
+            values,
+            int(a.get("interruptions", 0)),
+            a.get("error"),
+        )
 
     def save(self, study) -> None:
         """Into the Optuna trial (before it is told finished: a finished trial is read-only)."""

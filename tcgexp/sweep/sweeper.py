@@ -11,6 +11,7 @@ A stopped sweep (Ctrl-C, SIGTERM, SIGKILL) continues when the same command runs 
 dir is ``multirun/halving/<digest of the command>``, ``tcgexp.sweep.config.sweep_name``): the study says which trials were in flight, their run dirs say how far each got (a finished
 job is never re-run; an interrupted one resumes from its ``latest/``).
 """
+
 from __future__ import annotations
 
 import signal
@@ -34,12 +35,14 @@ class HalvingSearch:
         from hydra.core.plugins import Plugins
 
         known = {f.name for f in fields(HalvingSweeperConfig)}
-        values = {k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in settings.items()
-                  if k in known}
+        values = {
+            k: (OmegaConf.to_container(v) if OmegaConf.is_config(v) else v) for k, v in settings.items() if k in known
+        }
         self.s = HalvingSweeperConfig(**values)
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
         # however the folder is written (relative, absolute, through a link): one folder, one study
         self.sweep_dir = identity.real_dir(config.hydra.sweep.dir)
         self.job_idx = 0
@@ -51,9 +54,11 @@ class HalvingSearch:
         if problem:
             raise ConfigError(f"{WHERE}: {problem}")
         if self.s.min_epochs > self.s.max_epochs:
-            raise ConfigError(f"{WHERE}: hydra.sweeper.min_epochs={self.s.min_epochs} is above hydra.sweeper."
-                              f"max_epochs={self.s.max_epochs}: the lowest rung cannot train longer than the full "
-                              "budget; lower min_epochs or raise max_epochs")
+            raise ConfigError(
+                f"{WHERE}: hydra.sweeper.min_epochs={self.s.min_epochs} is above hydra.sweeper."
+                f"max_epochs={self.s.max_epochs}: the lowest rung cannot train longer than the full "
+                "budget; lower min_epochs or raise max_epochs"
+            )
 
     def objective(self) -> tuple[str, str]:
         """(optimized_metric, direction): a direction that contradicts the metric is refused."""
@@ -61,20 +66,26 @@ class HalvingSearch:
 
         metric = self.config.get("optimized_metric")
         if metric is None:
-            raise ConfigError(f"{WHERE}: optimized_metric=null gives the sweeper nothing to optimise: set it "
-                              "(val/loss, val/accuracy, best/val_loss, ...)")
+            raise ConfigError(
+                f"{WHERE}: optimized_metric=null gives the sweeper nothing to optimise: set it "
+                "(val/loss, val/accuracy, best/val_loss, ...)"
+            )
         check_metric(metric)
         natural = "maximize" if higher_is_better(metric) else "minimize"
         if self.s.direction not in (None, natural):
-            raise ConfigError(f"{WHERE}: hydra.sweeper.direction={self.s.direction} contradicts optimized_metric="
-                              f"{metric}, which is better when {'higher' if natural == 'maximize' else 'lower'}: "
-                              f"set direction={natural} (or leave it unset)")
+            raise ConfigError(
+                f"{WHERE}: hydra.sweeper.direction={self.s.direction} contradicts optimized_metric="
+                f"{metric}, which is better when {'higher' if natural == 'maximize' else 'lower'}: "
+                f"set direction={natural} (or leave it unset)"
+            )
         return str(metric), natural
 
     def base_seed(self, space: spaces.Space) -> int:
         if self.s.seeds > 1 and "seed" in space.params:
-            raise ConfigError(f"{WHERE}: hydra.sweeper.seeds={self.s.seeds} runs seeds seed, seed+1, ... itself; "
-                              f"{space.params['seed'].typed!r} sweeps it too: drop one of them")
+            raise ConfigError(
+                f"{WHERE}: hydra.sweeper.seeds={self.s.seeds} runs seeds seed, seed+1, ... itself; "
+                f"{space.params['seed'].typed!r} sweeps it too: drop one of them"
+            )
         return int(self.config.seed)
 
     def check_trials_compose(self, space: spaces.Space, budgets: list[int]) -> None:
@@ -90,14 +101,15 @@ class HalvingSearch:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
                 validate(cfg)
                 check_memory(cfg)
-            except Exception as exc:  # noqa: BLE001 - Hydra's, OmegaConf's or our own line
+            except Exception as exc:  # Hydra's, OmegaConf's or our own line
                 from ..console import user_error
 
                 line = user_error(exc)
                 if line is None:
                     raise
-                raise ConfigError(f"{WHERE}: a trial with {' '.join(spaces.overrides_of(params))} cannot run: "
-                                  f"{line}") from None
+                raise ConfigError(
+                    f"{WHERE}: a trial with {' '.join(spaces.overrides_of(params))} cannot run: {line}"
+                ) from None
 
     def budget_overrides(self, budget: int) -> list[str]:
         return [f"trainer.epochs={self.s.max_epochs}", f"trainer.stop_at_epoch={budget}"]
@@ -135,13 +147,24 @@ class HalvingSearch:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweeper says what happens, once
         storage, key = studies.open_storage(self.s.storage, self.sweep_dir)
         own_db = self.s.storage is None
-        name, continued = (self.s.study_name, None) if self.s.study_name else \
-            dbbounds.bounded(storage.url, key, lambda: identity.find_study(storage, self.sweep_dir, own_db))
+        name, continued = (
+            (self.s.study_name, None)
+            if self.s.study_name
+            else dbbounds.bounded(storage.url, key, lambda: identity.find_study(storage, self.sweep_dir, own_db))
+        )
         self.lock = identity.hold(self.sweep_dir, name)  # a second start of a running study is refused here
         if continued:
             say(continued)
-        settings = {"space": space.settings(), "fixed": sorted(space.fixed), "rungs": budgets, "eta": self.s.eta,
-                    "seeds": self.s.seeds, "seed": seed0, "metric": metric, "direction": direction}
+        settings = {
+            "space": space.settings(),
+            "fixed": sorted(space.fixed),
+            "rungs": budgets,
+            "eta": self.s.eta,
+            "seeds": self.s.seeds,
+            "seed": seed0,
+            "metric": metric,
+            "direction": direction,
+        }
         grid = {k: p.grid() for k, p in space.params.items()} if self.s.sampler == "grid" else None
         study = studies.open_study(storage, key, name, direction, None, settings)  # refused before any trial
         # a continued study's sampler seed moves on by its trials, so it never draws the first ones again
@@ -151,10 +174,12 @@ class HalvingSearch:
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         records = [r for r in map(studies.Record.of, study.trials) if r is not None]
         self.job_idx = int(study.user_attrs.get("tcgexp_jobs", 0))
-        self.run = run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)
-        say(f"study {name!r} in {key}: {len(space.params)} swept keys, rungs {', '.join(map(str, budgets))} epochs "
+        self.run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)
+        say(
+            f"study {name!r} in {key}: {len(space.params)} swept keys, rungs {', '.join(map(str, budgets))} epochs "
             f"(eta {self.s.eta}), {n_trials} configurations x {self.s.seeds} seed(s), sampler {self.s.sampler}"
-            + (f"; continuing: {len(records)} configurations there already" if records else ""))
+            + (f"; continuing: {len(records)} configurations there already" if records else "")
+        )
 
     def launch(self, jobs: list[list[str]]):
         """The launcher's launch, under the sweep's own stop signals: a launcher whose jobs run elsewhere
@@ -178,7 +203,7 @@ class HalvingSearch:
                 # the sweep stops as after the first signal, 128 + signum, not by dying of SIGINT
                 raise SystemExit(128 + stops[0]) from None
             raise
-        except Exception:  # noqa: BLE001 - what a stopped batch looks like from some launchers
+        except Exception:  # what a stopped batch looks like from some launchers
             if not stops:
                 raise
             returns = [None] * len(jobs)
@@ -192,8 +217,10 @@ class HalvingSearch:
         return returns
 
     def say_stopped(self) -> None:
-        say(f"stopped; every trial keeps its latest/: run the same command to continue the study (or any command "
-            f"with hydra.sweep.dir={self.sweep_dir}, however that folder is written)")
+        say(
+            f"stopped; every trial keeps its latest/: run the same command to continue the study (or any command "
+            f"with hydra.sweep.dir={self.sweep_dir}, however that folder is written)"
+        )
 
     def batch_size(self) -> int:
         """Jobs per launch: hydra.sweeper.batch, else what the launcher runs at once."""

@@ -3,9 +3,10 @@
 Trackers are built by Hydra from ``conf/tracking/*.yaml`` (each a partial of
 its class): ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
 """
+
 from __future__ import annotations
 
-from typing import ClassVar, Optional, Protocol
+from typing import ClassVar, Protocol
 
 from omegaconf import MISSING
 
@@ -27,20 +28,25 @@ class TrackingConfig:
 
     _target_: str = MISSING
     _partial_: bool = True  # the job adds hparams, context and resume_hash
-    experiment: Optional[str] = None  # default: named after the sweep (or the single run)
+    experiment: str | None = None  # default: named after the sweep (or the single run)
     UNPINNED: ClassVar[tuple] = ALL
     # a name Aim stores as UTF-8 text (bytes a terminal could not decode left a half-made run behind)
-    CHECKS: ClassVar[tuple] = (("experiment", lambda v: v is None or (str(v).isprintable() and bool(str(v).strip())
-                                                                       and _utf8(str(v))),
-                                "null or printable text (UTF-8, no control characters)"),)
+    CHECKS: ClassVar[tuple] = (
+        (
+            "experiment",
+            lambda v: v is None or (str(v).isprintable() and bool(str(v).strip()) and _utf8(str(v))),
+            "null or printable text (UTF-8, no control characters)",
+        ),
+    )
     NULLABLE: ClassVar[tuple] = ("experiment",)
 
 
 class Tracker(Protocol):
-    hash: Optional[str]
+    hash: str | None
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
-              context: Optional[dict] = None) -> None: ...  # context: extra Aim context ({"rank": r})
+    def track(
+        self, values: dict[str, float], *, step: int, epoch: int | None = None, context: dict | None = None
+    ) -> None: ...  # context: extra Aim context ({"rank": r})
 
     def finish(self, status: str) -> None: ...  # run["status"] = "completed" | "stopped"
 
@@ -48,7 +54,7 @@ class Tracker(Protocol):
 
     def begin_close(self) -> None: ...  # optional: start flushing while the job tears down; close() then waits
 
-    def close(self, within: Optional[float] = None) -> None: ...  # within: a bound (a stopping run's budget), if taken
+    def close(self, within: float | None = None) -> None: ...  # within: a bound (a stopping run's budget), if taken
 
 
 class NullTracker:
@@ -75,4 +81,4 @@ class NullTracker:
         pass
 
 
-__all__ = ["Tracker", "TrackingConfig", "NullTracker", "JobContext", "job_context"]
+__all__ = ["JobContext", "NullTracker", "Tracker", "TrackingConfig", "job_context"]

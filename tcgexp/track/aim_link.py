@@ -8,13 +8,13 @@ one chart per metric, one colour per combination of the swept keys (``seed`` is 
 share their configuration's colour). A key of a config group (``cache``) is coloured by the option's
 name (``run.swept.cache``), any other by its value in the run's config (``run.hparams.tbptt.chunk``).
 """
+
 from __future__ import annotations
 
 import base64
 import json
 import urllib.parse
 from pathlib import Path
-from typing import Optional
 
 from . import multirun
 from .findings import touches_data
@@ -62,15 +62,22 @@ def explorer_path(sweep_dir: Path, keys: list[str], groups: int = 0) -> str:
     """``/metrics?grouping=...&chart=...&select=...`` for the sweep: append it to an ``aim up`` address.
     `groups`: how many colours it needs (past the 8 of Aim's first palette, its second: 24)."""
     cfg = multirun.load(sweep_dir)
-    select = {"options": [], "query": "", "advancedMode": True,
-              "advancedQuery": query(multirun.sweep_id(sweep_dir, cfg), metrics_of(cfg, keys))}
-    grouping = {"color": colour_paths(cfg, keys), "chart": ["name"],  # the UI merges in the rest
-                "paletteIndex": 1 if groups > PALETTE else 0}
+    select = {
+        "options": [],
+        "query": "",
+        "advancedMode": True,
+        "advancedQuery": query(multirun.sweep_id(sweep_dir, cfg), metrics_of(cfg, keys)),
+    }
+    grouping = {
+        "color": colour_paths(cfg, keys),
+        "chart": ["name"],  # the UI merges in the rest
+        "paletteIndex": 1 if groups > PALETTE else 0,
+    }
     chart = {"legends": {"display": True, "mode": "pinned"}}  # each colour's option written beside the charts
     return f"/metrics?grouping={aim_state(grouping)}&chart={aim_state(chart)}&select={aim_state(select)}"
 
 
-def link(sweep_dir: Path, keys: list[str], groups: int = 0) -> Optional[tuple[str, str]]:
+def link(sweep_dir: Path, keys: list[str], groups: int = 0) -> tuple[str, str] | None:
     """(how to start the UI, the link to open), or None when the sweep did not track (tracking=off)."""
     cfg = multirun.load(sweep_dir)
     where = multirun.tracking(cfg)
@@ -80,5 +87,4 @@ def link(sweep_dir: Path, keys: list[str], groups: int = 0) -> Optional[tuple[st
     if "repo" in where:
         return f"aim up --repo {where['repo']}", f"http://127.0.0.1:{UI_PORT}{path}"
     host = urllib.parse.urlparse(where["uri"].replace("aim://", "http://", 1)).hostname or "<server>"
-    return (f"the Aim server's host runs `aim up --repo <its repo> --host 0.0.0.0`",
-            f"http://{host}:{UI_PORT}{path}")
+    return ("the Aim server's host runs `aim up --repo <its repo> --host 0.0.0.0`", f"http://{host}:{UI_PORT}{path}")

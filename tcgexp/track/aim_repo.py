@@ -6,6 +6,7 @@ right after a sweep needs); ``quiet_aim`` keeps Aim's INFO lines off the console
 is bounded (``within``), and a failure is ``TrackingUnavailable``: one line (``say_untracked``), then the
 job trains on untracked.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 LOCK_SECONDS = 5.0  # the longest a job waits for another's repo initialisation (it takes ~1 s)
 INIT_LOCK = ".tcgexp-init.lock"  # in <repo>/.aim/: the lock parallel jobs take to create the repo once
@@ -33,10 +35,10 @@ def one_line(text: str, limit: int = 300) -> str:
     """`text` on one line: an Aim or SQLAlchemy error spans many. SQLAlchemy appends the statement, its
     parameters and a link after the database's own message ("database or disk is full"); they are cut, so
     the limit never cuts the cause instead."""
-    text = re.sub(r"\n\[SQL: .*?(?:\n\(Background on this error at: [^)\s]*\)|$)", "", str(text), flags=re.S)
+    text = re.sub(r"\n\[SQL: .*?(?:\n\(Background on this error at: [^)\s]*\)|$)", "", str(text), flags=re.DOTALL)
     text = re.sub(r"\n\(Background on this error at: [^)\s]*\)", "", text)
     flat = " ".join(part.strip() for part in text.splitlines() if part.strip())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def within(seconds: float, fn: Callable[[], Any]) -> bool:
@@ -50,7 +52,7 @@ def within(seconds: float, fn: Callable[[], Any]) -> bool:
     def target() -> None:
         try:
             fn()
-        except Exception:  # noqa: BLE001 - the caller only needs "finished or not"
+        except Exception:  # noqa: BLE001, S110 - the caller only needs "finished or not"
             pass
         finally:
             done.set()
@@ -59,7 +61,7 @@ def within(seconds: float, fn: Callable[[], Any]) -> bool:
     return done.wait(seconds)
 
 
-def ensure_repo(path: Optional[str | Path]) -> Optional[Path]:
+def ensure_repo(path: str | Path | None) -> Path | None:
     """The Aim repo at `path`, created if missing; None (said in one line) when it cannot be had.
 
     Never raises and never waits more than LOCK_SECONDS: the sweep callback calls it
@@ -74,7 +76,7 @@ def ensure_repo(path: Optional[str | Path]) -> Optional[Path]:
     return None
 
 
-def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS) -> Path:
+def prepare_repo(path: str | Path | None, lock_seconds: float = LOCK_SECONDS) -> Path:
     """Create the Aim repo once, under a file lock taken with a timeout; TrackingUnavailable says why not.
 
     Parallel jobs of a sweep all start by opening the repo; two that find it
@@ -105,8 +107,9 @@ def prepare_repo(path: Optional[str | Path], lock_seconds: float = LOCK_SECONDS)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TrackingUnavailable(f"{lock_path} has been held by another process for "
-                                              f"{lock_seconds:.0f} s") from None
+                    raise TrackingUnavailable(
+                        f"{lock_path} has been held by another process for {lock_seconds:.0f} s"
+                    ) from None
                 time.sleep(0.05)
         if not (dot_aim / "VERSION").exists():
             aim.Repo.from_path(str(root), init=True)

@@ -16,6 +16,7 @@ gives it the local repo and a lower priority, ``tracking=aim_remote`` a server.
 Built by Hydra (``conf/tracking/aim.yaml``):
 ``build(cfg.tracking)(hparams=..., context=..., resume_hash=...)``.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..schema import schema
 from . import TrackingConfig
@@ -45,10 +46,10 @@ SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("va
 
 @schema("tracking", "aim")
 class AimTrackingConfig(TrackingConfig):
-    repo: Optional[str] = "."  # the folder holding .aim/ (what `aim up --repo` takes)
+    repo: str | None = "."  # the folder holding .aim/ (what `aim up --repo` takes)
 
 
-def subset_of(name: str) -> Optional[str]:
+def subset_of(name: str) -> str | None:
     """The Aim context subset of a metric name: "train", "val", or None (no context)."""
     for prefix, subset in SUBSETS:
         if name == prefix or (prefix.endswith("/") and name.startswith(prefix)):
@@ -56,10 +57,10 @@ def subset_of(name: str) -> Optional[str]:
     return None
 
 
-def by_context(values: dict[str, float], extra: Optional[dict] = None) -> list[tuple[dict, dict[str, float]]]:
+def by_context(values: dict[str, float], extra: dict | None = None) -> list[tuple[dict, dict[str, float]]]:
     """`values` split into (context, values) groups: one Aim ``track`` call each. `extra` joins every
     group's context (``{"rank": r}``: one rank's own counters in a distributed run)."""
-    groups: dict[Optional[str], dict[str, float]] = {}
+    groups: dict[str | None, dict[str, float]] = {}
     for name, value in values.items():
         groups.setdefault(subset_of(name), {})[name] = float(value)
     return [({**({"subset": subset} if subset else {}), **(extra or {})}, group) for subset, group in groups.items()]
@@ -81,24 +82,42 @@ class AimTracker:
     CHILD = ("-m", "tcgexp.track.remote")  # the process that writes the run (its arguments to this Python)
     REASON_SECONDS = 2.0  # how long a lost pipe waits for the child's own reason (the line it wrote before exiting)
 
-    def __init__(self, *, repo: Optional[str], experiment: Optional[str], hparams: dict, context: JobContext,
-                 resume_hash: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        *,
+        repo: str | None,
+        experiment: str | None,
+        hparams: dict,
+        context: JobContext,
+        resume_hash: str | None = None,
+    ) -> None:
         self.where = str(Path(str(repo or ".")).expanduser().absolute())
-        self._hash: Optional[str] = None
+        self._hash: str | None = None
         self._opened, self._failed = threading.Event(), False
         self._drained = threading.Event()  # the child's replies read to their end (it has exited)
         self._lines: queue.SimpleQueue = queue.SimpleQueue()
         self._closing = False  # its last line (close) is queued
-        self.proc: Optional[subprocess.Popen] = None  # None once closed
-        self._proc: Optional[subprocess.Popen] = None
-        init = {"repo": self.where, "experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
-                "attrs": run_attributes(hparams, context), "nice": self.NICE, "record": run_record(context)}
+        self.proc: subprocess.Popen | None = None  # None once closed
+        self._proc: subprocess.Popen | None = None
+        init = {
+            "repo": self.where,
+            "experiment": experiment_name(experiment, context),
+            "resume_hash": resume_hash,
+            "attrs": run_attributes(hparams, context),
+            "nice": self.NICE,
+            "record": run_record(context),
+        }
         try:
             # a session of its own: Ctrl-C (the terminal's foreground group) never reaches it, not even while it
             # starts, before it ignores signals (remote.child): the job says when it closes
             self.proc = self._proc = subprocess.Popen(
-                [sys.executable, *self.CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                bufsize=1, start_new_session=True)
+                [sys.executable, *self.CHILD],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
             self.proc.stdin.write(json.dumps(init, default=str) + "\n")
             self.proc.stdin.flush()
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
@@ -109,7 +128,7 @@ class AimTracker:
         self._writer.start()
 
     @property
-    def hash(self) -> Optional[str]:
+    def hash(self) -> str | None:
         if not self._opened.wait(OPEN_SECONDS):  # asked at every checkpoint: a silent child costs this once
             self._give_up(f"could not start an Aim run at {self.where} (no answer in {OPEN_SECONDS:.0f} s)")
         return self._hash
@@ -123,8 +142,7 @@ class AimTracker:
                     self._hash = reply["hash"]
                     break
                 if "unavailable" in reply or "error" in reply:
-                    why = reply.get("unavailable") or \
-                        f"could not start an Aim run at {self.where} ({reply['error']})"
+                    why = reply.get("unavailable") or f"could not start an Aim run at {self.where} ({reply['error']})"
                     self._give_up(why)
                     break
             else:
@@ -173,8 +191,9 @@ class AimTracker:
         if not self._failed and self.proc is not None:
             self._lines.put(json.dumps(msg, default=float) + "\n")
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
-              context: Optional[dict] = None) -> None:
+    def track(
+        self, values: dict[str, float], *, step: int, epoch: int | None = None, context: dict | None = None
+    ) -> None:
         self._send({"values": values, "step": step, "epoch": epoch, "context": context})  # (floats: _send, the child)
 
     def finish(self, status: str) -> None:
@@ -191,7 +210,7 @@ class AimTracker:
             self._closing = True
             self._lines.put(_CLOSE)
 
-    def close(self, within: Optional[float] = None) -> None:
+    def close(self, within: float | None = None) -> None:
         """Wait for the child to write every line and close the run: CLOSE_SECONDS (and OPEN_SECONDS more while
         it is still opening), or `within` seconds if less (a run stopping for a signal has a budget)."""
         self.begin_close()
@@ -203,8 +222,11 @@ class AimTracker:
         try:
             proc.wait(timeout=bound)
         except subprocess.TimeoutExpired:
-            print(f"[tracking] the Aim run at {self.where} did not finish writing in {bound:.0f} s; left unflushed",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[tracking] the Aim run at {self.where} did not finish writing in {bound:.0f} s; left unflushed",
+                file=sys.stderr,
+                flush=True,
+            )
             proc.kill()
             proc.wait()
         self._opened.wait(OPEN_SECONDS)  # the child is gone, its replies read at once: a failure to open is said by now
@@ -213,12 +235,12 @@ class AimTracker:
 _CLOSE = json.dumps({"close": True}) + "\n"
 
 
-def run_record(context: JobContext) -> Optional[str]:
+def run_record(context: JobContext) -> str | None:
     """Where the job's tracker records its run (None outside a run folder)."""
     return str(Path(context.run_dir) / RUN_RECORD) if context.run_dir else None
 
 
-def recorded_run(run_dir: Path, wait: float = 0.0) -> Optional[str]:
+def recorded_run(run_dir: Path, wait: float = 0.0) -> str | None:
     """The hash of the Aim run a job in `run_dir` wrote (its record), or None. `wait`: while that run's process
     still lives (a job SIGKILLed as its tracker started: the process opens the run and writes what it was
     sent), wait for it to end, at most `wait` seconds, so a resume continues that run and never races it."""
@@ -235,8 +257,14 @@ def recorded_run(run_dir: Path, wait: float = 0.0) -> Optional[str]:
 
 def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
     """What a job's Aim run records beside its metrics: its name, config, overrides, sweep membership."""
-    attrs: dict[str, Any] = {"name": context.name, "hparams": hparams, "overrides": list(context.overrides),
-                             "swept": context.swept, "status": "running", "error": None}
+    attrs: dict[str, Any] = {
+        "name": context.name,
+        "hparams": hparams,
+        "overrides": list(context.overrides),
+        "swept": context.swept,
+        "status": "running",
+        "error": None,
+    }
     if context.in_sweep:
         attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
         attrs["job_num"] = context.job_num
@@ -246,7 +274,7 @@ def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
 IDENTITY = ("name", "overrides", "swept", "sweep", "job_num")  # what a resumed job's run keeps as it was
 
 
-def open_run(aim, *, run_hash: Optional[str], repo: str, experiment: str, attrs: dict[str, Any]):
+def open_run(aim, *, run_hash: str | None, repo: str, experiment: str, attrs: dict[str, Any]):
     """A new Aim run in `experiment` with `attrs`; or, given `run_hash`, the run a resumed job continues.
 
     A resumed job is the same run: its name, overrides, sweep and experiment stay as its first job
@@ -286,7 +314,7 @@ def discard_run(aim, repo: str, run_hash: str) -> None:
     gc.collect()  # Aim's storage closes with the run object: deleted before that, its finalizer writes again
     try:
         aim.Repo(repo).delete_run(run_hash)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001, S110 - best effort: the failure said is the run's, not this clean-up's
         pass
 
 
@@ -299,12 +327,13 @@ def apply_attributes(run, attrs: dict[str, Any]) -> None:
             run[key] = value
 
 
-def experiment_name(experiment: Optional[str], context: JobContext) -> str:
+def experiment_name(experiment: str | None, context: JobContext) -> str:
     return str(experiment or context.experiment or "tcgexp")
 
 
-def mark_run(repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (),
-             untag: tuple[str, ...] = ()) -> bool:
+def mark_run(
+    repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (), untag: tuple[str, ...] = ()
+) -> bool:
     """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
     sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
     tracking; False (said in one line) when the run could not be marked."""

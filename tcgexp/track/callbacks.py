@@ -8,6 +8,7 @@ leaves a report with every row and its findings. On multirun end: the final repo
 and its findings on the console (``report``); a sweep stopped before it (a failed job, Ctrl-C)
 says them as its process exits.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -24,8 +25,8 @@ from omegaconf import DictConfig
 
 from ..launch import launched_rank, rank_suffix
 from ..ownership import remove_spill_root, spill_root_of
-from .summary import write_summary
 from .report import say
+from .summary import write_summary
 
 
 class SweepReport(Callback):
@@ -54,8 +55,12 @@ class SweepReport(Callback):
         if job_return.status == JobStatus.FAILED:
             exc = job_return._return_value  # the exception; .return_value would re-raise it
             error = f"{type(exc).__name__}: {exc}"
-        status = {"status": job_return.status.name, "error": error, "job_num": config.hydra.job.get("num"),
-                  "overrides": list(config.hydra.overrides.task)}
+        status = {
+            "status": job_return.status.name,
+            "error": error,
+            "job_num": config.hydra.job.get("num"),
+            "overrides": list(config.hydra.overrides.task),
+        }
         (job_dir / f"job_status{rank_suffix()}.json").write_text(json.dumps(status, indent=2))
         if config.hydra.mode == RunMode.MULTIRUN and not rank:
             write_summary(Path(config.hydra.sweep.dir))

@@ -5,25 +5,37 @@ sweep, the overrides whose key the sweep varies (read from the sweep's
 ``multirun.yaml``, which Hydra writes before it launches any job, with any
 launcher); outside one, its overrides less ``hydra.*`` and paths.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
-PATH_KEYS = ("root", "repo", "dir", "uri", "resume", "path", "endpoint", "tier_dir", "target")  # where things live, not what a job is
+PATH_KEYS = (
+    "root",
+    "repo",
+    "dir",
+    "uri",
+    "resume",
+    "path",
+    "endpoint",
+    "tier_dir",
+    "target",
+)  # where things live, not what a job is
 
 
 @dataclass(frozen=True)
 class JobContext:
-    sweep_id: Optional[str] = None  # shared by every job of one --multirun
-    sweep_dir: Optional[str] = None
-    job_num: Optional[int] = None
+    sweep_id: str | None = None  # shared by every job of one --multirun
+    sweep_dir: str | None = None
+    job_num: int | None = None
     overrides: list[str] = field(default_factory=list)
-    experiment: Optional[str] = None  # the Aim experiment: named after the sweep, or the single run
-    swept_keys: Optional[frozenset[str]] = None  # keys the sweep varies; None = not known
-    run_dir: Optional[str] = None  # the job's own folder (where its tracker records which run it writes)
+    experiment: str | None = None  # the Aim experiment: named after the sweep, or the single run
+    swept_keys: frozenset[str] | None = None  # keys the sweep varies; None = not known
+    run_dir: str | None = None  # the job's own folder (where its tracker records which run it writes)
 
     @property
     def in_sweep(self) -> bool:
@@ -51,7 +63,7 @@ class JobContext:
 
 def short(override: str) -> str:
     """``optimizer.lr=0.0012345678901234567`` (a sampler's draw) as ``optimizer.lr=0.001235``; as typed otherwise."""
-    key, value = _split(override)
+    _key, value = _split(override)
     typed = _typed(override, value)
     if isinstance(typed, float) and len(value) > 10:
         return f"{override.partition('=')[0]}={typed:.4g}"
@@ -78,7 +90,7 @@ def is_path_like(override: str) -> bool:
     return key.rsplit(".", 1)[-1].rsplit("/", 1)[-1] in PATH_KEYS or value.startswith(("/", "~", "./", "../"))
 
 
-def distinct_overrides(overrides: Iterable[str], swept_keys: Optional[frozenset[str]] = None) -> list[str]:
+def distinct_overrides(overrides: Iterable[str], swept_keys: frozenset[str] | None = None) -> list[str]:
     out = []
     for o in overrides:
         key, _ = _split(o)
@@ -90,7 +102,7 @@ def distinct_overrides(overrides: Iterable[str], swept_keys: Optional[frozenset[
     return out
 
 
-def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
+def swept_keys(sweep_dir: Path) -> frozenset[str] | None:
     """The keys a sweep varies: its sweep overrides (``a=1,2``, ``range(..)``) and ``hydra.sweeper.params``;
     never ``seed``, which only replicates (``seed=0,1,2``, ``hydra.sweeper.seeds``)."""
     try:
@@ -108,7 +120,7 @@ def swept_keys(sweep_dir: Path) -> Optional[frozenset[str]]:
         return None
 
 
-def job_context(run_dir: Optional[Path] = None) -> JobContext:
+def job_context(run_dir: Path | None = None) -> JobContext:
     """The running Hydra job's context; a bare context (named after run_dir) outside Hydra."""
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -116,15 +128,25 @@ def job_context(run_dir: Optional[Path] = None) -> JobContext:
 
         hc = HydraConfig.get()
     except (ImportError, ValueError):
-        return JobContext(experiment=Path(run_dir).name if run_dir else None,
-                          run_dir=str(Path(run_dir).absolute()) if run_dir else None)
+        return JobContext(
+            experiment=Path(run_dir).name if run_dir else None,
+            run_dir=str(Path(run_dir).absolute()) if run_dir else None,
+        )
     overrides = list(hc.overrides.task)
     if hc.mode == RunMode.MULTIRUN:
         sweep_dir = str(Path(hc.sweep.dir).absolute())
         sweep_id = hashlib.sha1(sweep_dir.encode()).hexdigest()[:12]
         name = f"sweep {Path(hc.sweep.dir).parent.name}/{Path(hc.sweep.dir).name}"
-        return JobContext(sweep_id, sweep_dir, int(hc.job.num), overrides, name, swept_keys(Path(sweep_dir)),
-                          str(Path(hc.runtime.output_dir).absolute()))
+        return JobContext(
+            sweep_id,
+            sweep_dir,
+            int(hc.job.num),
+            overrides,
+            name,
+            swept_keys(Path(sweep_dir)),
+            str(Path(hc.runtime.output_dir).absolute()),
+        )
     run_dir = Path(hc.runtime.output_dir)
-    return JobContext(None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}",
-                      run_dir=str(run_dir.absolute()))
+    return JobContext(
+        None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}", run_dir=str(run_dir.absolute())
+    )

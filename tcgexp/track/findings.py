@@ -18,11 +18,12 @@ per-seed differences). One rule gives each comparison its verdict, in this order
 - ``better``: the interval excludes 0 (in the metric's good direction: the better option is named first);
 - ``within noise``: the interval includes 0.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
 from .stats import mean_interval
 
@@ -47,8 +48,12 @@ class Metric:
 
 
 # what a cache or loader key can change besides the objective (summary.csv's columns: the train cache)
-CACHE_METRICS = (Metric("cache_train_mib_decoded", False, "MiB"), Metric("cache_train_hit_pct", True, "%"),
-                 Metric("data_stall_pct", False, "%"), Metric("rows_per_s", True, "rows/s"))
+CACHE_METRICS = (
+    Metric("cache_train_mib_decoded", False, "MiB"),
+    Metric("cache_train_hit_pct", True, "%"),
+    Metric("data_stall_pct", False, "%"),
+    Metric("rows_per_s", True, "rows/s"),
+)
 THROUGHPUT = tuple(m for m in CACHE_METRICS if m.name in ("data_stall_pct", "rows_per_s"))  # per epoch too
 
 
@@ -80,9 +85,20 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
     `interval` its 95 % interval ([lo, hi]) or None, `n` the seeds behind it."""
     seeds = [s for s in a_cells if s in b_cells]
     if not seeds:
-        return {"metric": metric.name, "direction": metric.direction, "unit": metric.unit, "best": a, "vs": b,
-                "best_value": None, "vs_value": None, "difference": None, "relative_pct": None, "interval": None,
-                "n": 0, "verdict": NO_INTERVAL}
+        return {
+            "metric": metric.name,
+            "direction": metric.direction,
+            "unit": metric.unit,
+            "best": a,
+            "vs": b,
+            "best_value": None,
+            "vs_value": None,
+            "difference": None,
+            "relative_pct": None,
+            "interval": None,
+            "n": 0,
+            "verdict": NO_INTERVAL,
+        }
     diffs = [_mean(a_cells[s]) - _mean(b_cells[s]) for s in seeds]
     if (_mean(diffs) < 0) == metric.higher and _mean(diffs) != 0:  # the paired evidence names the better one
         a, a_cells, b, b_cells = b, b_cells, a, a_cells
@@ -101,10 +117,20 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
         _, half = mean_interval(diffs)
         interval = [diff - half, diff + half]
         verdict = BETTER if interval[0] > 0 or interval[1] < 0 else NOISE
-    return {"metric": metric.name, "direction": metric.direction, "unit": metric.unit, "best": a, "vs": b,
-            "best_value": best_value, "vs_value": vs_value, "difference": diff,
-            "relative_pct": 100 * diff / abs(vs_value) if vs_value else None, "interval": interval, "n": n,
-            "verdict": verdict}
+    return {
+        "metric": metric.name,
+        "direction": metric.direction,
+        "unit": metric.unit,
+        "best": a,
+        "vs": b,
+        "best_value": best_value,
+        "vs_value": vs_value,
+        "difference": diff,
+        "relative_pct": 100 * diff / abs(vs_value) if vs_value else None,
+        "interval": interval,
+        "n": n,
+        "verdict": verdict,
+    }
 
 
 def constant(cells: Cells, seeds: Sequence[Hashable]) -> bool:
@@ -173,7 +199,8 @@ HOW_TO_READ = (
     "difference needs no interval; `identical`: bit-identical values seed by seed (the option cannot change "
     "this metric); "
     "`better`: the interval excludes 0; `within noise`: it includes 0, so the sweep cannot tell the two apart; "
-    "`no interval`: one seed, so nothing says whether the difference is more than noise.")
+    "`no interval`: one seed, so nothing says whether the difference is more than noise."
+)
 
 
 def markdown(found: list[dict], kind: str, averaged: str = "") -> list[str]:
@@ -181,20 +208,40 @@ def markdown(found: list[dict], kind: str, averaged: str = "") -> list[str]:
     lines = ["## Findings", ""]
     if not found:
         return lines + ["No comparison yet: at least two options (configurations) must have completed.", ""]
-    head = ["key" if kind == "grid" else "configuration", "metric", "best", "vs", "best − vs", "95 % interval",
-            "n (seeds)", "verdict"]
+    head = [
+        "key" if kind == "grid" else "configuration",
+        "metric",
+        "best",
+        "vs",
+        "best − vs",
+        "95 % interval",
+        "n (seeds)",
+        "verdict",
+    ]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in found:
-        cells = [what(r), f"{r['metric']} ({r['direction']})", f"{r['best']}: {fmt(r['best_value'], r['unit'])}",
-                 f"{r['vs']}{' (default)' if r.get('vs_is') == 'default' else ''}: {fmt(r['vs_value'], r['unit'])}",
-                 fmt(r["difference"], r["unit"], signed=True), interval_text(r),
-                 str(r["n"]) + (f" ({r['removed']} removed by failed jobs)" if r.get("removed") else "")
-                 + (f" (left out, every job failed: {', '.join(r['left_out'])})" if r.get("left_out") else ""),
-                 f"**{r['verdict']}**"]
+        cells = [
+            what(r),
+            f"{r['metric']} ({r['direction']})",
+            f"{r['best']}: {fmt(r['best_value'], r['unit'])}",
+            f"{r['vs']}{' (default)' if r.get('vs_is') == 'default' else ''}: {fmt(r['vs_value'], r['unit'])}",
+            fmt(r["difference"], r["unit"], signed=True),
+            interval_text(r),
+            str(r["n"])
+            + (f" ({r['removed']} removed by failed jobs)" if r.get("removed") else "")
+            + (f" (left out, every job failed: {', '.join(r['left_out'])})" if r.get("left_out") else ""),
+            f"**{r['verdict']}**",
+        ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines += ["", HOW_TO_READ + (" " + averaged if averaged else "")]
     rerun = next((r["rerun"] for r in found if r.get("rerun")), None)
     if rerun:
-        lines += ["", f"Some rows have no interval: re-run the sweep with {SEEDS_TO_ADD} seeds "
-                      f"(replicates) to get one:", "", "```bash", rerun, "```"]
+        lines += [
+            "",
+            f"Some rows have no interval: re-run the sweep with {SEEDS_TO_ADD} seeds (replicates) to get one:",
+            "",
+            "```bash",
+            rerun,
+            "```",
+        ]
     return lines + [""]

@@ -6,12 +6,13 @@ read from that file: the command to re-run the sweep with seeds, the default opt
 (the base config's own choice: ``conf/config.yaml``'s defaults list as the sweep's experiment and fixed
 overrides left it), the Aim repo or server and the sweep's id in Aim's runs.
 """
+
 from __future__ import annotations
 
 import hashlib
 import shlex
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..overrides import printable
 from .findings import SEEDS_TO_ADD
@@ -102,7 +103,7 @@ def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
     return " ".join(["tcgexp-train", "--multirun", *(shlex.quote(printable(o)) for o in renamed + task)])
 
 
-def tracking(cfg) -> Optional[dict]:
+def tracking(cfg) -> dict | None:
     """Where the sweep's runs are: {"repo": <absolute folder>} (tracking=aim), {"uri": ...}
     (tracking=aim_remote), or None (tracking=off)."""
     target = str(get(cfg, "tracking._target_") or "")

@@ -8,6 +8,7 @@ queue; the job checks the server with a TCP connect every few seconds, and
 when it is gone says so once and kills the child. Training never waits on it.
 (The same child, given a local repo, is what ``tracking=aim`` runs: ``aim_run.AimTracker``.)
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar
 from urllib.parse import urlparse
 
 from ..schema import schema
@@ -36,30 +37,43 @@ STALL_SECONDS = 10.0  # at close: the longest the child may make no progress flu
 @schema("tracking", "aim_remote")
 class AimRemoteTrackingConfig(TrackingConfig):
     uri: str = "aim://127.0.0.1:53800"  # aim://host:port of a running `aim server`
-    CHECKS: ClassVar[tuple] = (("uri", lambda v: str(v).startswith("aim://"), "aim://host:port of a running aim server"),)
+    CHECKS: ClassVar[tuple] = (
+        ("uri", lambda v: str(v).startswith("aim://"), "aim://host:port of a running aim server"),
+    )
 
 
 class RemoteAimTracker:
-    def __init__(self, *, uri: str, experiment: Optional[str], hparams: dict, context: JobContext,
-                 resume_hash: Optional[str] = None) -> None:
+    def __init__(
+        self, *, uri: str, experiment: str | None, hparams: dict, context: JobContext, resume_hash: str | None = None
+    ) -> None:
         from .aim_run import experiment_name, run_attributes, run_record
 
-        init = {"experiment": experiment_name(experiment, context), "resume_hash": resume_hash,
-                "attrs": run_attributes(hparams, context), "record": run_record(context)}
+        init = {
+            "experiment": experiment_name(experiment, context),
+            "resume_hash": resume_hash,
+            "attrs": run_attributes(hparams, context),
+            "record": run_record(context),
+        }
         self.uri = uri = str(uri)
         url = urlparse(uri)
         self.address = (url.hostname or "127.0.0.1", url.port or 53800)
-        self.hash: Optional[str] = None
+        self.hash: str | None = None
         self._closing = False
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self._lines: queue.Queue = queue.Queue(maxsize=100_000)
         self._checked = time.monotonic()
         if not self._alive():
             self._say(f"no Aim server answers at {uri}")
             return
         try:  # any failure here (no child, a broken pipe, a silent server) costs tracking only
-            self.proc = subprocess.Popen([sys.executable, "-m", "tcgexp.track.remote"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tcgexp.track.remote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
             self.proc.stdin.write(json.dumps({"uri": uri, **init}) + "\n")
             self.proc.stdin.flush()
             reply = self._reply(IMPORT_SECONDS)  # the child's own start: Python and aim imported, no server yet
@@ -112,8 +126,9 @@ class RemoteAimTracker:
             proc.kill()
             proc.wait()
 
-    def track(self, values: dict[str, float], *, step: int, epoch: Optional[int] = None,
-              context: Optional[dict] = None) -> None:
+    def track(
+        self, values: dict[str, float], *, step: int, epoch: int | None = None, context: dict | None = None
+    ) -> None:
         if self.proc is None:
             return
         now = time.monotonic()
@@ -123,8 +138,9 @@ class RemoteAimTracker:
                 self._stop(f"lost the Aim server at {self.uri}")
                 return
         try:
-            self._lines.put_nowait(json.dumps({"values": values, "step": step, "epoch": epoch,
-                                                "context": context}) + "\n")
+            self._lines.put_nowait(
+                json.dumps({"values": values, "step": step, "epoch": epoch, "context": context}) + "\n"
+            )
         except queue.Full:
             pass  # the child is far behind; dropping a point beats stalling the step
 
@@ -148,7 +164,7 @@ class RemoteAimTracker:
             self._closing = True
             self._lines.put(_CLOSE)
 
-    def close(self, within: Optional[float] = None) -> None:
+    def close(self, within: float | None = None) -> None:
         """Flushing may take as long as the server takes lines (120 s at most, STALL_SECONDS without progress), or
         `within` seconds (a run stopping for a signal has a budget)."""
         if self.proc is None:
@@ -166,8 +182,9 @@ class RemoteAimTracker:
                 self._stop(f"the Aim run at {self.uri} made no progress flushing for {STALL_SECONDS:.0f} s")
                 return
             if time.monotonic() > deadline:
-                self._stop(f"the Aim run at {self.uri} did not finish flushing in "
-                           f"{120 if within is None else within:.0f} s")
+                self._stop(
+                    f"the Aim run at {self.uri} did not finish flushing in {120 if within is None else within:.0f} s"
+                )
                 return
             try:
                 self.proc.wait(timeout=0.5)
@@ -196,8 +213,8 @@ def child() -> None:
 
     init = json.loads(sys.stdin.readline())
     if init.get("record"):  # held for this process's life: a resume of the job waits until the run is written
-        from .aim_run import RECORD_LOCK, OPEN_SECONDS
         from ..ownership import HeldLock
+        from .aim_run import OPEN_SECONDS, RECORD_LOCK
 
         held = HeldLock(Path(init["record"]).with_name(RECORD_LOCK), "aim run")
         deadline = time.monotonic() + OPEN_SECONDS
@@ -217,16 +234,17 @@ def child() -> None:
 
     import aim
 
-    from .aim_run import by_context, open_run
     from .aim_repo import TrackingUnavailable, one_line, prepare_repo
+    from .aim_run import by_context, open_run
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
     reply({"imported": True})  # from here on, any wait is the server's (or the repo lock)
     try:
         # a local repo is created once, under its lock (aim_run.prepare_repo); a remote one is the server's
         repo = str(prepare_repo(init["repo"])) if "repo" in init else init["uri"]
-        run = open_run(aim, run_hash=init.get("resume_hash"), repo=repo, experiment=init["experiment"],
-                       attrs=init["attrs"])
+        run = open_run(
+            aim, run_hash=init.get("resume_hash"), repo=repo, experiment=init["experiment"], attrs=init["attrs"]
+        )
     except TrackingUnavailable as exc:
         reply({"unavailable": str(exc)})
         return

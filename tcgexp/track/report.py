@@ -8,6 +8,7 @@ rebuild the report. Any sweep dir, finished, failed or still running (the report
 job). The same lines end a sweep (``SweepReport.on_multirun_end``), and a sweep a failed job stopped as
 its process exits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,6 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Optional
 
 from ..console import one_line_errors
 from . import multirun
@@ -53,8 +53,9 @@ def why_none(sweep_dir: Path) -> str:
         statuses = [t["state"] for t in trials["trials"]]
     else:
         rows = [job_row(d) for d in job_dirs(sweep_dir)]
-        only_seeds = replicates(rows, grid_params(sweep_dir, rows),
-                                objective(multirun.optimized_metric(multirun.load(sweep_dir))))
+        only_seeds = replicates(
+            rows, grid_params(sweep_dir, rows), objective(multirun.optimized_metric(multirun.load(sweep_dir)))
+        )
         if only_seeds:
             return only_seeds
         statuses = [r["status"] for r in rows]
@@ -104,7 +105,7 @@ def sweeps_below(folder: Path, depth: int = 2, shown: int = 3) -> list[Path]:
 
 
 @one_line_errors(FileNotFoundError)
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="tcgexp-report", description=__doc__.split("\n")[0])
     p.add_argument("sweep_dir", help="a sweep's folder (hydra.sweep.dir: multirun/<date>/<time>, ...)")
     args = p.parse_args(argv)
@@ -113,8 +114,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
     if not read_trials(sweep_dir) and not job_dirs(sweep_dir):
         below = sweeps_below(sweep_dir)
-        hint = (f"; the newest sweeps below it: {', '.join(str(d) for d in below)}" if below else
-                "; give the folder a --multirun wrote (hydra.sweep.dir)")
+        hint = (
+            f"; the newest sweeps below it: {', '.join(str(d) for d in below)}"
+            if below
+            else "; give the folder a --multirun wrote (hydra.sweep.dir)"
+        )
         raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json){hint}")
     write_summary(sweep_dir)
     say(sweep_dir)

@@ -10,6 +10,7 @@ legend) goes to ``aim_metrics.json`` beside the PNGs. Chromium is driven over
 the DevTools protocol, because the charts draw only after real time has
 passed, which ``--screenshot`` does not wait for.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,17 +27,27 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from ..console import one_line_errors
 from .aim_link import aim_state, explorer_path
 
-METRICS_QUERY = ('(metric.name == "val/loss") or (metric.name == "train/loss") or '
-                 '(metric.name == "cache_train/hit_rate_pct") or (metric.name == "cache_train/bytes_loaded")')
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1600,1000"]
+METRICS_QUERY = (
+    '(metric.name == "val/loss") or (metric.name == "train/loss") or '
+    '(metric.name == "cache_train/hit_rate_pct") or (metric.name == "cache_train/bytes_loaded")'
+)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1000",
+]
 
 
 def free_port() -> int:
@@ -53,11 +64,11 @@ def wait_http(url: str, seconds: float) -> None:
                 return
         except OSError:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} did not answer in {seconds:.0f} s")
+                raise TimeoutError(f"{url} did not answer in {seconds:.0f} s") from None
             time.sleep(0.3)
 
 
-async def _call(ws, ids: list[int], method: str, params: Optional[dict] = None) -> dict:
+async def _call(ws, ids: list[int], method: str, params: dict | None = None) -> dict:
     """One DevTools command; its reply (events in between are skipped)."""
     ids[0] += 1
     await ws.send(json.dumps({"id": ids[0], "method": method, "params": params or {}}))
@@ -79,34 +90,41 @@ RELOAD = "<reload>"  # a step of a page's script list: reload it and let it draw
 def arrange_runs_table(pinned: list[str]) -> str:
     """JS: pin `pinned` columns left of the runs table and unhide them (Aim keeps the table's layout in
     localStorage "runsTable", in the same O- encoding as its URL state; there is no URL for it)."""
-    return ("(() => { const raw = localStorage.getItem('runsTable'); if (!raw) return null;"
-            " const t = JSON.parse(decodeURIComponent(atob(raw.slice(2).replace(/-/g, '+').replace(/_/g, '/'))));"
-            f" const pinned = {json.dumps(pinned)};"
-            " t.hiddenColumns = (t.hiddenColumns || []).filter(c => !pinned.includes(c));"
-            " const order = t.columnsOrder || {};"
-            " t.columnsOrder = {left: pinned, middle: (order.middle || []).filter(c => !pinned.includes(c)),"
-            " right: (order.right || []).filter(c => !pinned.includes(c))};"
-            " localStorage.setItem('runsTable', 'O-' + btoa(encodeURI(JSON.stringify(t)))"
-            ".replace(/=/g, '').replace(/[+]/g, '-').replace(/[/]/g, '_'));"
-            " return t.columnsOrder; })()")
+    return (
+        "(() => { const raw = localStorage.getItem('runsTable'); if (!raw) return null;"
+        " const t = JSON.parse(decodeURIComponent(atob(raw.slice(2).replace(/-/g, '+').replace(/_/g, '/'))));"
+        f" const pinned = {json.dumps(pinned)};"
+        " t.hiddenColumns = (t.hiddenColumns || []).filter(c => !pinned.includes(c));"
+        " const order = t.columnsOrder || {};"
+        " t.columnsOrder = {left: pinned, middle: (order.middle || []).filter(c => !pinned.includes(c)),"
+        " right: (order.right || []).filter(c => !pinned.includes(c))};"
+        " localStorage.setItem('runsTable', 'O-' + btoa(encodeURI(JSON.stringify(t)))"
+        ".replace(/=/g, '').replace(/[+]/g, '-').replace(/[/]/g, '_'));"
+        " return t.columnsOrder; })()"
+    )
 
 
-TABLE_DIFF = ("(() => { for (const b of document.querySelectorAll('button')) "
-              "{ if (b.textContent.trim() === 'Show Table Diff' && !b.disabled) { b.click(); return true; } } "
-              "return false; })()")
+TABLE_DIFF = (
+    "(() => { for (const b of document.querySelectorAll('button')) "
+    "{ if (b.textContent.trim() === 'Show Table Diff' && !b.disabled) { b.click(); return true; } } "
+    "return false; })()"
+)
 
 
-async def capture(devtools_port: int, pages: dict[str, tuple[str, list[str]]], out: Path, settle: float
-                  ) -> dict[str, list]:
+async def capture(
+    devtools_port: int, pages: dict[str, tuple[str, list[str]]], out: Path, settle: float
+) -> dict[str, list]:
     """Each page: open its URL, let it draw, run its scripts (a second apart), save a PNG; returns each
     page's script results."""
     import websockets
 
     results: dict[str, list] = {}
     for name, (url, scripts) in pages.items():
-        req = urllib.request.Request(f"http://127.0.0.1:{devtools_port}/json/new?{urllib.parse.quote(url, safe='')}",
-                                     method="PUT")
-        target = json.loads(urllib.request.urlopen(req, timeout=10).read())
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{devtools_port}/json/new?{urllib.parse.quote(url, safe='')}", method="PUT"
+        )
+        # Chromium's own devtools endpoint on loopback, answered at once: one blocking call is fine here
+        target = json.loads(urllib.request.urlopen(req, timeout=10).read())  # noqa: ASYNC210
         async with websockets.connect(target["webSocketDebuggerUrl"], max_size=2**26) as ws:
             ids = [0]
             await asyncio.sleep(settle)  # the explorers fetch, then draw: give them real time
@@ -133,9 +151,18 @@ def served(cmd: list[str], url: str, chromium: str, seconds: float = 90) -> Iter
     profile, devtools, browser = tempfile.mkdtemp(prefix="tcgexp-chromium-"), free_port(), None
     try:
         wait_http(url, seconds)
-        browser = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                                    f"--remote-debugging-port={devtools}", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        browser = subprocess.Popen(
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--remote-debugging-port={devtools}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         wait_http(f"http://127.0.0.1:{devtools}/json/version", 60)
         yield devtools
     finally:
@@ -156,7 +183,7 @@ def sweep_id(sweep: str) -> str:
     return sweep
 
 
-def swept_columns(repo: str, sweep: Optional[str]) -> list[str]:
+def swept_columns(repo: str, sweep: str | None) -> list[str]:
     """The runs table's columns for what the sweep varies (``run["swept"]``: ``swept.cache``, ...)."""
     from .aim_repo import open_repo
 
@@ -174,13 +201,15 @@ def swept_columns(repo: str, sweep: Optional[str]) -> list[str]:
 
 
 # what the metrics explorer drew: its lines, their colours (one per group) and the colour legend's text
-RENDERED = ("(() => { const lines = [...document.querySelectorAll('svg path.Line')];"
-            " const legend = document.querySelector('.ChartLegends');"
-            " return {lines: lines.length, colours: [...new Set(lines.map(l => getComputedStyle(l).stroke))],"
-            " legend: legend ? legend.innerText : null}; })()")
+RENDERED = (
+    "(() => { const lines = [...document.querySelectorAll('svg path.Line')];"
+    " const legend = document.querySelector('.ChartLegends');"
+    " return {lines: lines.length, colours: [...new Set(lines.map(l => getComputedStyle(l).stroke))],"
+    " legend: legend ? legend.innerText : null}; })()"
+)
 
 
-def pages(base: str, sweep: Optional[str], columns: list[str]) -> dict[str, tuple[str, list[str]]]:
+def pages(base: str, sweep: str | None, columns: list[str]) -> dict[str, tuple[str, list[str]]]:
     """The runs explorer (one sweep; the run name, what it varies and its status pinned left; only
     columns that differ between its runs, Aim's "Show Table Diff") and the metrics explorer: for a sweep
     dir, the sweep's own link (``aim_link``: its metrics, coloured by its swept keys), else four metrics."""
@@ -197,20 +226,26 @@ def pages(base: str, sweep: Optional[str], columns: list[str]) -> dict[str, tupl
         metrics_url = base + explorer_path(where, keys_of(where), groups_of(where, found))
     else:
         query = f"({METRICS_QUERY}) and {where}" if where else METRICS_QUERY
-        metrics_url = f"{base}/metrics?select=" + aim_state({"options": [], "query": "", "advancedMode": True,
-                                                             "advancedQuery": query})
-    return {"aim_runs": (f"{base}/runs?select={aim_state(runs)}",
-                         [TABLE_DIFF, arrange_runs_table(["run", *columns, "status"]), RELOAD]),
-            "aim_metrics": (metrics_url, [RENDERED])}
+        metrics_url = f"{base}/metrics?select=" + aim_state(
+            {"options": [], "query": "", "advancedMode": True, "advancedQuery": query}
+        )
+    return {
+        "aim_runs": (
+            f"{base}/runs?select={aim_state(runs)}",
+            [TABLE_DIFF, arrange_runs_table(["run", *columns, "status"]), RELOAD],
+        ),
+        "aim_metrics": (metrics_url, [RENDERED]),
+    }
 
 
 @one_line_errors(FileNotFoundError, TimeoutError)  # no chromium, no aim; `aim up` that never answers
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m tcgexp.track.screenshot")
     p.add_argument("--repo", default=".", help="the folder holding .aim/")
     p.add_argument("--out", required=True, help="the folder for aim_runs.png and aim_metrics.png")
-    p.add_argument("--sweep", default=None,
-                   help="a sweep dir (hydra.sweep.dir) or its id (run.sweep.id): show only its runs")
+    p.add_argument(
+        "--sweep", default=None, help="a sweep dir (hydra.sweep.dir) or its id (run.sweep.id): show only its runs"
+    )
     p.add_argument("--settle", type=float, default=12.0, help="seconds to let each page draw")
     p.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     args = p.parse_args(argv)

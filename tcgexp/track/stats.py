@@ -1,11 +1,11 @@
 """The statistics a sweep's report and the halving sweeper share: a mean over replicates and its interval."""
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 
-def mean_interval(values, level: float = 0.95) -> tuple[float, Optional[float]]:
+def mean_interval(values, level: float = 0.95) -> tuple[float, float | None]:
     """(mean, half width of its `level` confidence interval, Student's t); no interval from one value."""
     n = len(values)
     mean = math.fsum(values) / n

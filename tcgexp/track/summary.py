@@ -7,6 +7,7 @@ per job, a halving sweep a row per configuration (its trial). The plot
 (``sweep_plot.py``) draws the objective against each swept key; the cache's
 columns and panels appear only when the sweep varied the cache.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,7 +15,6 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 from ..ownership import RUN_LOCK, held_by_someone
 from . import multirun
@@ -23,10 +23,28 @@ from .stats import mean_interval
 from .sweep_findings import grid_findings, halving_findings, label, value_of
 
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
-COLUMNS = ["job", "overrides", "status", "error", "val_loss", "best_val_loss", "val_accuracy",
-           "cache_train_hit_pct", "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits",
-           "cache_train_mib_decoded", "cache_val_hit_pct", "cache_val_misses", "cache_val_evictions",
-           "cache_val_ssd_hits", "cache_val_mib_decoded", "rows_per_s", "data_stall_pct", "wall_s"]
+COLUMNS = [
+    "job",
+    "overrides",
+    "status",
+    "error",
+    "val_loss",
+    "best_val_loss",
+    "val_accuracy",
+    "cache_train_hit_pct",
+    "cache_train_misses",
+    "cache_train_evictions",
+    "cache_train_ssd_hits",
+    "cache_train_mib_decoded",
+    "cache_val_hit_pct",
+    "cache_val_misses",
+    "cache_val_evictions",
+    "cache_val_ssd_hits",
+    "cache_val_mib_decoded",
+    "rows_per_s",
+    "data_stall_pct",
+    "wall_s",
+]
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
@@ -54,30 +72,50 @@ def job_row(job_dir: Path) -> dict:
     row = {c: "" for c in COLUMNS}
     # job_status.json (the Hydra callback) has the last word; a result.json alone says how its run ended (every
     # status it can hold: a run that failed mid-run writes "failed"); neither: killed, or still running
-    ended = {"completed": "COMPLETED", "stopped": "STOPPED", "interrupted": "INTERRUPTED", "diverged": "FAILED",
-             "failed": "FAILED"}.get(result.get("status"), str(result.get("status") or "").upper() or None)
+    ended = {
+        "completed": "COMPLETED",
+        "stopped": "STOPPED",
+        "interrupted": "INTERRUPTED",
+        "diverged": "FAILED",
+        "failed": "FAILED",
+    }.get(result.get("status"), str(result.get("status") or "").upper() or None)
     unrecorded, why = no_record(job_dir) if not (status or result) else (None, "")
-    row.update(job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name, overrides=" ".join(overrides),
-               status=status.get("status") or ended or unrecorded or "UNKNOWN",
-               error=status.get("error") or result.get("error") or why)
+    row.update(
+        job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name,
+        overrides=" ".join(overrides),
+        status=status.get("status") or ended or unrecorded or "UNKNOWN",
+        error=status.get("error") or result.get("error") or why,
+    )
     row["seed"] = seed_of(overrides)
     if result:
         final = result.get("final") or {}
-        row["metrics"] = {**{f"val/{k}": v for k, v in final.items()},
-                          "best/val_loss": result.get("best", {}).get("val_loss")}  # optimized_metric's names
-        row.update(val_loss=final.get("loss", ""), best_val_loss=result.get("best", {}).get("val_loss", ""),
-                   val_accuracy=final.get("accuracy", ""), rows_per_s=result.get("rows_per_second", ""),
-                   data_stall_pct=100 * result.get("data_stall_share", 0.0), wall_s=result.get("wall_seconds", ""))
+        row["metrics"] = {
+            **{f"val/{k}": v for k, v in final.items()},
+            "best/val_loss": result.get("best", {}).get("val_loss"),
+        }  # optimized_metric's names
+        row.update(
+            val_loss=final.get("loss", ""),
+            best_val_loss=result.get("best", {}).get("val_loss", ""),
+            val_accuracy=final.get("accuracy", ""),
+            rows_per_s=result.get("rows_per_second", ""),
+            data_stall_pct=100 * result.get("data_stall_share", 0.0),
+            wall_s=result.get("wall_seconds", ""),
+        )
         for name in ("train", "val"):
             c = result.get("cache", {}).get(name, {})
-            row.update({f"cache_{name}_hit_pct": c.get("hit_rate_pct", ""), f"cache_{name}_misses": c.get("misses", ""),
-                        f"cache_{name}_evictions": c.get("evictions", ""),
-                        f"cache_{name}_ssd_hits": c.get("ssd_hits", ""),
-                        f"cache_{name}_mib_decoded": c.get("bytes_loaded", 0) / 2**20 if c else ""})
+            row.update(
+                {
+                    f"cache_{name}_hit_pct": c.get("hit_rate_pct", ""),
+                    f"cache_{name}_misses": c.get("misses", ""),
+                    f"cache_{name}_evictions": c.get("evictions", ""),
+                    f"cache_{name}_ssd_hits": c.get("ssd_hits", ""),
+                    f"cache_{name}_mib_decoded": c.get("bytes_loaded", 0) / 2**20 if c else "",
+                }
+            )
     return row
 
 
-def no_record(job_dir: Path) -> tuple[Optional[str], str]:
+def no_record(job_dir: Path) -> tuple[str | None, str]:
     """A job folder with neither job_status.json nor result.json: RUNNING while its run holds the folder's lock,
     KILLED when the run claimed it and is gone (SIGKILL, the kernel's OOM killer: nothing else ends a run
     without its record), else (None, "") (a job that never started)."""
@@ -124,7 +162,7 @@ def swept(rows: list[dict]) -> list[str]:
 
 
 def interrupted(rows: list[dict]) -> str:
-    """", 1 interrupted (resume= continues it)" when a job was stopped by a signal, else ""."""
+    """ ", 1 interrupted (resume= continues it)" when a job was stopped by a signal, else ""."""
     n = sum(r["status"] == "INTERRUPTED" for r in rows)
     return f", {n} interrupted (resume=<job dir> continues it)" if n else ""
 
@@ -148,8 +186,10 @@ def grid_params(sweep_dir: Path, rows: list[dict]) -> dict[str, dict]:
 
     keys = swept_keys(sweep_dir)
     for r in rows:
-        r["params"] = {k.lstrip("+~"): typed(v) for k, _, v in (o.partition("=") for o in
-                                                                   distinct_overrides(r["overrides"].split(), keys))}
+        r["params"] = {
+            k.lstrip("+~"): typed(v)
+            for k, _, v in (o.partition("=") for o in distinct_overrides(r["overrides"].split(), keys))
+        }
     meta: dict[str, dict] = {}
     for r in rows:
         for k in r["params"]:
@@ -170,11 +210,20 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
         run = Path(t["run_dirs"][0])
         row = job_row(run) if run.is_dir() else {c: "" for c in COLUMNS}
         state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
-        row.update(job=t["number"], overrides=" ".join(f"{k}={label(v)}" for k, v in t["params"].items()),
-                   status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
-                   error=t["error"] or "", params=t["params"], value=t["value"], interval=t["interval"],
-                   epochs=t["epochs"], epochs_trained=t["epochs_trained"], best=t["number"] == trials["best"],
-                   histories=histories, curve=curve(histories, trials["metric"]))
+        row.update(
+            job=t["number"],
+            overrides=" ".join(f"{k}={label(v)}" for k, v in t["params"].items()),
+            status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
+            error=t["error"] or "",
+            params=t["params"],
+            value=t["value"],
+            interval=t["interval"],
+            epochs=t["epochs"],
+            epochs_trained=t["epochs_trained"],
+            best=t["number"] == trials["best"],
+            histories=histories,
+            curve=curve(histories, trials["metric"]),
+        )
         rows.append(row)
     return rows
 
@@ -185,7 +234,7 @@ def curve(histories: list[list[dict]], metric: str) -> list[float]:
     per_seed = []
     for history in histories:
         values = [h["val"]["loss" if prefix == "best" else key] for h in history]
-        per_seed.append([min(values[:i + 1]) for i in range(len(values))] if prefix == "best" else values)
+        per_seed.append([min(values[: i + 1]) for i in range(len(values))] if prefix == "best" else values)
     n = min((len(v) for v in per_seed), default=0)
     return [sum(v[i] for v in per_seed) / len(per_seed) for i in range(n)]
 
@@ -206,8 +255,11 @@ def write_summary(sweep_dir: Path) -> list[dict]:
         for r, label in zip(rows, swept(rows)):
             r["swept"] = label
     cfg = multirun.load(sweep_dir)
-    metric = (Metric(trials["metric"], trials["direction"] == "maximize") if trials
-              else objective(multirun.optimized_metric(cfg)))
+    metric = (
+        Metric(trials["metric"], trials["direction"] == "maximize")
+        if trials
+        else objective(multirun.optimized_metric(cfg))
+    )
     found = findings_of(sweep_dir, cfg, rows, trials, meta, metric)
     write_atomic(sweep_dir / "findings.json", (json.dumps(found, indent=2) + "\n").encode())
     cached = cache_swept(meta)
@@ -225,9 +277,10 @@ def write_summary(sweep_dir: Path) -> list[dict]:
     lines = lines[:4] + section + ["## Configurations" if trials else "## Jobs", ""] + lines[4:]
     failed = [r for r in rows if r["error"]]
     if failed:
-        lines += ["", "## Failed jobs", ""] + [f"- {'trial' if trials else 'job'} {r['job']} "
-                                              f"({r['overrides'] if trials else r['swept']}): {r['error']}"
-                                              for r in failed]
+        lines += ["", "## Failed jobs", ""] + [
+            f"- {'trial' if trials else 'job'} {r['job']} ({r['overrides'] if trials else r['swept']}): {r['error']}"
+            for r in failed
+        ]
     write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
     from .sweep_plot import plot
 
@@ -264,9 +317,11 @@ def replicates(rows: list[dict], meta: dict, metric: Metric) -> str:
         return ""
     mean, half = mean_interval(values)
     spread = f", 95 % [{fmt(mean - half)}, {fmt(mean + half)}]" if half is not None else " (no interval: one seed)"
-    return (f"no key was swept, only seed (replicates, never a key), so there is nothing to compare: "
-            f"{metric.name} {fmt(mean)}{spread} over {len(values)} seed{'s' if len(values) != 1 else ''}; "
-            "sweep a key beside the seeds (cache=off,plan, optimizer.lr=1e-3,3e-3) to compare its options")
+    return (
+        f"no key was swept, only seed (replicates, never a key), so there is nothing to compare: "
+        f"{metric.name} {fmt(mean)}{spread} over {len(values)} seed{'s' if len(values) != 1 else ''}; "
+        "sweep a key beside the seeds (cache=off,plan, optimizer.lr=1e-3,3e-3) to compare its options"
+    )
 
 
 def averaged(meta: dict, rows: list[dict], trials: dict) -> str:
@@ -274,46 +329,89 @@ def averaged(meta: dict, rows: list[dict], trials: dict) -> str:
     if trials or len(meta) < 2:
         return ""
     sizes = {k: len({str(r["params"].get(k)) for r in rows}) for k in meta}
-    return ("Each key's effect is averaged over the other swept keys (" +
-            ", ".join(f"{k}: {n} values" for k, n in sizes.items()) + "), as a factorial ablation is read.")
+    return (
+        "Each key's effect is averaged over the other swept keys ("
+        + ", ".join(f"{k}: {n} values" for k, n in sizes.items())
+        + "), as a factorial ablation is read."
+    )
 
 
 HALVING_COLUMNS = ["value", "interval", "epochs", "epochs_trained"]
-CACHE_SHOWN = ["cache_train_hit_pct", "cache_train_misses", "cache_train_evictions", "cache_train_ssd_hits",
-               "cache_train_mib_decoded", "cache_val_hit_pct"]
+CACHE_SHOWN = [
+    "cache_train_hit_pct",
+    "cache_train_misses",
+    "cache_train_evictions",
+    "cache_train_ssd_hits",
+    "cache_train_mib_decoded",
+    "cache_val_hit_pct",
+]
 
 
 def grid_md(sweep_dir: Path, rows: list[dict], cached: bool) -> list[str]:
-    shown = ["job", "swept", "status", "val_loss", "best_val_loss", "val_accuracy",
-             *(CACHE_SHOWN if cached else []), "rows_per_s", "data_stall_pct", "wall_s"]
-    note = (" Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes only;"
-            " the cache never changes what the trainer computes, so jobs that differ only in their cache policy"
-            " have the same validation loss." if cached else "")
-    return [f"# Sweep {sweep_dir}", "", f"{len(rows)} jobs: {sum(r['status'] == 'COMPLETED' for r in rows)} completed, "
-            f"{sum(r['status'] == 'FAILED' for r in rows)} failed{interrupted(rows)}. `swept` lists each job's "
-            f"overrides less those all jobs share (summary.csv has them all).{note}",
-            "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)] + \
-        ["| " + " | ".join(_fmt(r[c]) for c in shown) + " |" for r in rows]
+    shown = [
+        "job",
+        "swept",
+        "status",
+        "val_loss",
+        "best_val_loss",
+        "val_accuracy",
+        *(CACHE_SHOWN if cached else []),
+        "rows_per_s",
+        "data_stall_pct",
+        "wall_s",
+    ]
+    note = (
+        " Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes only;"
+        " the cache never changes what the trainer computes, so jobs that differ only in their cache policy"
+        " have the same validation loss."
+        if cached
+        else ""
+    )
+    return [
+        f"# Sweep {sweep_dir}",
+        "",
+        f"{len(rows)} jobs: {sum(r['status'] == 'COMPLETED' for r in rows)} completed, "
+        f"{sum(r['status'] == 'FAILED' for r in rows)} failed{interrupted(rows)}. `swept` lists each job's "
+        f"overrides less those all jobs share (summary.csv has them all).{note}",
+        "",
+        "| " + " | ".join(shown) + " |",
+        "|" + "---|" * len(shown),
+    ] + ["| " + " | ".join(_fmt(r[c]) for c in shown) + " |" for r in rows]
 
 
 def halving_md(sweep_dir: Path, rows: list[dict], trials: dict, meta: dict) -> list[str]:
     keys = list(meta)
     ci = trials["seeds"] > 1
-    head = ["trial", *keys, "status", "epochs", trials["metric"] + (" (mean ± 95 %)" if ci else ""),
-            "epochs trained"]
+    head = ["trial", *keys, "status", "epochs", trials["metric"] + (" (mean ± 95 %)" if ci else ""), "epochs trained"]
     states = [t["state"] for t in trials["trials"]]
-    lines = [f"# Halving sweep {sweep_dir}", "",
-             f"{len(rows)} configurations x {trials['seeds']} seed(s), rungs {', '.join(map(str, trials['rungs']))} "
-             f"epochs (eta {trials['eta']}): {states.count('complete')} complete, {states.count('pruned')} pruned "
-             f"(at the rung shown), {states.count('failed')} failed, "
-             f"{states.count('running') + states.count('waiting')} in progress. "
-             f"{sum(r['epochs_trained'] for r in rows)} epochs trained, against "
-             f"{len(rows) * trials['rungs'][-1] * trials['seeds']} for every configuration at full budget. "
-             "The value is the one at the trial's last rung.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"# Halving sweep {sweep_dir}",
+        "",
+        f"{len(rows)} configurations x {trials['seeds']} seed(s), rungs {', '.join(map(str, trials['rungs']))} "
+        f"epochs (eta {trials['eta']}): {states.count('complete')} complete, {states.count('pruned')} pruned "
+        f"(at the rung shown), {states.count('failed')} failed, "
+        f"{states.count('running') + states.count('waiting')} in progress. "
+        f"{sum(r['epochs_trained'] for r in rows)} epochs trained, against "
+        f"{len(rows) * trials['rungs'][-1] * trials['seeds']} for every configuration at full budget. "
+        "The value is the one at the trial's last rung.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
         value = "" if r["value"] is None else _fmt(r["value"]) + (f" ± {r['interval']:.4f}" if r["interval"] else "")
-        lines.append("| " + " | ".join([str(r["job"]) + (" **best**" if r["best"] else ""),
-                                        *(_fmt(r["params"].get(k)) for k in keys), r["status"], str(r["epochs"]),
-                                        value, str(r["epochs_trained"])]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    str(r["job"]) + (" **best**" if r["best"] else ""),
+                    *(_fmt(r["params"].get(k)) for k in keys),
+                    r["status"],
+                    str(r["epochs"]),
+                    value,
+                    str(r["epochs_trained"]),
+                ]
+            )
+            + " |"
+        )
     return lines

@@ -15,10 +15,11 @@ objective is the rung's own value; rows/s and data stall (when the space holds a
 the mean of the per-epoch values up to that rung. The caches' counters are not kept per epoch, and a
 promoted trial's result.json holds its last segment's only, so they are not compared at equal budget.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from .findings import THROUGHPUT, Metric, compare, metrics_for, touches_data
 
@@ -28,7 +29,7 @@ def label(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def value_of(row: dict, metric: str) -> Optional[float]:
+def value_of(row: dict, metric: str) -> float | None:
     """`metric` of a completed job's row: a summary.csv column, or an ``optimized_metric`` name."""
     if row.get("status") != "COMPLETED":
         return None
@@ -36,8 +37,9 @@ def value_of(row: dict, metric: str) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def cells_of(rows: list[dict], key: str, option: str, others: list[str], combos: list[tuple], metric: str,
-             seeds: list) -> dict:
+def cells_of(
+    rows: list[dict], key: str, option: str, others: list[str], combos: list[tuple], metric: str, seeds: list
+) -> dict:
     """{seed: [the option's value in each combination of the other keys]}, for the seeds where the option
     completed every combination."""
     found: dict[tuple, float] = {}
@@ -73,8 +75,14 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
         for metric in metrics_for(key, optimized):
             # a combination of the other keys where every job failed (an impossible value swept for another
             # key) says nothing of `key`: it is left out (and named) rather than taking every seed away
-            kept = [c for c in combos if any(value_of(r, metric.name) is not None and
-                                             tuple(label(r["params"].get(k)) for k in others) == c for r in rows)]
+            kept = [
+                c
+                for c in combos
+                if any(
+                    value_of(r, metric.name) is not None and tuple(label(r["params"].get(k)) for k in others) == c
+                    for r in rows
+                )
+            ]
             if not kept:
                 continue
             cells = {o: cells_of(rows, key, o, others, kept, metric.name, seeds) for o in options}
@@ -88,12 +96,18 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
                 pairs.append((default, "default"))
             for vs, role in pairs:
                 row = compare(metric, ranked[0], cells[ranked[0]], vs, cells[vs])
-                out.append({"key": key, **row, "vs_is": role, "options": len(options),
-                            "seeds": len(seeds) if seeds != [None] else 1,
-                            "removed": (len(seeds) - row["n"]) if row["n"] else len(seeds),
-                            "averaged_over": {k: len({c[i] for c in kept}) for i, k in enumerate(others)},
-                            "left_out": [" ".join(f"{k}={v}" for k, v in zip(others, c)) for c in combos
-                                         if c not in kept]})
+                out.append(
+                    {
+                        "key": key,
+                        **row,
+                        "vs_is": role,
+                        "options": len(options),
+                        "seeds": len(seeds) if seeds != [None] else 1,
+                        "removed": (len(seeds) - row["n"]) if row["n"] else len(seeds),
+                        "averaged_over": {k: len({c[i] for c in kept}) for i, k in enumerate(others)},
+                        "left_out": [" ".join(f"{k}={v}" for k, v in zip(others, c)) for c in combos if c not in kept],
+                    }
+                )
     return out
 
 
@@ -124,10 +138,11 @@ def _mean(values) -> float:
     return math.fsum(values) / len(values)
 
 
-def runner_up(trials: dict) -> Optional[dict]:
+def runner_up(trials: dict) -> dict | None:
     """The best of the other configurations at the highest rung any of them reached (failed ones aside)."""
-    others = [t for t in trials["trials"] if t["number"] != trials["best"] and t["state"] != "failed"
-              and t["seed_values"]]
+    others = [
+        t for t in trials["trials"] if t["number"] != trials["best"] and t["state"] != "failed" and t["seed_values"]
+    ]
     if not others:
         return None
     top = max(int(max(t["seed_values"], key=int)) for t in others)
@@ -136,7 +151,7 @@ def runner_up(trials: dict) -> Optional[dict]:
     return min(at_top, key=lambda t: (sign * _mean(t["seed_values"][str(top)]), t["number"]))
 
 
-def per_epoch(history: list[dict], epochs: int, key: str) -> Optional[float]:
+def per_epoch(history: list[dict], epochs: int, key: str) -> float | None:
     """The mean over the first `epochs` epochs of the train side's per-epoch `key` (rows/s, data stall)."""
     values = [h.get("train", {}).get(key) for h in history[:epochs]]
     if len(values) < epochs or any(not isinstance(v, (int, float)) for v in values):
@@ -166,9 +181,17 @@ def halving_findings(trials: dict, rows: list[dict], optimized: Metric) -> list[
                 values = [per_epoch(h, budget, key) for h in by_number[t["number"]].get("histories") or []]
                 values = [v * factor if v is not None else None for v in values]
             cells[t["number"]] = {i: [v] for i, v in enumerate(values) if v is not None}
-        row = compare(metric, names[best["number"]], cells[best["number"]], names[other["number"]],
-                      cells[other["number"]])
+        row = compare(
+            metric, names[best["number"]], cells[best["number"]], names[other["number"]], cells[other["number"]]
+        )
         at = f"{budget} epoch{'' if budget == 1 else 's'}"
-        out.append({"configuration": f"best vs runner-up at {at}", **row, "epochs": budget,
-                    "seeds": trials["seeds"], "removed": trials["seeds"] - row["n"]})
+        out.append(
+            {
+                "configuration": f"best vs runner-up at {at}",
+                **row,
+                "epochs": budget,
+                "seeds": trials["seeds"],
+                "removed": trials["seeds"] - row["n"],
+            }
+        )
     return out

@@ -12,21 +12,27 @@ A halving sweep: configurations compared at equal budget, one colour per rung (e
 at every rung it reached, with its seeds' interval), the best starred; a last panel draws every
 configuration's objective epoch by epoch. A job that did not finish has no point; its status is written.
 """
+
 from __future__ import annotations
 
 import io
 import math
-from typing import Optional
 
 from .findings import Metric, metrics_for, touches_data
 from .stats import mean_interval
 from .sweep_findings import cells_of, label, layout, unchanged, value_of
 
-CACHE_NOTE = ("The cache never changes what the trainer computes: jobs that differ only in their cache "
-              "policy have the same validation loss. Hit rate, MiB decoded, rows/s and data stall are where "
-              "policies differ.")
-TITLES = {"cache_train_mib_decoded": "MiB decoded (train cache)", "cache_train_hit_pct": "train cache hit rate %",
-          "data_stall_pct": "data stall % (train)", "rows_per_s": "rows/s (train)"}
+CACHE_NOTE = (
+    "The cache never changes what the trainer computes: jobs that differ only in their cache "
+    "policy have the same validation loss. Hit rate, MiB decoded, rows/s and data stall are where "
+    "policies differ."
+)
+TITLES = {
+    "cache_train_mib_decoded": "MiB decoded (train cache)",
+    "cache_train_hit_pct": "train cache hit rate %",
+    "data_stall_pct": "data stall % (train)",
+    "rows_per_s": "rows/s (train)",
+}
 
 
 def _finite(v) -> bool:
@@ -34,11 +40,11 @@ def _finite(v) -> bool:
 
 
 def counts(ns: list[int]) -> str:
-    """"3", or "2-3" when options differ (a failed job)."""
+    """ "3", or "2-3" when options differ (a failed job)."""
     return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
 
 
-def plot(rows: list[dict], meta: dict[str, dict], trials: Optional[dict], optimized: Metric) -> bytes:
+def plot(rows: list[dict], meta: dict[str, dict], trials: dict | None, optimized: Metric) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,15 +57,16 @@ def plot(rows: list[dict], meta: dict[str, dict], trials: Optional[dict], optimi
     else:
         panels = []
         for k in keys or [None]:
-            for m in (metrics_for(k, optimized) if k else [optimized]):
+            for m in metrics_for(k, optimized) if k else [optimized]:
                 if k and unchanged(rows, keys, k, m.name):
                     notes.append(f"No panel of {m.name} against {k}: it is bit-identical across {k}'s options.")
                 else:
                     panels.append((k, m))
     n = len(panels) + (1 if trials else 0)
     cols = min(3, n)
-    fig, grid = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols) + 0.5),
-                             squeeze=False)
+    fig, grid = plt.subplots(
+        math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols) + 0.5), squeeze=False
+    )
     axes = list(grid.flat)
     for ax, (key, metric) in zip(axes, panels):
         if trials:
@@ -74,8 +81,11 @@ def plot(rows: list[dict], meta: dict[str, dict], trials: Optional[dict], optimi
         notes.insert(0, CACHE_NOTE)
     unfinished = [r for r in rows if r.get("value") is None]
     if unfinished:
-        notes.append("no point: " + ", ".join(f"{'trial' if trials else 'job'} {r['job']} {r['status']}"
-                                              for r in unfinished[:8]) + (" ..." if len(unfinished) > 8 else ""))
+        notes.append(
+            "no point: "
+            + ", ".join(f"{'trial' if trials else 'job'} {r['job']} {r['status']}" for r in unfinished[:8])
+            + (" ..." if len(unfinished) > 8 else "")
+        )
     if notes:
         fig.text(0.01, 0.005, "\n".join(notes), fontsize=8, color="dimgray", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.035 * len(notes), 1, 1))
@@ -95,11 +105,19 @@ def fit_y(ax, values: list[float], bars: list[tuple[float, float]]) -> None:
     top = min(max([hi + pad, *(t for _, t in bars)]), hi + reach)
     ax.set_ylim(bottom, top)
     if any(b < bottom or t > top for b, t in bars):
-        ax.text(0.99, 0.01, "a 95 % bar runs past the panel (few seeds: wide)", ha="right", va="bottom",
-                transform=ax.transAxes, fontsize=7, color="dimgray")
+        ax.text(
+            0.99,
+            0.01,
+            "a 95 % bar runs past the panel (few seeds: wide)",
+            ha="right",
+            va="bottom",
+            transform=ax.transAxes,
+            fontsize=7,
+            color="dimgray",
+        )
 
 
-def _axis(ax, key: Optional[str], meta: dict, options: list[str], values: dict[str, float]) -> dict[str, float]:
+def _axis(ax, key: str | None, meta: dict, options: list[str], values: dict[str, float]) -> dict[str, float]:
     """Each option's x: its index (categories), or its value on a linear or log axis."""
     if key is None or meta.get("categorical", True):
         ax.set_xticks(range(len(options)), options, fontsize=8, rotation=30 if max(map(len, options)) > 6 else 0)
@@ -116,7 +134,7 @@ def _axis(ax, key: Optional[str], meta: dict, options: list[str], values: dict[s
     return {o: float(values[o]) for o in options}
 
 
-def grid_panel(ax, rows: list[dict], keys: list[str], key: Optional[str], meta: dict, metric: Metric) -> None:
+def grid_panel(ax, rows: list[dict], keys: list[str], key: str | None, meta: dict, metric: Metric) -> None:
     """`metric` against `key`'s options: the jobs, and each option's mean over seeds with its interval."""
     name = metric.name
     ax.set_title(f"{TITLES.get(name, name)} vs {key or 'job'}", fontsize=10)
@@ -129,8 +147,9 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: Optional[str], meta: 
     if key is None:  # a sweep of one job, or of seeds only
         x = {str(r["job"]): float(i) for i, r in enumerate(shown)}
         _axis(ax, None, meta, list(x), {})
-        ax.plot(list(x.values()), [value_of(r, name) for r in shown], "o", color="tab:blue",
-                label=f"jobs ({len(shown)})")
+        ax.plot(
+            list(x.values()), [value_of(r, name) for r in shown], "o", color="tab:blue", label=f"jobs ({len(shown)})"
+        )
         ax.legend(fontsize=7, loc="best")
         return
     others, combos, seeds, options = layout(shown, keys, key)
@@ -139,12 +158,27 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: Optional[str], meta: 
     jobs = {o: [value_of(r, name) for r in shown if label(r["params"][key]) == o] for o in options}
     spread = 0.18 if meta.get("categorical", True) else 0.0
     for o in options:
-        ax.plot([x[o] + spread * (((i * 0.618) % 1.0) - 0.5) for i in range(len(jobs[o]))], jobs[o], "o",
-                color="tab:blue", alpha=0.35, ms=4)
-    ax.plot([], [], "o", color="tab:blue", alpha=0.35, ms=4, label=f"jobs ({counts([len(v) for v in jobs.values()])}"
-                                                                  " per option)")
-    seeds_done = {o: [math.fsum(v) / len(v) for v in cells_of(shown, key, o, others, combos, name, seeds).values()]
-                  for o in options}
+        ax.plot(
+            [x[o] + spread * (((i * 0.618) % 1.0) - 0.5) for i in range(len(jobs[o]))],
+            jobs[o],
+            "o",
+            color="tab:blue",
+            alpha=0.35,
+            ms=4,
+        )
+    ax.plot(
+        [],
+        [],
+        "o",
+        color="tab:blue",
+        alpha=0.35,
+        ms=4,
+        label=f"jobs ({counts([len(v) for v in jobs.values()])} per option)",
+    )
+    seeds_done = {
+        o: [math.fsum(v) / len(v) for v in cells_of(shown, key, o, others, combos, name, seeds).values()]
+        for o in options
+    }
     with_ci = [o for o in options if len(seeds_done[o]) >= 2]
     bars = []
     for o in with_ci:
@@ -153,22 +187,42 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: Optional[str], meta: 
         bars.append((mean - half, mean + half))
     if with_ci:
         over = f" of {counts([len(combos)])} {', '.join(others)} values," if others else ""
-        ax.plot([], [], "_", color="black", ms=14, label=f"mean{over} ± 95 % over "
-                                                         f"{counts([len(seeds_done[o]) for o in with_ci])} seeds")
+        ax.plot(
+            [],
+            [],
+            "_",
+            color="black",
+            ms=14,
+            label=f"mean{over} ± 95 % over {counts([len(seeds_done[o]) for o in with_ci])} seeds",
+        )
     ranged = [o for o in options if o not in with_ci and len(jobs[o]) >= 2]
     for o in ranged:  # one seed: no interval; the bar is the jobs' range (over the other keys)
         vals = jobs[o]
         mean = math.fsum(vals) / len(vals)
-        ax.errorbar(x[o], mean, yerr=[[mean - min(vals)], [max(vals) - mean]], fmt="_", color="tab:orange", ms=14,
-                    capsize=4, zorder=4)
+        ax.errorbar(
+            x[o],
+            mean,
+            yerr=[[mean - min(vals)], [max(vals) - mean]],
+            fmt="_",
+            color="tab:orange",
+            ms=14,
+            capsize=4,
+            zorder=4,
+        )
     if ranged:
-        ax.plot([], [], "_", color="tab:orange", ms=14, label=f"mean, bar: range of {counts([len(jobs[o]) for o in ranged])}"
-                                                              " jobs (one seed: no interval)")
+        ax.plot(
+            [],
+            [],
+            "_",
+            color="tab:orange",
+            ms=14,
+            label=f"mean, bar: range of {counts([len(jobs[o]) for o in ranged])} jobs (one seed: no interval)",
+        )
     fit_y(ax, [v for vals in jobs.values() for v in vals], bars)
     ax.legend(fontsize=7, loc="best")
 
 
-def rung_panel(ax, rows: list[dict], trials: dict, key: Optional[str], meta: dict) -> None:
+def rung_panel(ax, rows: list[dict], trials: dict, key: str | None, meta: dict) -> None:
     """A halving sweep's objective against `key`, each configuration at every rung it reached: compare
     within a colour (equal budget). The interval is its seeds' (two or more)."""
     import matplotlib
@@ -177,7 +231,9 @@ def rung_panel(ax, rows: list[dict], trials: dict, key: Optional[str], meta: dic
     ax.set_title(f"{metric} vs {key} at each rung", fontsize=10)
     ax.set_ylabel(metric, fontsize=9)
     ax.tick_params(labelsize=8)
-    points = [(r, t) for r, t in zip(rows, trials["trials"]) if t["seed_values"] and (key is None or key in r["params"])]
+    points = [
+        (r, t) for r, t in zip(rows, trials["trials"]) if t["seed_values"] and (key is None or key in r["params"])
+    ]
     if not points:
         ax.text(0.5, 0.5, "no finished rung", ha="center", va="center", transform=ax.transAxes, color="tab:red")
         return
@@ -199,14 +255,20 @@ def rung_panel(ax, rows: list[dict], trials: dict, key: Optional[str], meta: dic
                 ax.plot(pos, mean, marker="*", ms=16, color="gold", mec="black", zorder=5)
         if here:
             ci = f", ± 95 % over {trials['seeds']} seeds" if trials["seeds"] > 1 else ""
-            ax.plot([], [], "o", color=colour, label=f"{budget} epoch{'s' if budget != 1 else ''}: {len(here)} "
-                                                     f"configuration{'s' if len(here) != 1 else ''}{ci}")
+            ax.plot(
+                [],
+                [],
+                "o",
+                color=colour,
+                label=f"{budget} epoch{'s' if budget != 1 else ''}: {len(here)} "
+                f"configuration{'s' if len(here) != 1 else ''}{ci}",
+            )
     ax.plot([], [], "*", ms=12, color="gold", mec="black", label="best (full budget)")
     fit_y(ax, means, bars)
     ax.legend(fontsize=7, loc="best")
 
 
-def _num(option: str) -> Optional[float]:
+def _num(option: str) -> float | None:
     try:
         return float(option)
     except ValueError:
@@ -224,8 +286,15 @@ def curves_panel(ax, rows: list[dict], metric: str, rungs: list[int]) -> None:
             continue
         rung = rungs.index(len(c)) if len(c) in rungs else 0
         colour = matplotlib.colormaps["viridis"](0.85 * rung / max(len(rungs) - 1, 1))
-        ax.plot(range(1, len(c) + 1), c, color=colour, lw=2.2 if r.get("best") else 0.9,
-                alpha=1.0 if r.get("best") else 0.7, marker=".", ms=3)
+        ax.plot(
+            range(1, len(c) + 1),
+            c,
+            color=colour,
+            lw=2.2 if r.get("best") else 0.9,
+            alpha=1.0 if r.get("best") else 0.7,
+            marker=".",
+            ms=3,
+        )
         ax.plot(len(c), c[-1], marker="o" if r["status"] == "COMPLETE" else "x", color=colour, ms=6)
     for e in rungs:
         ax.axvline(e, color="lightgray", lw=0.8, zorder=0)

@@ -1,4 +1,5 @@
 """Training entry: ``python -m tcgexp.train`` composes a run and calls :func:`train`."""
+
 from ..launch import share_cores
 from .blas import load_fast_blas
 
@@ -6,6 +7,6 @@ share_cores()  # ranks of one mlx.launch on one host: each its share of the core
 # MLX binds its BLAS when mlx.core is first imported, and .run imports it: load MKL first.
 BLAS = load_fast_blas()
 
-from .run import train  # noqa: E402
+from .run import train
 
-__all__ = ["train", "BLAS"]
+__all__ = ["BLAS", "train"]

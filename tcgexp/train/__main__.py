@@ -3,12 +3,12 @@
 The task returns the metric ``optimized_metric`` names (``metric.py``), so a sweeper
 that optimises (``hydra/sweeper=halving``, ours; optuna, nevergrad, ax) can drive it.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 from omegaconf import DictConfig
 
@@ -25,7 +25,7 @@ from .rundir import claimed, run_dir_of
 
 @reports_exit  # under tcgexp-launch: this rank's exit code, for the launcher's own
 @hydra_main("config", *USER_ERRORS)
-def main(cfg: DictConfig) -> Optional[float]:
+def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -36,8 +36,12 @@ def main(cfg: DictConfig) -> Optional[float]:
         check_metric(cfg.get("optimized_metric"))
         overrides = list(HydraConfig.get().overrides.task)
         if again:
-            print(f"[train] requeued job (SLURM_RESTART_COUNT={os.environ['SLURM_RESTART_COUNT']}): continuing "
-                  f"from its own checkpoint, resume={again}", file=sys.stderr, flush=True)
+            print(
+                f"[train] requeued job (SLURM_RESTART_COUNT={os.environ['SLURM_RESTART_COUNT']}): continuing "
+                f"from its own checkpoint, resume={again}",
+                file=sys.stderr,
+                flush=True,
+            )
             cfg.resume = again
         if cfg.resume:  # the checkpoint's config is the base; this command line's overrides on top, checked
             cfg, overrides = resume_config(cfg, overrides, compose, run_dir)

@@ -13,6 +13,7 @@ tests/train/test_fast_step.py the whole step to the step before this module.
 
 Notation: R rows, L lanes x T decisions (the padded grid), H hidden, A actions.
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -46,8 +47,12 @@ def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight:
         z, cc = mx.clip(zp, 0.0, Z_MAX), mx.clip(c, -1.0, 1.0)
         a = 1.0 - z
         hs = mx.concatenate([h0[:, None], affine_scan(a, z * cc, h0)], axis=1)  # [L, T+1, H]
-        at = mx.concatenate([inputs["row_lane"] * (T + 1) + inputs["row_dec"],
-                             mx.arange(L, dtype=first_row.dtype) * (T + 1) + inputs["lane_decisions"]])
+        at = mx.concatenate(
+            [
+                inputs["row_lane"] * (T + 1) + inputs["row_dec"],
+                mx.arange(L, dtype=first_row.dtype) * (T + 1) + inputs["lane_decisions"],
+            ]
+        )
         picked = mx.take(hs.reshape(L * (T + 1), H), at, axis=0)
         h_row, carry = picked[:R], picked[R:]
     else:
@@ -68,8 +73,12 @@ def loss_and_grads(model, inputs: dict, targets: dict, h0: mx.array, aux_weight:
     d_aux = mx.where(BCE_HEADS, mx.sigmoid(aux) - terms.y, 2.0 * (aux - terms.y)) * (aux_weight * avn)[:, None]
 
     # ---- backward ----
-    g = {"policy.weight": d_logits.T @ zt, "policy.bias": d_logits.sum(axis=0),
-         "aux.weight": d_aux.T @ zt, "aux.bias": d_aux.sum(axis=0)}
+    g = {
+        "policy.weight": d_logits.T @ zt,
+        "policy.bias": d_logits.sum(axis=0),
+        "aux.weight": d_aux.T @ zt,
+        "aux.bias": d_aux.sum(axis=0),
+    }
     d_a3 = mx.where(a3 > 0, d_logits @ Wp + d_aux @ Wa, 0.0)
     g["trunk.layers.0.weight"], g["trunk.layers.0.bias"] = d_a3.T @ u, d_a3.sum(axis=0)
     d_u = d_a3 @ Wt

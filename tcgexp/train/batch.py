@@ -9,6 +9,7 @@ the difference. Padding rows have weight 0 and padding
 decisions come after a lane's last real decision, so neither reaches a loss
 or a carried memory.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,8 @@ def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
     A = a["action_mask"].shape[1]
     valid = a["would_ko_valid"]
     x = np.zeros((rows_pad, a["features"].shape[1] + A + 1), np.float32)
-    x[:R, :-A - 1] = a["features"]
-    x[:R, -A - 1:-1] = a["would_ko"] * valid[:, None]
+    x[:R, : -A - 1] = a["features"]
+    x[:R, -A - 1 : -1] = a["would_ko"] * valid[:, None]
     x[:R, -1] = valid
     row_lane = np.zeros(rows_pad, np.int32)
     row_dec = np.zeros(rows_pad, np.int32)
@@ -91,10 +92,19 @@ def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
     early = np.zeros(rows_pad, np.float32)
     early[:R] = (mb.lane_dec_start[mb.row_lane] + mb.row_dec) < EARLY_DECISIONS
     targets = {
-        "action_mask": pad(a["action_mask"], True), "label": pad(a["label"]), "row_weight": weight,
-        "row_early": early, "aux_valid": pad(a["aux_valid"]).astype(np.float32),
+        "action_mask": pad(a["action_mask"], True),
+        "label": pad(a["label"]),
+        "row_weight": weight,
+        "row_early": early,
+        "aux_valid": pad(a["aux_valid"]).astype(np.float32),
         **{k: pad(a[k]) for k in ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")},
     }
-    inputs = {"x": x, "row_lane": row_lane, "row_dec": row_dec, "first_row": first_row,
-              "label_hot": label_hot, "lane_decisions": lane_decisions}
+    inputs = {
+        "x": x,
+        "row_lane": row_lane,
+        "row_dec": row_dec,
+        "first_row": first_row,
+        "label_hot": label_hot,
+        "lane_decisions": lane_decisions,
+    }
     return Prepared(mb.index, R, L, mb.lane_ids, mb.lane_fresh, inputs, targets)

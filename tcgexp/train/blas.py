@@ -21,13 +21,13 @@ executing it, and idle OpenMP threads spin for 200 ms after every product), more
 A MKL_NUM_THREADS the user set (or ``launch.share_cores`` set for ranks) wins, and then the fused
 pass stays on one thread.
 """
+
 from __future__ import annotations
 
 import ctypes
 import glob
 import os
 import sys
-from typing import Optional
 
 _LOADED: str | None = None
 
@@ -47,7 +47,7 @@ def mkl_threads(hidden: int, cores: int | None = None) -> int:
     return 1 if hidden < 256 else max(1, min(4, cores))
 
 
-def fit_threads(hidden: int, shared: bool = False) -> Optional[int]:
+def fit_threads(hidden: int, shared: bool = False) -> int | None:
     """Set MKL's thread count for a model of width `hidden` (unless the user set MKL_NUM_THREADS): one where
     the fused step shares the cores itself (`shared`), else ``mkl_threads``; returns the count set, or None
     (no MKL, or the user's choice stands)."""
@@ -91,4 +91,3 @@ def load_fast_blas() -> str:
             _MKL = ctypes.CDLL(candidates[0], mode=ctypes.RTLD_GLOBAL)
             _LOADED = f"mkl: {candidates[0]}"
     return _LOADED
-

@@ -26,6 +26,7 @@ load against the configured optimizer's own: every key, shape and dtype, and
 finite (a missing moment would otherwise restart from zero unnoticed).
 How the folder is replaced and read whole: ``ckpt_files``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,18 +36,23 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..data.manifest import file_sha256
-
+from .ckpt_files import (  # some re-exported
+    CHECKSUMS,
+    FILES,
+    CheckpointError,
+    CheckpointWriteError,
+    check_replaceable,
+    fsync_dir,
+    read_files,
+    replace,
+)
 from .diverge import strict
-
-from .ckpt_files import (CHECKSUMS, FILES, CheckpointError, CheckpointWriteError,  # noqa: F401 (re-exported)
-                         check_replaceable, fsync_dir, read_files, replace)
 
 FORMAT = 2  # state.json's checkpoint_format: 2 = sealed by checksums.json (1: before it was recorded)
 SEALED_ONLY = ("world",)  # state.json keys that only versions sealing their checkpoints wrote
@@ -61,7 +67,7 @@ class SparseLanes:
     rows: np.ndarray  # float32 [k, hidden]
 
     @classmethod
-    def of(cls, h: np.ndarray, live: Optional[np.ndarray] = None) -> "SparseLanes":
+    def of(cls, h: np.ndarray, live: np.ndarray | None = None) -> SparseLanes:
         ids = np.flatnonzero(np.any(h != 0, axis=1)) if live is None else np.unique(np.asarray(live, np.int64))
         return cls(tuple(h.shape), ids.astype(np.int64), np.ascontiguousarray(h[ids]))
 
@@ -71,15 +77,20 @@ class SparseLanes:
         return h
 
 
-Lanes = Union[np.ndarray, SparseLanes]
+Lanes = np.ndarray | SparseLanes
 
 
 def _lane_tensors(lanes: dict[str, Lanes]) -> dict[str, mx.array]:
     out = {}
     for name, v in lanes.items():
         sp = v if isinstance(v, SparseLanes) else SparseLanes.of(v)
-        out.update({f"{name}.ids": mx.array(sp.ids), f"{name}.rows": mx.array(sp.rows),
-                    f"{name}.shape": mx.array(np.array(sp.shape, np.int64))})
+        out.update(
+            {
+                f"{name}.ids": mx.array(sp.ids),
+                f"{name}.rows": mx.array(sp.rows),
+                f"{name}.shape": mx.array(np.array(sp.shape, np.int64)),
+            }
+        )
     return out
 
 
@@ -88,10 +99,11 @@ def _lane_arrays(tensors: dict) -> dict[str, np.ndarray]:
     out = {}
     for key, v in tensors.items():
         if key.endswith(".shape"):
-            name = key[:-len(".shape")]
+            name = key[: -len(".shape")]
             shape = tuple(int(x) for x in np.array(v))
-            out[name] = SparseLanes(shape, np.array(tensors[f"{name}.ids"]),
-                                    np.array(tensors[f"{name}.rows"]).reshape(-1, shape[1])).dense()
+            out[name] = SparseLanes(
+                shape, np.array(tensors[f"{name}.ids"]), np.array(tensors[f"{name}.rows"]).reshape(-1, shape[1])
+            ).dense()
         elif not key.endswith((".ids", ".rows")):
             out[key] = np.array(v)
     return out
@@ -101,8 +113,10 @@ def check_finite_weights(model, path: Path) -> None:
     """Never write a checkpoint from NaN/inf weights: a resume from it could only train garbage."""
     for name, value in tree_flatten(model.parameters()):
         if not bool(mx.all(mx.isfinite(value)).item()):
-            raise CheckpointError(f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "
-                                  "(the run diverged); the previous checkpoint is kept")
+            raise CheckpointError(
+                f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "
+                "(the run diverged); the previous checkpoint is kept"
+            )
 
 
 def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
@@ -115,8 +129,9 @@ def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) 
     except Exception as exc:  # MLX reports a full disk as RuntimeError, json/os as OSError
         shutil.rmtree(tmp, ignore_errors=True)  # (checked above: only ever our own temporary folder)
         kept = "the previous one is kept" if path.exists() else "there is no earlier one"
-        raise CheckpointWriteError(f"writing checkpoint {path} failed ({type(exc).__name__}: {exc}); {kept}; "
-                                   "free disk space and resume") from exc
+        raise CheckpointWriteError(
+            f"writing checkpoint {path} failed ({type(exc).__name__}: {exc}); {kept}; free disk space and resume"
+        ) from exc
     replace(tmp, path)
 
 
@@ -135,8 +150,6 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict)
     fsync_dir(tmp)
 
 
-
-
 def _digest(files: dict) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
@@ -147,7 +160,7 @@ def seal(path: Path) -> None:
     (path / CHECKSUMS).write_text(json.dumps({"files": files, "sha256": _digest(files)}, indent=2, sort_keys=True))
 
 
-def verify(path: Path, files: Optional[dict[str, bytes]] = None) -> bool:
+def verify(path: Path, files: dict[str, bytes] | None = None) -> bool:
     """Refuse a checkpoint whose files differ from ``checksums.json``, naming the file.
 
     `files`: the checkpoint's bytes as read (``ckpt_files.read_files``). True when verified; False
@@ -179,15 +192,25 @@ def find(resume: str) -> Path:
     """
     p = Path(resume).expanduser()
     # a crash between the two renames leaves only .latest.old: still a complete checkpoint
-    for cand in (p, p / "latest", p / "checkpoints" / "latest",
-                 p.parent / f".{p.name}.old", p / ".latest.old", p / "checkpoints" / ".latest.old"):
+    for cand in (
+        p,
+        p / "latest",
+        p / "checkpoints" / "latest",
+        p.parent / f".{p.name}.old",
+        p / ".latest.old",
+        p / "checkpoints" / ".latest.old",
+    ):
         if (cand / "state.json").exists():
             if cand != p and cand.is_symlink():
-                raise CheckpointError(f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
-                                      f"a run wrote there; resume={cand.resolve()} reads that checkpoint itself")
+                raise CheckpointError(
+                    f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
+                    f"a run wrote there; resume={cand.resolve()} reads that checkpoint itself"
+                )
             return cand
-    raise CheckpointError(f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
-                          "checkpoints/latest/); pass a run dir or a checkpoint dir")
+    raise CheckpointError(
+        f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
+        "checkpoints/latest/); pass a run dir or a checkpoint dir"
+    )
 
 
 def _damaged(path: Path, why) -> CheckpointError:
@@ -205,9 +228,11 @@ def _state(path: Path, files: dict[str, bytes]) -> dict:
     if not isinstance(state, dict) or not isinstance(state.get("progress"), dict):
         raise _damaged(path / "state.json", "no progress record")
     if not sealed and (int(state.get("checkpoint_format") or 1) >= FORMAT or any(k in state for k in SEALED_ONLY)):
-        raise CheckpointError(f"{path / CHECKSUMS} is missing, and this checkpoint was written sealed by it (state.json "
-                              f"says checkpoint_format {state.get('checkpoint_format', FORMAT)}): its files cannot be "
-                              "trusted; resume from another checkpoint (epoch_NNNN/ or best/)")
+        raise CheckpointError(
+            f"{path / CHECKSUMS} is missing, and this checkpoint was written sealed by it (state.json "
+            f"says checkpoint_format {state.get('checkpoint_format', FORMAT)}): its files cannot be "
+            "trusted; resume from another checkpoint (epoch_NNNN/ or best/)"
+        )
     return state
 
 
@@ -217,8 +242,9 @@ def read_state(path: Path) -> dict:
     return _state(path, files)
 
 
-def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]] = None,
-         expect: Optional[dict] = None) -> tuple[dict, dict[str, np.ndarray]]:
+def load(
+    path: Path, *, model, optimizer, lanes_shape: tuple[int, int] | None = None, expect: dict | None = None
+) -> tuple[dict, dict[str, np.ndarray]]:
     """Restore model and optimizer in place; return (state, lane arrays).
 
     `lanes_shape` (lanes in the index, model.hidden): the lanes file must fit it, ids in range.
@@ -228,9 +254,11 @@ def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]]
     path, files = read_files(path)
     state = _state(path, files)
     if expect is not None and state != expect:
-        raise CheckpointError(f"{path} was replaced by a newer checkpoint while this resume read it (a live run is "
-                              "writing it): stop that run first, or resume from a checkpoint no run writes "
-                              "(epoch_NNNN/)")
+        raise CheckpointError(
+            f"{path} was replaced by a newer checkpoint while this resume read it (a live run is "
+            "writing it): stop that run first, or resume from a checkpoint no run writes "
+            "(epoch_NNNN/)"
+        )
     tensors = {}
     for name in ("model.safetensors", "optimizer.safetensors", "lanes.safetensors"):
         try:
@@ -245,8 +273,10 @@ def load(path: Path, *, model, optimizer, lanes_shape: Optional[tuple[int, int]]
         raise _damaged(path / "lanes.safetensors", exc) from exc
     expected = dict(tree_flatten(model.parameters()))
     if set(params) != set(expected) or any(params[k].shape != expected[k].shape for k in expected):
-        raise CheckpointError(f"{path / 'model.safetensors'} does not match the configured model "
-                              "(different model.hidden or feature/action sizes?)")
+        raise CheckpointError(
+            f"{path / 'model.safetensors'} does not match the configured model "
+            "(different model.hidden or feature/action sizes?)"
+        )
     for name, value in params.items():  # a checkpoint without checksums can still hold a flipped exponent
         if not bool(mx.all(mx.isfinite(value)).item()):
             raise _damaged(path / "model.safetensors", f"parameter {name} holds NaN or infinity")
@@ -264,28 +294,36 @@ def check_optimizer(saved: dict, fresh: dict, path: Path) -> None:
     missing, extra = sorted(set(fresh) - set(saved)), sorted(set(saved) - set(fresh))
     problem = None
     if missing or extra:
-        problem = "; ".join(p for p in (f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more"
-                                                                               if len(missing) > 3 else "")
-                                        if missing else "",
-                                        f"unexpected {', '.join(extra[:3])}" if extra else "") if p)
+        problem = "; ".join(
+            p
+            for p in (
+                f"missing {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+                if missing
+                else "",
+                f"unexpected {', '.join(extra[:3])}" if extra else "",
+            )
+            if p
+        )
     else:
         for key in sorted(fresh):
             if saved[key].shape != fresh[key].shape or saved[key].dtype != fresh[key].dtype:
-                kind = lambda a: f"{str(a.dtype).removeprefix('mlx.core.')}{list(a.shape)}"  # noqa: E731
+                kind = lambda a: f"{str(a.dtype).removeprefix('mlx.core.')}{list(a.shape)}"
                 problem = f"{key} is {kind(saved[key])}, the configured optimizer has {kind(fresh[key])}"
                 break
             if mx.issubdtype(saved[key].dtype, mx.floating) and not bool(mx.all(mx.isfinite(saved[key])).item()):
                 problem = f"{key} holds NaN or infinity"
                 break
     if problem:
-        raise CheckpointError(f"{path} does not hold the configured optimizer's state ({problem}); resume with the "
-                              "optimizer it was trained with, or from another checkpoint (epoch_NNNN/ or best/)")
+        raise CheckpointError(
+            f"{path} does not hold the configured optimizer's state ({problem}); resume with the "
+            "optimizer it was trained with, or from another checkpoint (epoch_NNNN/ or best/)"
+        )
 
 
-def check_lanes(tensors: dict, shape: Optional[tuple[int, int]], path: Path) -> None:
+def check_lanes(tensors: dict, shape: tuple[int, int] | None, path: Path) -> None:
     """Sparse lane memories must fit the lane index: [lanes, hidden], ids unique, sorted and in range."""
     for key in [k for k in tensors if k.endswith(".shape")]:
-        name = key[:-len(".shape")]
+        name = key[: -len(".shape")]
         have = tuple(int(x) for x in np.array(tensors[key]))
         ids = np.array(tensors.get(f"{name}.ids", np.empty(0, np.int64)))
         rows = tensors.get(f"{name}.rows")
@@ -297,5 +335,6 @@ def check_lanes(tensors: dict, shape: Optional[tuple[int, int]], path: Path) -> 
         elif len(ids) and (ids.min() < 0 or ids.max() >= have[0] or np.any(np.diff(ids) <= 0)):
             problem = f"{name} lane ids are not unique ids in [0, {have[0]})"
         if problem:
-            raise CheckpointError(f"{path}: {problem}; resume with the data and model it was trained with, or "
-                                  "from another checkpoint")
+            raise CheckpointError(
+                f"{path}: {problem}; resume with the data and model it was trained with, or from another checkpoint"
+            )

@@ -15,12 +15,12 @@ Why each rule exists:
   files before they were opened, the read starts again on the new ``latest/`` (a few times, then
   one line). The bytes are then verified and parsed from memory, never read twice.
 """
+
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
 CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
@@ -51,11 +51,18 @@ def check_replaceable(path: Path) -> None:
     for p in (path, path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")):
         odd = foreign(p)
         if odd:
-            what = (f"is a link to {os.readlink(p)}" if p.is_symlink() else "is a file" if odd == [p.name]
-                    else f"holds files a checkpoint does not ({', '.join(odd[:3])})")
-            raise CheckpointWriteError(f"not writing checkpoint {path}: {p} {what}, and tcgexp replaces that folder "
-                                       "whole; nothing was deleted: move it out of the run dir, or give the run a "
-                                       "new folder (hydra.run.dir=...)")
+            what = (
+                f"is a link to {os.readlink(p)}"
+                if p.is_symlink()
+                else "is a file"
+                if odd == [p.name]
+                else f"holds files a checkpoint does not ({', '.join(odd[:3])})"
+            )
+            raise CheckpointWriteError(
+                f"not writing checkpoint {path}: {p} {what}, and tcgexp replaces that folder "
+                "whole; nothing was deleted: move it out of the run dir, or give the run a "
+                "new folder (hydra.run.dir=...)"
+            )
 
 
 def check_folder(ckpt_dir: Path) -> None:
@@ -121,10 +128,10 @@ def _read_once(path: Path) -> tuple[dict[str, bytes], bool]:
     return out, replaced
 
 
-def _newer(path: Path) -> Optional[Path]:
+def _newer(path: Path) -> Path | None:
     """The folder a live run renames in after ``.<name>.old`` (``latest/`` for ``.latest.old``), or None."""
     if path.name.startswith(".") and path.name.endswith(".old"):
-        return path.with_name(path.name[1:-len(".old")])
+        return path.with_name(path.name[1 : -len(".old")])
     return None
 
 
@@ -154,6 +161,8 @@ def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
         if not moved:
             raise CheckpointError(f"{path / missing[0]} is missing: the checkpoint is incomplete")
         time.sleep(0.05 * (attempt + 1))
-    raise CheckpointError(f"{path} was replaced {ATTEMPTS} times while this resume read it (a live run is writing "
-                          "it): stop that run first (SIGTERM writes its latest/), or resume from a checkpoint no "
-                          "run writes (epoch_NNNN/)")
+    raise CheckpointError(
+        f"{path} was replaced {ATTEMPTS} times while this resume read it (a live run is writing "
+        "it): stop that run first (SIGTERM writes its latest/), or resume from a checkpoint no "
+        "run writes (epoch_NNNN/)"
+    )

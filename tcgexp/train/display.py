@@ -4,9 +4,11 @@ Phases: train epoch N, validation, metric aggregation, checkpointing, done.
 The bar is reset (new total, zero) at each phase, so 100 % always means the
 phase shown is complete. Quiet when stderr is not a terminal.
 """
+
 from __future__ import annotations
 
 import time
+from typing import Self
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,13 +18,19 @@ class RunDisplay:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.progress = Progress(
-            TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=self.console, disable=not self.console.is_terminal)
+            TextColumn("{task.description:<18}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=self.console,
+            disable=not self.console.is_terminal,
+        )
         self.task = self.progress.add_task("starting", total=1, status="")
         self.fields: dict[str, float] = {}
         self._rows0, self._t0 = 0, time.perf_counter()
 
-    def __enter__(self) -> "RunDisplay":
+    def __enter__(self) -> Self:
         self.progress.start()
         return self
 

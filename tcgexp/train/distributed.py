@@ -20,6 +20,7 @@ whose run lock is free (dead) when it can tell (waiting up to 3 s for a
 dying peer's lock), so no rank waits at an all-reduce for a partner that
 is gone.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -62,19 +63,20 @@ class World:
     rank: int = 0
     size: int = 1
     group: Any = None
-    run_dir: Optional[Path] = None  # where each rank's run lock says whether it is alive
+    run_dir: Path | None = None  # where each rank's run lock says whether it is alive
 
     @classmethod
-    def init(cls) -> "World":
+    def init(cls) -> World:
         if not launched():
             return cls()
         try:
             group = mx.distributed.init()  # the same group on every call: the run dir's resolver made it
         except RuntimeError as exc:
-            raise DistributedError(f"[distributed] this process was launched as a rank (MLX_RANK or MPI variables "
-                                   f"are set) but mx.distributed could not start ({exc}); launch with "
-                                   "mlx.launch -n N --backend ring tcgexp-train ..., or unset those variables"
-                                   ) from exc
+            raise DistributedError(
+                f"[distributed] this process was launched as a rank (MLX_RANK or MPI variables "
+                f"are set) but mx.distributed could not start ({exc}); launch with "
+                "mlx.launch -n N --backend ring tcgexp-train ..., or unset those variables"
+            ) from exc
         from .parent_watch import watch_launcher
 
         watch_launcher(group.rank())  # the launcher killed: this rank stops too
@@ -93,23 +95,30 @@ class World:
             return
         from omegaconf import OmegaConf
 
-        mine = {"run_dir": str(Path(run_dir).absolute()),
-                **flat(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))}
+        mine = {
+            "run_dir": str(Path(run_dir).absolute()),
+            **flat(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)),
+        }
         blob = json.dumps(mine, sort_keys=True, default=str).encode()
         digest = np.frombuffer(hashlib.sha256(blob).digest()[:16], np.uint16).astype(np.int64)
         if all(np.array_equal(r, digest) for r in self.gather_rows(digest, "the configs' checksum at start-up")):
             return
         longest = int(self.gather_rows(np.array([len(blob)]), "the configs' sizes").max())
         row = np.zeros(longest, np.int64)
-        row[:len(blob)] = np.frombuffer(blob, np.uint8)
-        configs = [json.loads(bytes(r[r > 0].astype(np.uint8)).decode())
-                   for r in self.gather_rows(row, "the configs at start-up")]
-        keys = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str)
-                                                                for c in configs}) > 1)
-        shown = "; ".join(f"{k} (" + ", ".join(f"rank {r}: {c.get(k, '<unset>')}" for r, c in enumerate(configs))
-                          + ")" for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
-        exc = ConfigsDiffer(f"[distributed] the ranks composed different configs: {shown}; every rank must compose "
-                            "the same run: launch them with the same command line, config files and environment")
+        row[: len(blob)] = np.frombuffer(blob, np.uint8)
+        configs = [
+            json.loads(bytes(r[r > 0].astype(np.uint8)).decode())
+            for r in self.gather_rows(row, "the configs at start-up")
+        ]
+        keys = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str) for c in configs}) > 1)
+        shown = "; ".join(
+            f"{k} (" + ", ".join(f"rank {r}: {c.get(k, '<unset>')}" for r, c in enumerate(configs)) + ")"
+            for k in keys[:4]
+        ) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
+        exc = ConfigsDiffer(
+            f"[distributed] the ranks composed different configs: {shown}; every rank must compose "
+            "the same run: launch them with the same command line, config files and environment"
+        )
         say_now(exc)  # every rank says it before the launcher, seeing one leave, SIGTERMs the others
         raise exc
 
@@ -150,7 +159,7 @@ class World:
         """Wait until every rank is here (a one-number all_sum)."""
         self.all_sum(mx.array([0.0]), what)
 
-    def signal_row(self, signame: Optional[str]) -> np.ndarray:
+    def signal_row(self, signame: str | None) -> np.ndarray:
         """[size]: this rank's stop signal number in its own slot (0: none). Summed over ranks, inside
         whichever all-reduce carries it, it holds every rank's: ``first_signal`` reads it."""
         row = np.zeros(self.size)
@@ -159,13 +168,13 @@ class World:
         return row
 
     @staticmethod
-    def first_signal(row) -> Optional[str]:
+    def first_signal(row) -> str | None:
         """The signal every rank stops for, from a summed signal row: the lowest signalled rank's
         (None: no rank was signalled). Every rank reads the same row, so all name the same signal."""
         first = next((int(s) for s in row if s), 0)
         return signal.Signals(first).name if first else None
 
-    def agree(self, signame: Optional[str], what: str) -> Optional[str]:
+    def agree(self, signame: str | None, what: str) -> str | None:
         """The stop signal any rank has received, so all stop at the same point (one small all_sum)."""
         row = self.all_sum(mx.array(self.signal_row(signame), dtype=mx.float32), what)
         return self.first_signal(np.array(row))
@@ -182,18 +191,25 @@ class World:
         rows = self.gather_rows(mine, f"the weights' checksum at {where}")
         differ = [r for r in range(self.size) if not np.array_equal(rows[r], rows[0])]
         if differ:
-            raise RanksDiverged(f"rank(s) {', '.join(map(str, differ))} hold different weights from rank 0 at "
-                                f"{where}: the ranks no longer train one model; stop and resume from the last "
-                                "checkpoint (all ranks started from its weights)")
+            raise RanksDiverged(
+                f"rank(s) {', '.join(map(str, differ))} hold different weights from rank 0 at "
+                f"{where}: the ranks no longer train one model; stop and resume from the last "
+                "checkpoint (all ranks started from its weights)"
+            )
 
     # -- a lost peer ----------------------------------------------------------------------------
     def lost(self, what: str, exc: BaseException) -> PeerLost:
         dead = self.dead_ranks()
-        who = (f"rank {', '.join(map(str, dead))} died" if dead else
-               "a peer rank died or became unreachable (its host's log names it)")
-        return PeerLost(f"[distributed] rank {self.rank} of {self.size}: {who}; lost at {what} ({exc}); the run "
-                        f"stops on every rank; resume={self.run_dir} continues from its last latest/ with "
-                        f"{self.size} ranks")
+        who = (
+            f"rank {', '.join(map(str, dead))} died"
+            if dead
+            else "a peer rank died or became unreachable (its host's log names it)"
+        )
+        return PeerLost(
+            f"[distributed] rank {self.rank} of {self.size}: {who}; lost at {what} ({exc}); the run "
+            f"stops on every rank; resume={self.run_dir} continues from its last latest/ with "
+            f"{self.size} ranks"
+        )
 
     def dead_ranks(self, grace: float = 3.0) -> list[int]:
         """Ranks on this host whose run lock is free: their process is gone (flock dies with it).
@@ -205,8 +221,11 @@ class World:
         if self.run_dir is None:
             return []
         locks = {r: Path(self.run_dir) / lock_name(r) for r in range(self.size) if r != self.rank}
-        here = {r: path for r, path in locks.items()
-                if path.exists() and read_info(path).get("host") == socket.gethostname()}
+        here = {
+            r: path
+            for r, path in locks.items()
+            if path.exists() and read_info(path).get("host") == socket.gethostname()
+        }
         deadline = time.monotonic() + grace
         while True:
             dead = [r for r, path in here.items() if lock_free(path)]
@@ -264,6 +283,6 @@ class Sync:
         for name, shape, size in zip(self.names, self.shapes, self.sizes):
             # a fresh buffer per leaf, not a view into the flat sum: the CPU kernels reduce a view at an
             # unaligned offset in another order, and the clip's norm would differ from one process's
-            out.append((name, mx.array(total[offset:offset + size].reshape(shape))))
+            out.append((name, mx.array(total[offset : offset + size].reshape(shape))))
             offset += size
         return tree_unflatten(out), total[offset:].astype(np.float64)

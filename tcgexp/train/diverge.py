@@ -7,10 +7,12 @@ the knobs that usually cause it; nothing is checkpointed from the weights that
 step produced (``latest/`` keeps the last finite checkpoint, so a resume with a
 smaller learning rate is possible), and the process exits non-zero.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 class DivergenceError(RuntimeError):
@@ -34,7 +36,8 @@ def check(values: Mapping[str, Any], *, where: str, hint: str, keys: Iterable[st
             f"training diverged at {where}: {name} is {value}. Nothing was checkpointed from these weights; "
             f"latest/ keeps the last finite checkpoint, if one was written. The knobs that usually cause it: "
             f"{hint}; lower the learning rate or the aux weight, or clip gradients (grad_clip > 0), then "
-            "start again or resume= from latest/")
+            "start again or resume= from latest/"
+        )
 
 
 def strict(obj: Any) -> Any:

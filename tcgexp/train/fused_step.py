@@ -13,9 +13,8 @@ order: the two paths give bit-identical weights, optimizer state and lane memory
 load and fit the model, else the pure step with the reason; ``fused`` where they cannot run is one
 error naming the key. Another optimizer than AdamW keeps its own MLX update after the fused gradients.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import mlx.core as mx
 import mlx.optimizers as optim
@@ -32,16 +31,27 @@ CHOICES = ("auto", "fused", "pure")
 SPLIT_MIN = 1 << 19
 # what the loss-and-gradients kernel takes, in its order (csrc/fused.h GradsIn)
 TARGETS = ("action_mask", "label", "row_weight", "aux_valid", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
-PARAMS = ("encoder.layers.0.weight", "encoder.layers.0.bias", "encoder.layers.2.weight", "encoder.layers.2.bias",
-          "gates.weight", "gates.bias", "trunk.layers.0.weight", "trunk.layers.0.bias", "policy.weight", "policy.bias",
-          "aux.weight", "aux.bias")
+PARAMS = (
+    "encoder.layers.0.weight",
+    "encoder.layers.0.bias",
+    "encoder.layers.2.weight",
+    "encoder.layers.2.bias",
+    "gates.weight",
+    "gates.bias",
+    "trunk.layers.0.weight",
+    "trunk.layers.0.bias",
+    "policy.weight",
+    "policy.bias",
+    "aux.weight",
+    "aux.bias",
+)
 
 
 class KernelsUnavailable(ConfigError):
     """trainer.kernels=fused where the kernels cannot run: one line, naming the key (a config error: no traceback)."""
 
 
-def fits(model) -> Optional[str]:
+def fits(model) -> str | None:
     """Why the kernels cannot compute this model's gradients, or None. (Any optimizer: AdamW's update
     is fused too, any other stays MLX's own.)"""
     if type(model) is not RecurrentPolicy:
@@ -51,7 +61,7 @@ def fits(model) -> Optional[str]:
     return None
 
 
-def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tuple[Optional["FusedStep"], str]:
+def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tuple[FusedStep | None, str]:
     """(the fused step or None, one line: which path and why) for ``trainer.kernels``; `helper`: a second
     thread shares the pass (``blas.spare_core``)."""
     if kernels not in CHOICES:
@@ -71,8 +81,14 @@ def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tu
 class FusedStep:
     """loss_and_grad and update for the Stepper's compiled functions, on the kernels in `module`."""
 
-    def __init__(self, module, model: RecurrentPolicy, optimizer: optim.Optimizer, helper: bool = False,
-                 split_min: int = SPLIT_MIN) -> None:
+    def __init__(
+        self,
+        module,
+        model: RecurrentPolicy,
+        optimizer: optim.Optimizer,
+        helper: bool = False,
+        split_min: int = SPLIT_MIN,
+    ) -> None:
         self.k, self.model, self.optimizer, self.helper, self.split_min = module, model, optimizer, helper, split_min
         self.adamw = isinstance(optimizer, optim.AdamW) and not getattr(optimizer, "bias_correction", False)
 
@@ -83,16 +99,29 @@ class FusedStep:
         x, first_row, label_hot = inputs["x"], inputs["first_row"], inputs["label_hot"]
         L, T = first_row.shape
         out = self.k.grads(
-            [x, inputs["row_lane"], inputs["row_dec"], first_row, label_hot.reshape(L * T, label_hot.shape[-1]),
-             inputs["lane_decisions"], h0],
-            [targets[k] for k in TARGETS], [p[name] for name in PARAMS], self.model.memory, SCAN_BLOCK,
-            float(aux_weight), self.helper, self.split_min)
+            [
+                x,
+                inputs["row_lane"],
+                inputs["row_dec"],
+                first_row,
+                label_hot.reshape(L * T, label_hot.shape[-1]),
+                inputs["lane_decisions"],
+                h0,
+            ],
+            [targets[k] for k in TARGETS],
+            [p[name] for name in PARAMS],
+            self.model.memory,
+            SCAN_BLOCK,
+            float(aux_weight),
+            self.helper,
+            self.split_min,
+        )
         g = dict(zip(PARAMS, out[2:]))
         grads = tree_map_with_path(lambda name, _: g[name], self.model.trainable_parameters())
         return out[0][0], out[0], mx.stop_gradient(out[1]), grads
 
     # -- clip and update ------------------------------------------------------------------------
-    def update(self, g, grad_clip: float, scale: Optional[mx.array] = None) -> mx.array:
+    def update(self, g, grad_clip: float, scale: mx.array | None = None) -> mx.array:
         """Scale (by `scale`, when given), clip and apply `g` to the model with MLX's AdamW (no bias
         correction; ``self.adamw``) as one kernel over every parameter, after what
         ``Optimizer.apply_gradients`` does first (the schedule, then the step counter): the norm."""
@@ -108,11 +137,17 @@ class FusedStep:
         b1, b2 = opt.betas
         consts = [grad_clip, b1, 1 - b1, b2, 1 - b2, opt.eps, opt.weight_decay]  # as MLX casts them: float32
         grads = [x for _, x in tree_flatten(g)]
-        out = self.k.clip_adamw(grads, [params[n] for n in names], [states[f"{n}.m"] for n in names],
-                                [states[f"{n}.v"] for n in names], opt.learning_rate.astype(mx.float32), scale,
-                                consts)
+        out = self.k.clip_adamw(
+            grads,
+            [params[n] for n in names],
+            [states[f"{n}.m"] for n in names],
+            [states[f"{n}.v"] for n in names],
+            opt.learning_rate.astype(mx.float32),
+            scale,
+            consts,
+        )
         n = len(names)
-        new_p, new_m, new_v = out[1:1 + n], out[1 + n:1 + 2 * n], out[1 + 2 * n:]
+        new_p, new_m, new_v = out[1 : 1 + n], out[1 + n : 1 + 2 * n], out[1 + 2 * n :]
         self.model.update(tree_unflatten(list(zip(names, new_p))))
         for name, m, v in zip(names, new_m, new_v):
             node = opt.state

@@ -15,6 +15,7 @@ launcher by at most ``parent_watch.GRACE_S``. ``mlx.launch`` dies with ``tcgexp-
 to ``mlx.launch``, so killing either stops the run. A SIGINT (Ctrl-C, or sent to ``tcgexp-launch`` alone)
 reaches every rank once (``Interrupts``): each stops resumably, as after its own Ctrl-C.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from ..ownership import pid_alive
 from .parent_watch import GRACE_S
 from .rank_status import STATUS_VAR
 
 
-def expected_ranks(argv: list[str]) -> Optional[int]:
+def expected_ranks(argv: list[str]) -> int | None:
     """The world size mlx.launch's own arguments give (-n, --hosts), None with a hostfile."""
     parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     parser.add_argument("--hosts", default="127.0.0.1")
@@ -70,8 +70,13 @@ def ssh_failures(hosts: list[str]) -> list[str]:
 
     def probe(host: str) -> str | None:
         try:
-            res = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host, "true"],
-                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SSH_PROBE_S)
+            res = subprocess.run(
+                ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host, "true"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=SSH_PROBE_S,
+            )
         except subprocess.TimeoutExpired:
             return f"{host}: no answer to ssh within {SSH_PROBE_S} s"
         except OSError as exc:
@@ -108,12 +113,14 @@ def wait_for_ranks(folder: Path) -> dict[int, dict]:
         time.sleep(0.2)
 
 
-def verdict(statuses: dict[int, dict], size: Optional[int]) -> tuple[int, Optional[str]]:
+def verdict(statuses: dict[int, dict], size: int | None) -> tuple[int, str | None]:
     """(exit status, the line saying why it is not 0)."""
     size = size or max([s.get("size") or 0 for s in statuses.values()] + [len(statuses)])
     if not statuses:
-        return 1, ("no rank reported its exit status (is the command tcgexp-train? ranks on other hosts need "
-                   f"{STATUS_VAR} set to a folder this host shares): the run's outcome is unknown")
+        return 1, (
+            "no rank reported its exit status (is the command tcgexp-train? ranks on other hosts need "
+            f"{STATUS_VAR} set to a folder this host shares): the run's outcome is unknown"
+        )
     failed = []
     for rank in range(size):
         code = statuses.get(rank, {}).get("code")
@@ -123,14 +130,16 @@ def verdict(statuses: dict[int, dict], size: Optional[int]) -> tuple[int, Option
             failed.append((rank, int(code)))
     if not failed:
         return 0, None
-    said = ", ".join(f"rank {r} " + (f"exited with {c}" if c is not None else "left no status (killed?)")
-                     for r, c in failed)
+    said = ", ".join(
+        f"rank {r} " + (f"exited with {c}" if c is not None else "left no status (killed?)") for r, c in failed
+    )
     run_dir = next((s["run_dir"] for s in statuses.values() if s.get("run_dir")), None)
     if run_dir and Path(run_dir).is_dir():  # (a run refused at start leaves no folder)
         try:
             result = json.loads((Path(run_dir) / "result.json").read_text())
             said += f"; {Path(run_dir) / 'result.json'} says {result.get('status')}" + (
-                f": {result['error']}" if result.get("error") else "")
+                f": {result['error']}" if result.get("error") else ""
+            )
         except (OSError, ValueError):
             said += f"; {run_dir} holds no result.json"
     return next((c for _, c in failed if c), 1), said
@@ -150,8 +159,11 @@ class Interrupts:
 
     def targets(self) -> list[int]:
         host = socket.gethostname()
-        pids = [int(s["pid"]) for s in read_statuses(self.folder).values()
-                if s.get("pid") and "code" not in s and s.get("host", host) == host]
+        pids = [
+            int(s["pid"])
+            for s in read_statuses(self.folder).values()
+            if s.get("pid") and "code" not in s and s.get("host", host) == host
+        ]
         import psutil
 
         for p in psutil.process_iter(["name"]):  # mlx.launch's ssh clients, for the ranks elsewhere
@@ -174,7 +186,7 @@ class Interrupts:
                     break
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from ..data.parallel import die_with_parent
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -187,8 +199,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     env = {**os.environ, STATUS_VAR: str(folder)}
     # its own session: a terminal's Ctrl-C reaches this process alone, which passes it to every rank once (as
     # it passes a SIGINT sent to it alone); in one process group the ranks would get it twice, a forced stop
-    proc = subprocess.Popen([launcher, "--env", f"{STATUS_VAR}={folder}", *argv], env=env, start_new_session=True,
-                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
+    proc = subprocess.Popen(
+        [launcher, "--env", f"{STATUS_VAR}={folder}", *argv],
+        env=env,
+        start_new_session=True,
+        # PR_SET_PDEATHSIG can only be set in the child; nothing here runs threads yet
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
+    )
     for signum in (signal.SIGTERM, signal.SIGHUP):  # passed on: mlx.launch dies, its ranks stop (parent_watch)
         signal.signal(signum, lambda s, f: proc.send_signal(signal.SIGTERM))
     interrupts = Interrupts(folder, proc.pid)
@@ -209,9 +226,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not statuses and remote_hosts(argv):  # no rank started: ssh, which mlx.launch keeps quiet, says why
         failed = ssh_failures(remote_hosts(argv))
         if failed:
-            line = (f"no rank started: ssh cannot reach {'; '.join(failed)} (mlx.launch runs each rank there through "
-                    "ssh: check the host names, that sshd runs there, and key-based login: ssh <host> true must "
-                    "work without a password)")
+            line = (
+                f"no rank started: ssh cannot reach {'; '.join(failed)} (mlx.launch runs each rank there through "
+                "ssh: check the host names, that sshd runs there, and key-based login: ssh <host> true must "
+                "work without a password)"
+            )
     if line:
         print(f"[launch] {line}", file=sys.stderr, flush=True)
     return code

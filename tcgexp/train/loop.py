@@ -11,11 +11,12 @@ One process is a world of one like any other: the same window, the same
 reductions (each the identity there), the same safe points, where every rank
 stops for the signal all of them agreed on.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -44,11 +45,11 @@ class Hooks(Protocol):
     def latest_due(self, opt_steps: int) -> bool: ...  # whether latest/ is written after this update
     def settle_after(self, opt_steps: int) -> bool: ...  # whether the run stops after this update (max_steps, a signal)
     def save(self, kind: str) -> None: ...  # "latest" | "epoch" | "epoch+best"
-    def stop_requested(self) -> Optional[str]: ...  # this rank's pending stopping signal, if any
+    def stop_requested(self) -> str | None: ...  # this rank's pending stopping signal, if any
     # where the run may stop with nothing half-done (a stopping signal, see signals.py): before each
     # epoch, after an applied optimizer step, after validation; `agreed` is the signal every rank
     # stops for there (None: go on), so all ranks stop at the same point
-    def safe_point(self, agreed: Optional[str]) -> None: ...
+    def safe_point(self, agreed: str | None) -> None: ...
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Update:
 
     values: dict
     total: np.ndarray
-    agreed: Optional[str]
+    agreed: str | None
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Window:
         self.count, self.out = 0, None
         self.local = np.zeros(SIGNALS + self.world.size)  # this window's scalars on this rank
 
-    def add(self, prep, memory: LaneMemory) -> Optional[float]:
+    def add(self, prep, memory: LaneMemory) -> float | None:
         """One microbatch's gradients, its lanes' memories read and written back: its loss (None for
         shard padding, where this rank has no rows but still steps, and for a fused window: read later)."""
         self.count += 1
@@ -123,7 +124,7 @@ class Window:
         """Whether the window closes after plan position `index`: full, or the plan's last (partial) one."""
         return self.count == self.size or index == length - 1
 
-    def close(self, signame: Optional[str], where: str) -> Update | Queued:
+    def close(self, signame: str | None, where: str) -> Update | Queued:
         """The window's one all-reduce (gradients, scalars and every rank's stop signal together) and its
         update; a fused window's update is already queued: it is returned unread (``read``)."""
         if self.fused:
@@ -146,22 +147,34 @@ class Window:
         self.clear()
         return update
 
-    def read(self, queued: Queued, signame: Optional[str]) -> tuple[Update, float]:
+    def read(self, queued: Queued, signame: str | None) -> tuple[Update, float]:
         """A queued window's values, read back (waiting for its step) and checked: (its update, the learning
         rate it used). `signame`: this process's stop signal now (a world of one agrees with itself)."""
         got = np.array(queued.out, np.float64)  # every value of the microbatch in one transfer
         total = queued.local
-        values = dict(zip(METRICS, got[:len(METRICS)].tolist()))
+        values = dict(zip(METRICS, got[: len(METRICS)].tolist()))
         values["grad_norm"] = float(got[len(METRICS)])
         diverge.check(values, where=queued.where, hint=self.hint)  # before anything reads them
-        total[SUMS:SIGNALS] = got[:len(METRICS)] * total[ROWS]
+        total[SUMS:SIGNALS] = got[: len(METRICS)] * total[ROWS]
         total[SIGNALS:] = self.world.signal_row(signame)
         return Update(values, total, World.first_signal(total[SIGNALS:])), float(got[len(METRICS) + 1])
 
 
 class Loop:
-    def __init__(self, *, planner, stepper: Stepper, loaders: tuple, caches: tuple, memory: LaneMemory,
-                 progress: TrainState, epochs: int, hooks: Hooks, world: World, hint: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        planner,
+        stepper: Stepper,
+        loaders: tuple,
+        caches: tuple,
+        memory: LaneMemory,
+        progress: TrainState,
+        epochs: int,
+        hooks: Hooks,
+        world: World,
+        hint: str = "",
+    ) -> None:
         self.planner, self.stepper, self.p, self.epochs, self.hooks = planner, stepper, progress, epochs, hooks
         self.world = world
         self.train_loader, self.val_loader = loaders
@@ -169,8 +182,9 @@ class Loop:
         self.memory, self.val_memory = memory, LaneMemory(memory.lanes, memory.hidden)
         self.hint = hint or "a learning rate or loss weight too large"
         # one process running several shards in turn keeps one gradient sum per shard
-        self.window = Window(stepper, world, size=planner.accum_steps, slots=planner.shards // world.size,
-                             hint=self.hint)
+        self.window = Window(
+            stepper, world, size=planner.accum_steps, slots=planner.shards // world.size, hint=self.hint
+        )
         self.step_seconds = self.hook_seconds = self.save_seconds = 0.0
         self.time_split: list[dict] = []  # per epoch of this process: where its wall time went (seconds)
 
@@ -212,9 +226,13 @@ class Loop:
         t_epoch = time.perf_counter()
         plan = self.begin_epoch()
         sums, rows = dict.fromkeys(METRICS, 0.0), 0
-        stall0, busy0, hooks0, saves0 = (self.train_loader.stall_seconds, self.step_seconds, self.hook_seconds,
-                                         self.save_seconds)
-        queued: Optional[Queued] = None  # a fused window dispatched and not yet read back
+        stall0, busy0, hooks0, saves0 = (
+            self.train_loader.stall_seconds,
+            self.step_seconds,
+            self.hook_seconds,
+            self.save_seconds,
+        )
+        queued: Queued | None = None  # a fused window dispatched and not yet read back
         for prep in self.train_loader.iterate(plan, start=p.position):
             t0 = time.perf_counter()
             with self.train_cache.in_opt_step():
@@ -225,8 +243,11 @@ class Loop:
                 where = f"epoch {p.epoch + 1}, optimizer step {step} (microbatch {prep.index} of {len(plan)})"
                 closed = self.window.close(self.hooks.stop_requested(), where)
             self.step_seconds += time.perf_counter() - t0
-            p.position, p.microbatches, p.epoch_microbatches = prep.index + 1, p.microbatches + 1, \
-                p.epoch_microbatches + 1
+            p.position, p.microbatches, p.epoch_microbatches = (
+                prep.index + 1,
+                p.microbatches + 1,
+                p.epoch_microbatches + 1,
+            )
             if queued is not None:  # the window before this one: read while this one computes
                 rows += self.settle(queued, sums, plan, in_flight=True)
                 queued = None
@@ -236,18 +257,29 @@ class Loop:
                     rows += self.settle(queued, sums, plan)
                     queued = None
             elif closed is not None:
-                rows += self.timed_hooks(lambda: self.applied(closed, sums, more=p.position < len(plan)))
+                rows += self.timed_hooks(lambda: self.applied(closed, sums, more=p.position < len(plan)))  # noqa: B023 - called at once
             self.hooks.on_advance(1, {"loss": loss} if loss is not None else {})
         self.assert_counts(plan)
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
         hooks, wall = self.hook_seconds - hooks0, time.perf_counter() - t_epoch
         # where the epoch's wall time went: the step (dispatch and read-back), waiting for data, the hooks
         # (tracking, display; checkpoints apart) and the rest (loader hand-off, the loop's own bookkeeping)
-        self.time_split.append({"epoch": p.epoch + 1, "wall": wall, "step": busy, "data_wait": stall,
-                                "hooks": hooks - (self.save_seconds - saves0), "checkpoints": self.save_seconds - saves0,
-                                "other": max(wall - busy - stall - hooks, 0.0)})
-        return {**{k: v / max(rows, 1) for k, v in sums.items()},
-                "rows_per_second": rows / max(stall + busy, 1e-9), "data_stall_share": stall / max(stall + busy, 1e-9)}
+        self.time_split.append(
+            {
+                "epoch": p.epoch + 1,
+                "wall": wall,
+                "step": busy,
+                "data_wait": stall,
+                "hooks": hooks - (self.save_seconds - saves0),
+                "checkpoints": self.save_seconds - saves0,
+                "other": max(wall - busy - stall - hooks, 0.0),
+            }
+        )
+        return {
+            **{k: v / max(rows, 1) for k, v in sums.items()},
+            "rows_per_second": rows / max(stall + busy, 1e-9),
+            "data_stall_share": stall / max(stall + busy, 1e-9),
+        }
 
     def must_settle(self, prep, plan) -> bool:
         """Will a checkpoint or a stop follow the update this microbatch closed (the plan's last, latest/ due,
@@ -285,8 +317,9 @@ class Loop:
         self.hooks.on_advance(p.position, {})
         return plan
 
-    def applied(self, update: Update, sums: dict, *, more: bool, lr: Optional[float] = None,
-                in_flight: bool = False) -> int:
+    def applied(
+        self, update: Update, sums: dict, *, more: bool, lr: float | None = None, in_flight: bool = False
+    ) -> int:
         """Count an applied update, report it, write latest/ when due (`more`: the epoch goes on), and
         stop here if the ranks agreed on a signal (not `in_flight`: a later update is already queued).
         `lr`: what the update used (read back with a queued one). Returns the rows it trained on."""
@@ -298,8 +331,14 @@ class Loop:
         if lr is None:
             lr = float(self.stepper.optimizer.learning_rate)  # what the update just used (the optimizer's schedule)
         p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
-        self.hooks.on_step({**{k: update.values[k] for k in METRICS}, "lr": lr,
-                            "grad_norm": update.values["grad_norm"], "rows": p.rows})
+        self.hooks.on_step(
+            {
+                **{k: update.values[k] for k in METRICS},
+                "lr": lr,
+                "grad_norm": update.values["grad_norm"],
+                "rows": p.rows,
+            }
+        )
         if in_flight:
             return int(total[ROWS])
         if more and self.hooks.latest_due(p.opt_steps):
@@ -317,7 +356,8 @@ class Loop:
             raise RuntimeError(
                 f"epoch {p.epoch + 1}: planned {want_real} microbatches ({len(plan)} positions) / {want_steps} "
                 f"optimizer steps, processed {p.epoch_real} ({p.epoch_microbatches} positions) / {p.epoch_opt_steps} "
-                f"over {self.world.size} rank(s)")
+                f"over {self.world.size} rank(s)"
+            )
 
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> dict:
@@ -334,8 +374,8 @@ class Loop:
             values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
             self.val_memory.write(prep, carry)
             mx.eval(values, sums, self.val_memory.table)
-            totals[:len(METRICS)] += np.array(values, np.float64) * prep.rows
-            totals[len(METRICS):n - 1] += np.array(sums, np.float64)
+            totals[: len(METRICS)] += np.array(values, np.float64) * prep.rows
+            totals[len(METRICS) : n - 1] += np.array(sums, np.float64)
             totals[n - 1] += prep.rows
             self.hooks.on_advance(1, {})
         if int(totals[n - 1]) != plan.rows:
@@ -346,8 +386,9 @@ class Loop:
         totals = self.world.sum(totals, f"validation after epoch {self.p.epoch + 1}")
         want = self.planner.split_rows("val")
         if int(totals[n - 1]) != want:
-            raise RuntimeError(f"validation processed {int(totals[n - 1])} rows over {self.world.size} rank(s), "
-                               f"the split has {want}")
+            raise RuntimeError(
+                f"validation processed {int(totals[n - 1])} rows over {self.world.size} rank(s), the split has {want}"
+            )
         t = dict(zip(VAL_KEYS, totals.tolist()))
         rows = int(t["rows"])
         self.hooks.on_phase("metric aggregation", 1)
@@ -357,8 +398,9 @@ class Loop:
             out[f"policy_{part}"] = t[f"sum_policy_{part}"] / total if total else None  # no such rows
             out[f"accuracy_{part}"] = t[f"sum_accuracy_{part}"] / total if total else None
         out["rows"] = rows
-        diverge.check(out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})",
-                      hint=self.hint)
+        diverge.check(
+            out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})", hint=self.hint
+        )
         self.hooks.safe_point(World.first_signal(totals[n:]))
         self.hooks.on_advance(1, {})
         return out

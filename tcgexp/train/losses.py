@@ -3,6 +3,7 @@
 ``loss_terms`` also returns the intermediates the written-out gradient (``backprop.py``) reads, so
 the loss is written once for the forward pass, autodiff and the written-out backward.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

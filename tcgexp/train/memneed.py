@@ -11,6 +11,7 @@ model and batch knobs, with headroom over the worst measured peak) and ``check_m
 with the job's room (``tcgexp.memlimit``: its cgroup's limit, SLURM's allocation, the machine's free
 memory, the least of them).
 """
+
 from __future__ import annotations
 
 from omegaconf import DictConfig
@@ -63,8 +64,7 @@ def param_copies(cfg: DictConfig) -> float:
     """Copies of the parameters at the step's peak: ``PARAM_COPIES``, more with gradient accumulation and on the
     fused step (``trainer.kernels`` auto may run either: counted as fused, the larger)."""
     fused = str((cfg.get("trainer") or {}).get("kernels", "auto")) != "pure"
-    return (PARAM_COPIES + (ACCUM_COPIES if int(cfg.tbptt.accum_steps) > 1 else 0.0)
-            + (FUSED_COPIES if fused else 0.0))
+    return PARAM_COPIES + (ACCUM_COPIES if int(cfg.tbptt.accum_steps) > 1 else 0.0) + (FUSED_COPIES if fused else 0.0)
 
 
 def model_bytes(cfg: DictConfig, slots: int = 0, rows: int = 0) -> int:
@@ -74,8 +74,10 @@ def model_bytes(cfg: DictConfig, slots: int = 0, rows: int = 0) -> int:
     The model is built only to be measured: MLX makes weights lazily, so nothing is allocated (the
     run seeds its weights afterwards)."""
     model = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
-    return int(4 * param_copies(cfg) * model.parameter_count
-               + ACTIVATION_FACTOR * model.activation_bytes(rows or microbatch_rows(cfg), slots))
+    return int(
+        4 * param_copies(cfg) * model.parameter_count
+        + ACTIVATION_FACTOR * model.activation_bytes(rows or microbatch_rows(cfg), slots)
+    )
 
 
 def need(cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0, held: int | None = None) -> dict[str, int]:
@@ -91,18 +93,21 @@ def need(cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0, held: i
     group_rows = int(cfg.dataset.get("row_group_rows", 0) or 0)
     if held is None:
         held = psutil.Process().memory_info().rss
-    return {"held": held + RUNTIME,
-            "model": model_bytes(cfg, slots, rows),
-            "lanes": LANE_COPIES * 4 * (lanes + 1) * int(cfg.model.hidden) if lanes else 0,
-            "caches": 2 * (capacity + in_flight) * group_rows * row_bytes()}
+    return {
+        "held": held + RUNTIME,
+        "model": model_bytes(cfg, slots, rows),
+        "lanes": LANE_COPIES * 4 * (lanes + 1) * int(cfg.model.hidden) if lanes else 0,
+        "caches": 2 * (capacity + in_flight) * group_rows * row_bytes(),
+    }
 
 
 def total(parts: dict[str, int]) -> int:
     return int(HEADROOM * sum(parts.values()))
 
 
-def check_memory(cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0, room=None,
-                 held: int | None = None) -> None:
+def check_memory(
+    cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0, room=None, held: int | None = None
+) -> None:
     """Refuse a run that cannot fit in its job's memory, naming the knobs and the limit, instead of being
     OOM-killed with no word.
 
@@ -119,12 +124,14 @@ def check_memory(cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0,
     if want > have.bytes:
         largest = f", its largest microbatch padded to {slots:,} lane x decision slots" if slots else ""
         shown = ", ".join(f"{k} {gib(v)}" for k, v in parts.items() if v >= 2**26)
-        raise ConfigError(f"model.hidden={cfg.model.hidden} with tbptt.batch_size={cfg.tbptt.batch_size} "
-                          f"(tbptt.chunk={cfg.tbptt.chunk}) needs {'about' if slots else 'at least'} {gib(want)} "
-                          f"at its peak (parameters x {param_copies(cfg):g} for weights, gradients, moments and the "
-                          f"update's new ones, activations{largest}; {shown}; +{HEADROOM - 1:.0%}), but this job may "
-                          f"use {gib(have.bytes)} ({have.source}): make model.hidden or tbptt.batch_size smaller, "
-                          "or give the job more memory")
+        raise ConfigError(
+            f"model.hidden={cfg.model.hidden} with tbptt.batch_size={cfg.tbptt.batch_size} "
+            f"(tbptt.chunk={cfg.tbptt.chunk}) needs {'about' if slots else 'at least'} {gib(want)} "
+            f"at its peak (parameters x {param_copies(cfg):g} for weights, gradients, moments and the "
+            f"update's new ones, activations{largest}; {shown}; +{HEADROOM - 1:.0%}), but this job may "
+            f"use {gib(have.bytes)} ({have.source}): make model.hidden or tbptt.batch_size smaller, "
+            "or give the job more memory"
+        )
 
 
 def row_budget_line(cfg: DictConfig, train_rows: int, steps: int) -> str | None:
@@ -133,6 +140,8 @@ def row_budget_line(cfg: DictConfig, train_rows: int, steps: int) -> str | None:
     budget = int(cfg.tbptt.batch_size)
     if budget <= train_rows:
         return None
-    return (f"[train] tbptt.batch_size={budget:,} is more rows than the training split holds ({train_rows:,}): each "
-            f"microbatch packs what the split has, {steps:,} optimizer step(s) per epoch; a budget below "
-            f"{train_rows:,} gives more steps per epoch")
+    return (
+        f"[train] tbptt.batch_size={budget:,} is more rows than the training split holds ({train_rows:,}): each "
+        f"microbatch packs what the split has, {steps:,} optimizer step(s) per epoch; a budget below "
+        f"{train_rows:,} gives more steps per epoch"
+    )

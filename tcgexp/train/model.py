@@ -25,12 +25,14 @@ rows of a multi-select decision share the same incoming memory; the decision's
 inputs (its first row and its chosen actions) then move the memory once, to
 h[t+1]. ``memory=False`` is the same network reading zeros instead.
 """
+
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Optional
+from collections.abc import Callable
+from typing import ClassVar
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 from mlx.utils import tree_flatten
 from omegaconf import MISSING
 
@@ -38,6 +40,7 @@ from ..schema import schema, within
 from .backprop import loss_and_grads
 from .losses import AUX_NAMES
 from .scan import hard_sigmoid, linear_scan
+
 
 @schema("model")
 class ModelConfig:
@@ -80,8 +83,16 @@ class RecurrentPolicy(nn.Module):
         k, c = mx.split(g, 2, axis=-1)
         return self.scan_fn(hard_sigmoid(k), mx.clip(c, -1.0, 1.0), h0)
 
-    def __call__(self, x: mx.array, row_lane: mx.array, row_dec: mx.array, first_row: mx.array,
-                 label_hot: mx.array, h0: mx.array, lane_decisions: mx.array):
+    def __call__(
+        self,
+        x: mx.array,
+        row_lane: mx.array,
+        row_dec: mx.array,
+        first_row: mx.array,
+        label_hot: mx.array,
+        h0: mx.array,
+        lane_decisions: mx.array,
+    ):
         """Returns (logits [R, A] unmasked, aux [R, 4], carry [L, H])."""
         enc = self.encoder(x)
         if self.memory:
@@ -90,7 +101,7 @@ class RecurrentPolicy(nn.Module):
             # every row's memory and every lane's carry in one gather (one scatter in the backward pass)
             at = mx.concatenate([row_lane * T1 + row_dec, mx.arange(L, dtype=row_dec.dtype) * T1 + lane_decisions])
             picked = mx.take(h.reshape(L * T1, H), at, axis=0)
-            h_row, carry = picked[:x.shape[0]], picked[x.shape[0]:]
+            h_row, carry = picked[: x.shape[0]], picked[x.shape[0] :]
         else:
             h_row = mx.zeros_like(enc)
             carry = h0
@@ -124,7 +135,7 @@ class RecurrentPolicy(nn.Module):
         return 4 * (rows * per_row + slots * per_slot)
 
 
-def written_backward(model) -> Optional[Callable]:
+def written_backward(model) -> Callable | None:
     """The model's written-out backward pass, when its own class defines one (``loss_and_grads``),
     else None (MLX's autodiff). Not inherited: a subclass may change any layer of the forward pass
     the backward was written for (tests/test_plugins.py trains such a model, with more layers),

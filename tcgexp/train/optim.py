@@ -8,10 +8,12 @@ Adding an optimizer is one subclass taking the schedule, its schema beside it
 (``@schema("optimizer", "<name>")`` subclassing ``OptimizerConfig``) and one
 YAML in ``conf/optimizer/``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import mlx.core as mx
 import mlx.optimizers as optim
@@ -43,7 +45,8 @@ class AdamWConfig(OptimizerConfig):
     CHECKS: ClassVar[tuple] = OptimizerConfig.CHECKS + (
         ("weight_decay", within(0.0, FLOAT32_MAX), ">= 0 (0 = none)"),
         ("betas", _betas, "two values, each in [0, 1)"),
-        ("eps", within(FLOAT32_TINY, 1.0), "in [1.2e-38, 1] (0 would divide by zero where a gradient is zero)"))
+        ("eps", within(FLOAT32_TINY, 1.0), "in [1.2e-38, 1] (0 would divide by zero where a gradient is zero)"),
+    )
 
 
 @schema("optimizer", "sgd")
@@ -53,7 +56,8 @@ class SGDConfig(OptimizerConfig):
     nesterov: bool = False  # Nesterov momentum: the gradient looked up ahead of the momentum step
     CHECKS: ClassVar[tuple] = OptimizerConfig.CHECKS + (
         ("weight_decay", within(0.0, FLOAT32_MAX), ">= 0 (0 = none)"),
-        ("momentum", within(0.0, 1.0, open_hi=True), "in [0, 1) (0 = plain SGD)"))
+        ("momentum", within(0.0, 1.0, open_hi=True), "in [0, 1) (0 = plain SGD)"),
+    )
 
 
 def scaled(lr: float, schedule: Callable[[mx.array], mx.array]) -> Callable[[mx.array], mx.array]:
@@ -62,13 +66,28 @@ def scaled(lr: float, schedule: Callable[[mx.array], mx.array]) -> Callable[[mx.
 
 
 class AdamW(optim.AdamW):
-    def __init__(self, schedule: Callable[[mx.array], mx.array], *, lr: float, weight_decay: float,
-                 betas: list[float], eps: float) -> None:
+    def __init__(
+        self,
+        schedule: Callable[[mx.array], mx.array],
+        *,
+        lr: float,
+        weight_decay: float,
+        betas: list[float],
+        eps: float,
+    ) -> None:
         super().__init__(learning_rate=scaled(lr, schedule), betas=list(betas), eps=eps, weight_decay=weight_decay)
 
 
 class SGD(optim.SGD):
-    def __init__(self, schedule: Callable[[mx.array], mx.array], *, lr: float, momentum: float, weight_decay: float,
-                 nesterov: bool) -> None:
-        super().__init__(learning_rate=scaled(lr, schedule), momentum=momentum, weight_decay=weight_decay,
-                         nesterov=nesterov)
+    def __init__(
+        self,
+        schedule: Callable[[mx.array], mx.array],
+        *,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        nesterov: bool,
+    ) -> None:
+        super().__init__(
+            learning_rate=scaled(lr, schedule), momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
+        )

@@ -4,10 +4,11 @@
 the folder): when latest/, epoch_NNNN/ and best/ are written, and where.
 ``finish`` writes result.json and prints both caches' tallies and diagnosis.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import numpy as np
 from omegaconf import MISSING
@@ -32,9 +33,10 @@ class CheckpointConfig:
     # rolling latest/ for exact resume; smaller = less lost work after a crash, more I/O; 0 = only at epoch ends
     latest_every_steps: int = 50
     UNPINNED: ClassVar[tuple] = ALL
-    CHECKS: ClassVar[tuple] = (("every_epochs", within(1, INT32_MAX), "in [1, 2**31) epochs"),
-                               ("latest_every_steps", within(0, INT32_MAX),
-                                "in [0, 2**31) optimizer steps (0 = only at epoch ends)"))
+    CHECKS: ClassVar[tuple] = (
+        ("every_epochs", within(1, INT32_MAX), "in [1, 2**31) epochs"),
+        ("latest_every_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps (0 = only at epoch ends)"),
+    )
 
 
 class Checkpointer:
@@ -79,8 +81,20 @@ def sum_counters(per_rank: list[dict]) -> dict:
     return with_rates(out)
 
 
-def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_dir: Path, data: DataParts,
-              learner: Learner, per_rank: dict, world: World, timings: dict, blas: str, aim_hash) -> dict:
+def result_of(
+    *,
+    status: str,
+    error: str | None,
+    signal: str | None,
+    run_dir: Path,
+    data: DataParts,
+    learner: Learner,
+    per_rank: dict,
+    world: World,
+    timings: dict,
+    blas: str,
+    aim_hash,
+) -> dict:
     """result.json's content (strict JSON: what is unknown is null).
 
     status: "completed", "stopped" (trainer.max_steps: resumable), "interrupted" (by `signal`, e.g.
@@ -90,36 +104,61 @@ def result_of(*, status: str, error: Optional[str], signal: Optional[str], run_d
     p = learner.progress
     rows = p.rows - learner.start_rows  # this segment's (a resumed run started at the checkpoint's count)
     busy = max(timings["step_seconds"] + timings["data_stall_seconds"], 1e-9)
-    return strict({
-        "status": status, "error": error, "signal": signal,
-        "run_dir": str(run_dir), "stopped_early": status in ("stopped", "interrupted"),
-        "resumed_from": str(learner.resumed_from or ""),
-        "dates": list(data.corpus.dates),
-        "final": p.history[-1]["val"] if p.history else None,
-        "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},
-        "history": p.history,
-        # microbatches: with rows, over all ranks; positions: what each rank stepped through (padding included)
-        "planned": {"microbatches": sum(data.planned_real), "optimizer_steps": sum(data.planned_steps),
-                    "per_epoch_microbatches": data.planned_real, "positions": sum(data.planned_microbatches)},
-        "processed": {"microbatches": p.real, "optimizer_steps": p.opt_steps, "rows": p.rows,
-                      "positions": p.microbatches},
-        "cache": {k: sum_counters(v) for k, v in per_rank.items()},
-        # every byte fetched from an object store by this process (caches, lane index, footers, manifests, the
-        # precision check), over all ranks; the caches' own remote_bytes are their share of it
-        "remote_bytes": int(world.gather_rows(np.array([data.corpus.remote_bytes], np.int64), "the bytes fetched "
-                                              "from the store").sum()),
-        "world_size": world.size, "shards": data.planner.shards,
-        # this segment's (a resumed run's own process): its rows over its time; the counts above are the run's
-        "segment": {"rows": rows, "optimizer_steps": p.opt_steps - learner.start_opt_steps,
-                    "wall_seconds": timings["wall_seconds"]},
-        "wall_seconds": timings["wall_seconds"], "rows_per_second": rows / busy,
-        "data_stall_seconds": timings["data_stall_seconds"], "data_stall_share": timings["data_stall_seconds"] / busy,
-        # rank 0's: compute = step - allreduce
-        "step_seconds": timings["step_seconds"], "allreduce_seconds": timings["allreduce_seconds"],
-        # this process's epochs: where each one's wall time went (step, data wait, hooks, checkpoints, validation)
-        "time_split": timings.get("time_split", []),
-        "blas": blas, "aim_hash": aim_hash, "cache_per_rank": per_rank,
-    })
+    return strict(
+        {
+            "status": status,
+            "error": error,
+            "signal": signal,
+            "run_dir": str(run_dir),
+            "stopped_early": status in ("stopped", "interrupted"),
+            "resumed_from": str(learner.resumed_from or ""),
+            "dates": list(data.corpus.dates),
+            "final": p.history[-1]["val"] if p.history else None,
+            "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},
+            "history": p.history,
+            # microbatches: with rows, over all ranks; positions: what each rank stepped through (padding included)
+            "planned": {
+                "microbatches": sum(data.planned_real),
+                "optimizer_steps": sum(data.planned_steps),
+                "per_epoch_microbatches": data.planned_real,
+                "positions": sum(data.planned_microbatches),
+            },
+            "processed": {
+                "microbatches": p.real,
+                "optimizer_steps": p.opt_steps,
+                "rows": p.rows,
+                "positions": p.microbatches,
+            },
+            "cache": {k: sum_counters(v) for k, v in per_rank.items()},
+            # every byte fetched from an object store by this process (caches, lane index, footers, manifests, the
+            # precision check), over all ranks; the caches' own remote_bytes are their share of it
+            "remote_bytes": int(
+                world.gather_rows(
+                    np.array([data.corpus.remote_bytes], np.int64), "the bytes fetched from the store"
+                ).sum()
+            ),
+            "world_size": world.size,
+            "shards": data.planner.shards,
+            # this segment's (a resumed run's own process): its rows over its time; the counts above are the run's
+            "segment": {
+                "rows": rows,
+                "optimizer_steps": p.opt_steps - learner.start_opt_steps,
+                "wall_seconds": timings["wall_seconds"],
+            },
+            "wall_seconds": timings["wall_seconds"],
+            "rows_per_second": rows / busy,
+            "data_stall_seconds": timings["data_stall_seconds"],
+            "data_stall_share": timings["data_stall_seconds"] / busy,
+            # rank 0's: compute = step - allreduce
+            "step_seconds": timings["step_seconds"],
+            "allreduce_seconds": timings["allreduce_seconds"],
+            # this process's epochs: where each one's wall time went (step, data wait, hooks, checkpoints, validation)
+            "time_split": timings.get("time_split", []),
+            "blas": blas,
+            "aim_hash": aim_hash,
+            "cache_per_rank": per_rank,
+        }
+    )
 
 
 def report(result: dict, run_dir: Path, caches: tuple, console: Console, world: World) -> None:
@@ -135,6 +174,8 @@ def report(result: dict, run_dir: Path, caches: tuple, console: Console, world: 
         console.print(f"[cache] {line}")
     if result["final"] and result["status"] != "diverged":
         f, best = result["final"], result["best"]
-        console.print(f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}); "
-                      f"best {best['val_loss']:.4f} at epoch {best['epoch']}; {result['rows_per_second']:,.0f} "
-                      f"rows/s, data stall {100 * result['data_stall_share']:.1f}%; {run_dir}")
+        console.print(
+            f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}); "
+            f"best {best['val_loss']:.4f} at epoch {best['epoch']}; {result['rows_per_second']:,.0f} "
+            f"rows/s, data stall {100 * result['data_stall_share']:.1f}%; {run_dir}"
+        )

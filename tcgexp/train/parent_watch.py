@@ -16,6 +16,7 @@ build, or with nothing to stop) exits at once; its spill is reclaimed by the nex
 (``tcgexp.cache.registry``). The signal is one of its own (a real-time signal), so a run already
 stopping for a SIGTERM that reached every process (SLURM) takes the launcher's death as no second one.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -70,8 +71,13 @@ def launcher_gone(rank: int) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        os.write(2, (f"[distributed] rank {rank}: the launcher (pid {launcher_pid()}) is gone; this rank stops at "
-                     f"the next safe point (at most {GRACE_S:.0f} s), as for a {STOP_AS}\n").encode())
+        os.write(
+            2,
+            (
+                f"[distributed] rank {rank}: the launcher (pid {launcher_pid()}) is gone; this rank stops at "
+                f"the next safe point (at most {GRACE_S:.0f} s), as for a {STOP_AS}\n"
+            ).encode(),
+        )
     except OSError:
         pass
     run = StopSignals.active

@@ -3,12 +3,13 @@
 Plain records, built in one place (``run.py``, the composition root) and read by the trainer
 (``trainer.py``) and what it leaves behind (``outputs.py``); nothing here builds anything.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 import mlx.optimizers as optim
 from omegaconf import DictConfig
@@ -45,8 +46,8 @@ class Learner:
     schedule: Schedule
     progress: TrainState
     memory: LaneMemory
-    aim_hash: Optional[str] = None
-    resumed_from: Optional[Path] = None
+    aim_hash: str | None = None
+    resumed_from: Path | None = None
     # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
     start_rows: int = field(init=False, default=0)
     start_opt_steps: int = field(init=False, default=0)
@@ -64,7 +65,7 @@ class RunContext:
     world: World
     console: Console
     blas: str
-    signals: Optional[StopSignals] = None
-    memory_probe: Optional[Callable[[], float]] = None  # replaces the caches' psutil probe (tests)
-    overrides: Optional[list[str]] = None  # the command line's: every checkpoint records them
+    signals: StopSignals | None = None
+    memory_probe: Callable[[], float] | None = None  # replaces the caches' psutil probe (tests)
+    overrides: list[str] | None = None  # the command line's: every checkpoint records them
     started: float = field(default_factory=time.perf_counter)

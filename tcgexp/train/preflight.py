@@ -6,6 +6,7 @@ validation split has rows), and each one would otherwise surface late: an
 OOM kill with no message, or ``KeyError: 'loss'`` after a whole epoch. Where
 its outputs land is checked where the run folder is claimed (``rundir.py``).
 """
+
 from __future__ import annotations
 
 from omegaconf import DictConfig
@@ -18,8 +19,9 @@ from .memneed import check_memory, model_bytes  # noqa: F401 - where callers hav
 def planned_slots(planner) -> int:
     """The most (lane x decision) slots a microbatch of the first epoch or of validation pads to (later
     epochs reshuffle the same chunks)."""
-    return max(largest_padding(planner.epoch_plan(0), planner.chunk),
-               largest_padding(planner.validation_plan(), planner.chunk))
+    return max(
+        largest_padding(planner.epoch_plan(0), planner.chunk), largest_padding(planner.validation_plan(), planner.chunk)
+    )
 
 
 def preflight(cfg: DictConfig) -> None:
@@ -28,8 +30,10 @@ def preflight(cfg: DictConfig) -> None:
     # every epoch ends with a validation pass (best/, val/* and the sweeper's metric come from it): a run
     # without one is refused, not run with validation silently off
     if float(cfg.dataset.val_fraction) <= 0.0:
-        raise ConfigError(f"dataset.val_fraction={cfg.dataset.val_fraction} leaves no validation episodes, and "
-                          "every epoch ends with validation: set dataset.val_fraction > 0 (e.g. 0.1)")
+        raise ConfigError(
+            f"dataset.val_fraction={cfg.dataset.val_fraction} leaves no validation episodes, and "
+            "every epoch ends with validation: set dataset.val_fraction > 0 (e.g. 0.1)"
+        )
     check_stop_at(cfg)
     check_memory(cfg)
 
@@ -41,19 +45,27 @@ def check_stop_at(cfg: DictConfig, done_epochs: int = 0, done_steps: int = 0) ->
     with the same max_steps from its overrides, used to train one step more and stop again)."""
     stop_at, epochs, max_steps = int(cfg.trainer.stop_at_epoch), int(cfg.trainer.epochs), int(cfg.trainer.max_steps)
     if max_steps and max_steps <= done_steps:
-        raise ConfigError(f"trainer.max_steps={max_steps} but the checkpoint has done {done_steps} optimizer step(s) "
-                          f"already: set it above {done_steps}, or trainer.max_steps=0 to run to "
-                          f"trainer.epochs={epochs}")
+        raise ConfigError(
+            f"trainer.max_steps={max_steps} but the checkpoint has done {done_steps} optimizer step(s) "
+            f"already: set it above {done_steps}, or trainer.max_steps=0 to run to "
+            f"trainer.epochs={epochs}"
+        )
     if stop_at > epochs:
-        raise ConfigError(f"trainer.stop_at_epoch={stop_at} is past trainer.epochs={epochs} (the schedule's "
-                          f"horizon): set it to at most {epochs}, or 0 to run all epochs")
+        raise ConfigError(
+            f"trainer.stop_at_epoch={stop_at} is past trainer.epochs={epochs} (the schedule's "
+            f"horizon): set it to at most {epochs}, or 0 to run all epochs"
+        )
     if stop_at and stop_at <= done_epochs:
-        raise ConfigError(f"trainer.stop_at_epoch={stop_at} but the checkpoint has done {done_epochs} epoch(s) "
-                          f"already: set it above {done_epochs}, or 0 to run to trainer.epochs={epochs}")
+        raise ConfigError(
+            f"trainer.stop_at_epoch={stop_at} but the checkpoint has done {done_epochs} epoch(s) "
+            f"already: set it above {done_epochs}, or 0 to run to trainer.epochs={epochs}"
+        )
 
 
 def check_val_rows(cfg: DictConfig, val_rows: int) -> None:
     """The built corpus's validation split, after planning and before the first step (not after an epoch)."""
     if val_rows <= 0:
-        raise ConfigError(f"the validation split is empty (dataset.val_fraction={cfg.dataset.val_fraction} of "
-                          "too few episodes gives none): raise dataset.val_fraction or dataset.rows_per_day")
+        raise ConfigError(
+            f"the validation split is empty (dataset.val_fraction={cfg.dataset.val_fraction} of "
+            "too few episodes gives none): raise dataset.val_fraction or dataset.rows_per_day"
+        )

@@ -1,4 +1,5 @@
 """What a checkpoint records about where it came from, and what a resume must match."""
+
 from __future__ import annotations
 
 import platform
@@ -9,8 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from .. import __version__
-from ..schema import ALL
 from ..data.errors import listed
+from ..schema import ALL
 from .checkpoint import CheckpointError
 
 PACKAGES = ("mlx", "numpy", "pyarrow", "hydra-core", "omegaconf", "aim")
@@ -77,10 +78,15 @@ def upgrade_override(override: str) -> str:
 def code_version() -> str:
     here = Path(__file__).resolve().parents[2]
     try:
-        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         rev, dirty = "", ""
     return f"tcgexp {__version__}" + (f" ({rev}{'+dirty' if dirty else ''})" if rev else "")
@@ -95,9 +101,13 @@ def provenance(cfg: DictConfig, manifests: list[dict]) -> dict:
             versions[name] = None
     return {
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "provenance": {"code": code_version(), "python": platform.python_version(), "packages": versions,
-                       "data": {m["date"]: m["fingerprint"] for m in manifests},
-                       "dates": [m["date"] for m in manifests]},
+        "provenance": {
+            "code": code_version(),
+            "python": platform.python_version(),
+            "packages": versions,
+            "data": {m["date"]: m["fingerprint"] for m in manifests},
+            "dates": [m["date"] for m in manifests],
+        },
     }
 
 
@@ -125,11 +135,19 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
     if was != data:
         gone, extra = sorted(set(was) - set(data)), sorted(set(data) - set(was))
         rebuilt = sorted(d for d in data if d in was and was[d] != data[d])
-        what = "; ".join(p for p in (f"trained on but not selected now: {listed(gone)}" if gone else "",
-                                     f"selected now but not trained on: {listed(extra)}" if extra else "",
-                                     f"built with other settings since: {listed(rebuilt)}" if rebuilt else "") if p)
-        raise CheckpointError(f"resume={path}: the checkpoint was trained on other data ({what}); resume with the "
-                              f"dataset config it was trained with ({selection_of(sorted(was))})")
+        what = "; ".join(
+            p
+            for p in (
+                f"trained on but not selected now: {listed(gone)}" if gone else "",
+                f"selected now but not trained on: {listed(extra)}" if extra else "",
+                f"built with other settings since: {listed(rebuilt)}" if rebuilt else "",
+            )
+            if p
+        )
+        raise CheckpointError(
+            f"resume={path}: the checkpoint was trained on other data ({what}); resume with the "
+            f"dataset config it was trained with ({selection_of(sorted(was))})"
+        )
     old = OmegaConf.create(upgrade(saved.get("config", {})))
     diffs = []
     # the schedule is the checkpoint's unless scheduler.reset=true: a change without it would be recorded, not run
@@ -138,14 +156,16 @@ def check_resumable(saved: dict, cfg: DictConfig, manifests: list[dict], path: P
         if a != b:
             diffs.append(f"{key}: {a!r} -> {b!r}")
     if diffs:
-        raise CheckpointError(f"resume={path}: these settings differ from the checkpoint's and would change the "
-                              f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)"
-                              + ("; a new schedule needs scheduler.reset=true" if any(d.startswith("scheduler")
-                                                                                     for d in diffs) else ""))
+        raise CheckpointError(
+            f"resume={path}: these settings differ from the checkpoint's and would change the "
+            f"result: {'; '.join(diffs)}; use the checkpoint's values (its state.json has them)"
+            + ("; a new schedule needs scheduler.reset=true" if any(d.startswith("scheduler") for d in diffs) else "")
+        )
 
 
-def check_progress(saved: dict, *, planned_microbatches: list[int], planned_steps: list[int], accum_steps: int,
-                   epochs: int, path: Path) -> None:
+def check_progress(
+    saved: dict, *, planned_microbatches: list[int], planned_steps: list[int], accum_steps: int, epochs: int, path: Path
+) -> None:
     """state.json's counters against this run's plan, at load: a damaged or foreign state is refused now,
     not found by the count assertion at the end of an epoch.
 
@@ -156,25 +176,32 @@ def check_progress(saved: dict, *, planned_microbatches: list[int], planned_step
     p = saved.get("progress", {})
     try:
         epoch, position = int(p["epoch"]), int(p["position"])
-        mbs, steps, e_mbs, e_steps = (int(p[k]) for k in ("microbatches", "opt_steps", "epoch_microbatches",
-                                                          "epoch_opt_steps"))
+        mbs, steps, e_mbs, e_steps = (
+            int(p[k]) for k in ("microbatches", "opt_steps", "epoch_microbatches", "epoch_opt_steps")
+        )
         history = list(p.get("history") or [])
     except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{where}: progress is unreadable ({type(exc).__name__}: {exc}); resume from "
-                              "another checkpoint") from exc
+        raise CheckpointError(
+            f"{where}: progress is unreadable ({type(exc).__name__}: {exc}); resume from another checkpoint"
+        ) from exc
     problems = []
     if not 0 <= epoch <= epochs:
         problems.append(f"epoch={epoch} but trainer.epochs={epochs} (set trainer.epochs >= {epoch})")
     elif epoch == epochs and position:
         problems.append(f"position={position} after the last epoch")
     elif epoch < epochs and not 0 <= position <= planned_microbatches[epoch]:
-        problems.append(f"position={position} outside epoch {epoch + 1}'s {planned_microbatches[epoch]} planned "
-                        "microbatches")
+        problems.append(
+            f"position={position} outside epoch {epoch + 1}'s {planned_microbatches[epoch]} planned microbatches"
+        )
     if not problems:
         done_mbs, done_steps = sum(planned_microbatches[:epoch]), sum(planned_steps[:epoch])
         if position:  # inside an epoch: its counters follow from the position
-            want = {"epoch_microbatches": position, "epoch_opt_steps": -(-position // accum_steps),
-                    "microbatches": done_mbs + position, "opt_steps": done_steps + -(-position // accum_steps)}
+            want = {
+                "epoch_microbatches": position,
+                "epoch_opt_steps": -(-position // accum_steps),
+                "microbatches": done_mbs + position,
+                "opt_steps": done_steps + -(-position // accum_steps),
+            }
         else:  # at an epoch boundary: the whole of every epoch before
             want = {"microbatches": done_mbs, "opt_steps": done_steps}
         have = {"epoch_microbatches": e_mbs, "epoch_opt_steps": e_steps, "microbatches": mbs, "opt_steps": steps}
@@ -182,5 +209,7 @@ def check_progress(saved: dict, *, planned_microbatches: list[int], planned_step
         if len(history) != epoch:
             problems.append(f"history has {len(history)} epochs, epoch={epoch}")
     if problems:
-        raise CheckpointError(f"{where} disagrees with this run's plan ({'; '.join(problems)}); resume with the "
-                              "config it was trained with, or from another checkpoint")
+        raise CheckpointError(
+            f"{where} disagrees with this run's plan ({'; '.join(problems)}); resume with the "
+            "config it was trained with, or from another checkpoint"
+        )

@@ -5,6 +5,7 @@ Each rank of a launch writes its pid, and once it knows them the world size and 
 entry point). Nothing is written unless the launcher asked (the variable set) and this process is a
 rank. A status that cannot be written costs only the launcher's report.
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,8 +13,9 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..launch import launched, launched_rank
 
@@ -43,6 +45,7 @@ def exit_code(code: Any) -> int:
 
 def reports_exit(main: Callable[..., Any]) -> Callable[..., Any]:
     """Around an entry point's ``main``: this rank's exit code goes into its status file."""
+
     @functools.wraps(main)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         code = 1

@@ -6,6 +6,7 @@ longer work together, every survivor leaves its own ``failed`` result unless one
 rank 0, alive, replaces it with its own. A run lost before its loop (a peer gone at start-up) leaves
 the same, naming the line.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,5 +39,17 @@ def write_result(run_dir: Path, result: dict, *, replace: bool = True) -> bool:
 def leave_failed(run_dir: Path, error: str, *, rank: int, world_size: int) -> None:
     """A run whose ranks broke apart outside the loop: result.json says failed, unless one is there."""
     if Path(run_dir).is_dir():
-        write_result(run_dir, strict({"status": "failed", "error": error, "signal": None, "run_dir": str(run_dir),
-                                      "world_size": world_size, "written_by_rank": rank}), replace=False)
+        write_result(
+            run_dir,
+            strict(
+                {
+                    "status": "failed",
+                    "error": error,
+                    "signal": None,
+                    "run_dir": str(run_dir),
+                    "world_size": world_size,
+                    "written_by_rank": rank,
+                }
+            ),
+            replace=False,
+        )

@@ -13,12 +13,13 @@ ran. A checkpoint written before a key moved is read at its new place.
 ``Saved`` is the checkpoint itself as the run reads it: checked against the run's data, plan and
 ranks, then restored into the parts ``run.py`` built (schedule, weights, moments, lane memories).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -43,8 +44,9 @@ def _key(parsed) -> str:
     return parsed.key_or_group.removeprefix("+").removeprefix("~")
 
 
-def resume_config(cfg: DictConfig, overrides: Sequence[str], compose: Callable[..., DictConfig],
-                  run_dir: Path | None = None) -> tuple[DictConfig, list[str]]:
+def resume_config(
+    cfg: DictConfig, overrides: Sequence[str], compose: Callable[..., DictConfig], run_dir: Path | None = None
+) -> tuple[DictConfig, list[str]]:
     """(config, its overrides) a ``resume=`` run runs with: the checkpoint's overrides, then these, composed
     with `compose` (the entry layer's, ``tcgexp.app.compose``) and checked."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -56,8 +58,10 @@ def resume_config(cfg: DictConfig, overrides: Sequence[str], compose: Callable[.
         return cfg, list(overrides)
     parser = OverridesParser.create()
     now = [o for o in overrides if not o.startswith("resume=")]
-    merged = {_key(o): o.input_line for o in parser.parse_overrides([upgrade_override(o) for o in before
-                                                                      if not o.startswith("resume=")])}
+    merged = {
+        _key(o): o.input_line
+        for o in parser.parse_overrides([upgrade_override(o) for o in before if not o.startswith("resume=")])
+    }
     merged.update({_key(o): o.input_line for o in parser.parse_overrides(now)})
     merged["resume"] = override("resume", str(cfg.resume))  # quoted as a path with spaces or quotes needs
     new = compose(*merged.values())
@@ -71,10 +75,15 @@ def resume_config(cfg: DictConfig, overrides: Sequence[str], compose: Callable[.
         if a != value_at(new, key):
             refused.append(f"{o.input_line} (the checkpoint has {key}={a!r})")
     if refused:
-        raise ConfigError(f"resume={cfg.resume}: cannot change what the run computes: {'; '.join(refused)}; "
-                          f"drop {'it' if len(refused) == 1 else 'them'}, or start a new run"
-                          + (" (a schedule may change with scheduler.reset=true)"
-                             if any(r.startswith("scheduler") for r in refused) else ""))
+        raise ConfigError(
+            f"resume={cfg.resume}: cannot change what the run computes: {'; '.join(refused)}; "
+            f"drop {'it' if len(refused) == 1 else 'them'}, or start a new run"
+            + (
+                " (a schedule may change with scheduler.reset=true)"
+                if any(r.startswith("scheduler") for r in refused)
+                else ""
+            )
+        )
     if run_dir is not None and (run_dir / ".hydra").is_dir():
         OmegaConf.save(new, run_dir / ".hydra" / "config.yaml")  # what ran, not what was typed
     return new, list(merged.values())
@@ -111,17 +120,35 @@ class Saved:
     progress: TrainState
 
     @classmethod
-    def read(cls, resume: str, *, manifests: list[dict], planner, planned_microbatches: list[int],
-             planned_steps: list[int], cfg: DictConfig, world, console: Console) -> "Saved":
+    def read(
+        cls,
+        resume: str,
+        *,
+        manifests: list[dict],
+        planner,
+        planned_microbatches: list[int],
+        planned_steps: list[int],
+        cfg: DictConfig,
+        world,
+        console: Console,
+    ) -> Saved:
         path = ckpt.find(str(resume))
         state = ckpt.read_state(path)  # every file verified against checksums.json
         if not (path / ckpt.CHECKSUMS).exists():
-            console.print(f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
-                          "cannot be verified, only parsed and checked against the plan")
+            console.print(
+                f"[train] warning: {path} predates checkpoint checksums ({ckpt.CHECKSUMS}); its files "
+                "cannot be verified, only parsed and checked against the plan"
+            )
         check_resumable(state, cfg, manifests, path)
         check_world(state, world, planner.shards, path)
-        check_progress(state, planned_microbatches=planned_microbatches, planned_steps=planned_steps,
-                       accum_steps=int(cfg.tbptt.accum_steps), epochs=len(planned_steps), path=path)
+        check_progress(
+            state,
+            planned_microbatches=planned_microbatches,
+            planned_steps=planned_steps,
+            accum_steps=int(cfg.tbptt.accum_steps),
+            epochs=len(planned_steps),
+            path=path,
+        )
         try:
             progress = TrainState.from_state(state["progress"])
         except TypeError as exc:  # keys this code does not know
@@ -131,7 +158,7 @@ class Saved:
     def remaining_steps(self, planned_steps: list[int]) -> int:
         """The optimizer steps this run has left: the horizon of the schedule it continues with."""
         p = self.progress
-        return sum(planned_steps[p.epoch:]) - p.epoch_opt_steps if p.epoch < len(planned_steps) else 0
+        return sum(planned_steps[p.epoch :]) - p.epoch_opt_steps if p.epoch < len(planned_steps) else 0
 
     def restore_schedule(self, schedule, remaining: int) -> None:
         """A schedule over what this run has left, from the optimizer's current step: kept as it is with
@@ -141,17 +168,21 @@ class Saved:
         except (KeyError, TypeError, ValueError) as exc:  # ScheduleError (horizon, class) passes through
             if type(exc).__module__.startswith("tcgexp."):
                 raise
-            raise ckpt.CheckpointError(f"{self.path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
-                                       f"{exc}); resume from another checkpoint") from exc
+            raise ckpt.CheckpointError(
+                f"{self.path / 'state.json'}: schedule is unreadable ({type(exc).__name__}: "
+                f"{exc}); resume from another checkpoint"
+            ) from exc
 
     def restore(self, model, optimizer, memory: LaneMemory, *, blas: str, console: Console):
         """Weights, optimizer moments and the live lanes' memories; the Aim run's hash it continues."""
-        saved, lanes = ckpt.load(self.path, model=model, optimizer=optimizer,
-                                 lanes_shape=(memory.lanes, memory.hidden),
-                                 expect=self.state)  # the checkpoint planned from, not one a live run wrote since
+        saved, lanes = ckpt.load(
+            self.path, model=model, optimizer=optimizer, lanes_shape=(memory.lanes, memory.hidden), expect=self.state
+        )  # the checkpoint planned from, not one a live run wrote since
         if saved.get("blas") != blas:  # numerically fine, but no longer bit-identical to an uninterrupted run
-            console.print(f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
-                          f"{blas}; the continuation will not be bit-identical")
+            console.print(
+                f"[train] warning: the checkpoint was trained with {saved.get('blas')}, this run uses "
+                f"{blas}; the continuation will not be bit-identical"
+            )
         memory.load(lanes["train"])
         return saved.get("aim_hash") or self.finished_hash()
 
@@ -174,10 +205,16 @@ def check_world(saved: dict, world: World, shards: int, path: Path) -> None:
     memories' owners and the reduction all follow from it."""
     was = saved.get("world") or {"size": 1, "shards": 1}  # checkpoints from before distributed training
     if (int(was.get("size", 1)), int(was.get("shards", 1))) != (world.size, shards):
-        how = (f"mlx.launch -n {was.get('size')} ..." if int(was.get("size", 1)) > 1
-               else ("a plain tcgexp-train" + (f" with tbptt.shards={was.get('shards')}"
-                                               if int(was.get("shards", 1)) > 1 else "")))
+        how = (
+            f"mlx.launch -n {was.get('size')} ..."
+            if int(was.get("size", 1)) > 1
+            else (
+                "a plain tcgexp-train"
+                + (f" with tbptt.shards={was.get('shards')}" if int(was.get("shards", 1)) > 1 else "")
+            )
+        )
         raise ckpt.CheckpointError(
             f"resume={path}: the checkpoint was written by {was.get('size')} rank(s) over {was.get('shards')} "
             f"shard(s), this run has {world.size} rank(s) over {shards}; resume it the same way ({how}), or "
-            "start a new run from its weights")
+            "start a new run from its weights"
+        )

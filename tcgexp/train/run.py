@@ -8,15 +8,17 @@ then the trainer fits and the result comes back. ``train`` around it checks the 
 surroundings first and owns the run folder (claimed in ``rundir.py``) and the stopping signals.
 ``Config`` is the schema the composed config starts from.
 """
+
 from __future__ import annotations
 
 import contextlib
 import inspect
 import sys
 import time
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Optional
+from typing import Any, ClassVar
 
 import mlx.core as mx
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -42,6 +44,7 @@ from .batch import prepare
 from .blas import load_fast_blas
 from .distributed import DistributedError, World
 from .errors import USER_ERRORS
+from .memneed import microbatch_rows, row_budget_line
 from .model import ModelConfig, RecurrentPolicy
 from .optim import OptimizerConfig
 from .outputs import CheckpointConfig
@@ -58,7 +61,6 @@ from .result_file import leave_failed
 from .resume import Saved
 from .rundir import claimed, run_dir_of
 from .schedule import SchedulerConfig
-from .memneed import microbatch_rows, row_budget_line
 from .signals import STOP_GRACE_S, ForcedStop, RunInterrupted, StopSignals, WaitAbandoned, exit_code, stop_line
 from .state import LaneMemory, TrainState
 from .trainer import Trainer, TrainerConfig
@@ -79,9 +81,9 @@ class Config:
     checkpoint: CheckpointConfig = MISSING
     tracking: TrackingConfig = MISSING
     seed: int = 0  # initial weights and lane shuffles
-    resume: Optional[str] = None  # a run dir or checkpoint dir to continue exactly
+    resume: str | None = None  # a run dir or checkpoint dir to continue exactly
     # what the task returns to a sweeper: val/<metric> (val/loss, val/policy, val/accuracy, ...) | best/val_loss
-    optimized_metric: Optional[str] = "val/loss"
+    optimized_metric: str | None = "val/loss"
     UNPINNED: ClassVar[tuple] = ("resume", "optimized_metric")
     # MLX and numpy seed generators take an unsigned 32-bit seed: anything else is a raw TypeError deep inside
     CHECKS: ClassVar[tuple] = (("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),)
@@ -93,8 +95,13 @@ def run_dir_from_hydra() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | None = None,
-          memory_probe: Optional[Callable[[], float]] = None, overrides: Optional[list[str]] = None) -> dict[str, Any]:
+def train(
+    cfg: DictConfig,
+    run_dir: Path | None = None,
+    console: Console | None = None,
+    memory_probe: Callable[[], float] | None = None,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
     """Train as `cfg` says; returns the result dict (also written to <run dir>/result.json) and the model.
 
     `memory_probe` replaces the caches' psutil probe (a percent): how tests drive memory
@@ -123,13 +130,23 @@ def train(cfg: DictConfig, run_dir: Optional[Path] = None, console: Console | No
             console.print(f"[train] {held.killed}", markup=False, soft_wrap=True)
             held.killed = None
         try:
-            context = RunContext(cfg, run_dir, world, console, blas=load_fast_blas(), signals=signals,
-                                 memory_probe=memory_probe, overrides=overrides)
+            context = RunContext(
+                cfg,
+                run_dir,
+                world,
+                console,
+                blas=load_fast_blas(),
+                signals=signals,
+                memory_probe=memory_probe,
+                overrides=overrides,
+            )
             result = run(cfg, context)
             if result["status"] == "interrupted":
                 p = result["processed"]
-                line = (f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
-                        f"latest/ written, spill removed; continue with resume={run_dir}")
+                line = (
+                    f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
+                    f"latest/ written, spill removed; continue with resume={run_dir}"
+                )
                 print(line, file=sys.stderr, flush=True)
                 raise RunInterrupted(exit_code(result["signal"]), line, result)
         except ForcedStop as stop:
@@ -167,17 +184,23 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
         stack.callback(remove_spill_root, spill)
         make_spill_root(spill)
-        caches = tuple(stack.enter_context(build(cfg.cache)(data.corpus.files, TRAIN_COLUMNS, spill_dir=spill / name,
-                                                            name=name, memory_probe=ctx.memory_probe))
-                       for name in ("train", "val"))
+        caches = tuple(
+            stack.enter_context(
+                build(cfg.cache)(
+                    data.corpus.files, TRAIN_COLUMNS, spill_dir=spill / name, name=name, memory_probe=ctx.memory_probe
+                )
+            )
+            for name in ("train", "val")
+        )
         loaders = tuple(build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches)
         for loader in loaders:
             loader.stop_waiting = partial(stop_waiting, ctx.signals)
         tracker = open_tracker(cfg, ctx, learner.aim_hash)
         outer.callback(close_tracker, tracker, ctx.signals)
         stack.enter_context(tracked(tracker))
-        trainer: Trainer = build(cfg.trainer)(checkpoints=build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints"),
-                                              tracker=tracker, run=ctx)
+        trainer: Trainer = build(cfg.trainer)(
+            checkpoints=build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints"), tracker=tracker, run=ctx
+        )
         result = trainer.fit(data, learner, caches, loaders)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
@@ -190,15 +213,19 @@ def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
     want = cfg.tbptt.get("shards")
     if world.size > 1:
         if want not in (None, world.size):
-            raise ConfigError(f"tbptt.shards={want} but {world.size} ranks were launched: leave tbptt.shards "
-                              f"unset (one shard per rank) or set it to {world.size}")
+            raise ConfigError(
+                f"tbptt.shards={want} but {world.size} ranks were launched: leave tbptt.shards "
+                f"unset (one shard per rank) or set it to {world.size}"
+            )
         return world.size, world.rank
     shards = int(want or 1)
     accum = int(cfg.tbptt.accum_steps)
     if shards > 1 and accum % shards:
-        raise ConfigError(f"tbptt.shards={shards} with tbptt.accum_steps={accum}: one process runs {shards} ranks' "
-                          f"microbatches in turn, so an optimizer window must hold whole turns; set "
-                          f"tbptt.accum_steps to a multiple of {shards} ({shards} x the ranks' accum_steps)")
+        raise ConfigError(
+            f"tbptt.shards={shards} with tbptt.accum_steps={accum}: one process runs {shards} ranks' "
+            f"microbatches in turn, so an optimizer window must hold whole turns; set "
+            f"tbptt.accum_steps to a multiple of {shards} ({shards} x the ranks' accum_steps)"
+        )
     return shards, None
 
 
@@ -215,12 +242,17 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     planner: Planner = build(cfg.tbptt)(index, shards=shards, shard=shard)
     check_val_rows(cfg, planner.split_rows("val"))  # an empty split fails here, not after an epoch
     # the plan's own largest microbatch, each lane's memory, before the first step
-    check_memory(cfg, planned_slots(planner), lanes=len(index.lanes),
-                 rows=microbatch_rows(cfg, max(planner.split_rows("train"), planner.split_rows("val"))))
+    check_memory(
+        cfg,
+        planned_slots(planner),
+        lanes=len(index.lanes),
+        rows=microbatch_rows(cfg, max(planner.split_rows("train"), planner.split_rows("val"))),
+    )
     epochs = range(int(cfg.trainer.epochs))
     # epoch by epoch (with shards each epoch's plans are made once and serve all three counts)
-    counts = [(planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e))
-              for e in epochs]
+    counts = [
+        (planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e)) for e in epochs
+    ]
     lengths, steps, real = ([c[i] for c in counts] for i in range(3))
     return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
 
@@ -234,9 +266,16 @@ def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
     memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
     saved = None
     if cfg.resume:
-        saved = Saved.read(cfg.resume, manifests=data.manifests, planner=data.planner, cfg=cfg, world=ctx.world,
-                           planned_microbatches=data.planned_microbatches, planned_steps=data.planned_steps,
-                           console=ctx.console)
+        saved = Saved.read(
+            cfg.resume,
+            manifests=data.manifests,
+            planner=data.planner,
+            cfg=cfg,
+            world=ctx.world,
+            planned_microbatches=data.planned_microbatches,
+            planned_steps=data.planned_steps,
+            console=ctx.console,
+        )
         remaining = saved.remaining_steps(data.planned_steps)
         schedule = build(cfg.scheduler)(run_steps=remaining, start=saved.progress.opt_steps)
         saved.restore_schedule(schedule, remaining)
@@ -251,7 +290,7 @@ def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
     return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path)
 
 
-def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: Optional[str]):
+def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: str | None):
     """One tracked run per training run: rank 0's (a resume continues the checkpoint's)."""
     if not ctx.world.lead:
         return NullTracker()
@@ -272,7 +311,7 @@ def tracked(tracker) -> Iterator:
         getattr(tracker, "begin_close", tracker.close)()  # (a tracker of a plug-in's may only have close)
 
 
-def stop_waiting(signals: Optional[StopSignals]) -> Optional[BaseException]:
+def stop_waiting(signals: StopSignals | None) -> BaseException | None:
     """A loader's check while the loop waits for data: after a stopping signal the wait may last
     ``STOP_GRACE_S`` (then the step and latest/ follow as usual); past it, or after a second signal, the run
     leaves at once with the latest/ it has, and the store calls the loader threads wait on are abandoned."""
@@ -282,7 +321,7 @@ def stop_waiting(signals: Optional[StopSignals]) -> Optional[BaseException]:
     return WaitAbandoned(signals.requested, "the next microbatch's data")
 
 
-def close_tracker(tracker, signals: Optional[StopSignals]) -> None:
+def close_tracker(tracker, signals: StopSignals | None) -> None:
     """Wait for the tracked run to close; after a stopping signal within what is left of its budget
     (``STOP_GRACE_S`` and a margin from the signal, at least a second; a second), if the tracker takes a bound."""
     at = signals.requested_at if signals is not None else None

@@ -7,6 +7,7 @@ exactly as it was (``rundir.py`` says which folders are tcgexp's and claims them
 one line (``--verbose`` prints the traceback first). On by default:
 ``conf/hydra/callbacks/run_dir_guard.yaml``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

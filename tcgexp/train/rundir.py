@@ -25,6 +25,7 @@ folder and writes ``.hydra/`` and the job log before the task function runs, so 
   it, as long as it left no outputs (``Claim.release``): no ``.hydra/`` and empty job log per
   refusal.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,8 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from ..console import in_multirun
 from ..errors import ConfigError
@@ -48,12 +49,52 @@ SWEEP_MARKER = ".tcgexp-sweep"
 LOCK_NAME = RUN_LOCK  # rank 0's (and a plain run's) lock
 REPO = Path(__file__).resolve().parents[2]  # the source tree (an editable install's checkout)
 # system trees: no run dir inside them, even a new one
-SYSTEM = tuple(Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
-                                 "/run", "/sbin", "/snap", "/sys", "/usr", "/var/cache", "/var/lib", "/var/log",
-                                 "/var/spool", "/System", "/Library", "/Applications"))
+SYSTEM = tuple(
+    Path(p)
+    for p in (
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/proc",
+        "/run",
+        "/sbin",
+        "/snap",
+        "/sys",
+        "/usr",
+        "/var/cache",
+        "/var/lib",
+        "/var/log",
+        "/var/spool",
+        "/System",
+        "/Library",
+        "/Applications",
+    )
+)
 # shared folders: never a run dir themselves (a new folder inside them is fine)
-SHARED = tuple(Path(p) for p in ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/opt", "/srv", "/mnt", "/media",
-                                 "/Users", "/Volumes", "/private", "/private/tmp"))
+SHARED = tuple(
+    Path(p)
+    for p in (
+        "/",
+        "/home",
+        "/root",
+        "/tmp",
+        "/var",
+        "/var/tmp",
+        "/opt",
+        "/srv",
+        "/mnt",
+        "/media",
+        "/Users",
+        "/Volumes",
+        "/private",
+        "/private/tmp",
+    )
+)
 HYDRA_FILES = (".hydra",)  # what Hydra's run_job writes, besides the job log (*.log)
 # what a refused run's folder may hold to be removed whole: Hydra's files, our marker and locks, job logs
 LEFT_BY_A_REFUSAL = (".hydra", RUN_MARKER)
@@ -76,8 +117,11 @@ def refuse_place(where: Path, key: str) -> None:
     resolved = where.resolve()
     fix = f"point {key} at a new folder, e.g. outputs/<name>"
     if resolved in SHARED or resolved in homes():
-        what = "the file system root" if resolved == Path("/") else (
-            "a home folder" if resolved in homes() else "a shared system folder")
+        what = (
+            "the file system root"
+            if resolved == Path("/")
+            else ("a home folder" if resolved in homes() else "a shared system folder")
+        )
         raise ConfigError(f"{key}={where} is {what}: a run writes checkpoints and results there; {fix}")
     for tree in SYSTEM:
         if resolved == tree or tree in resolved.parents:
@@ -93,8 +137,10 @@ def refuse_place(where: Path, key: str) -> None:
     for path in {where, resolved}:  # as typed and through links: inside another run's checkpoints/ or spill
         for folder in path.parents:
             if folder.name in MANAGED and (folder.parent / RUN_MARKER).is_file():
-                raise ConfigError(f"{key}={where} is inside {folder}, which the run in {folder.parent} manages (it "
-                                  f"replaces and removes what is there); {fix}")
+                raise ConfigError(
+                    f"{key}={where} is inside {folder}, which the run in {folder.parent} manages (it "
+                    f"replaces and removes what is there); {fix}"
+                )
 
 
 def foreign_entries(folder: Path, marker: str) -> list[str]:
@@ -112,16 +158,21 @@ def check(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, 
     refuse_place(where, key)
     if not where.is_dir():
         return
-    foreign = foreign_entries(where, marker) if hydra_made else (
-        [] if (where / marker).is_file() else sorted(p.name for p in where.iterdir()))
+    foreign = (
+        foreign_entries(where, marker)
+        if hydra_made
+        else ([] if (where / marker).is_file() else sorted(p.name for p in where.iterdir()))
+    )
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         hint = " (an earlier tcgexp run continues with resume=<its folder>)" if marker == RUN_MARKER else ""
-        raise ConfigError(f"{key}={where} already holds files tcgexp did not write ({shown}) and no {marker} "
-                          f"marker: nothing was written there; point {key} at a new folder{hint}")
+        raise ConfigError(
+            f"{key}={where} already holds files tcgexp did not write ({shown}) and no {marker} "
+            f"marker: nothing was written there; point {key} at a new folder{hint}"
+        )
 
 
-def previous_run(run_dir: Path) -> Optional[str]:
+def previous_run(run_dir: Path) -> str | None:
     """What another run left in `run_dir` that a fresh run would replace (its result, its checkpoints), or None."""
     found = []
     if (run_dir / "result.json").is_file():
@@ -150,12 +201,16 @@ def mark(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, h
     except FileExistsError:
         return False  # marked already (a resumed run, another rank of this launch)
     except OSError as exc:
-        raise ConfigError(f"{key}={where} cannot be created or written ({exc.strerror or exc}); point {key} at a "
-                          "folder you can write") from exc
+        raise ConfigError(
+            f"{key}={where} cannot be created or written ({exc.strerror or exc}); point {key} at a folder you can write"
+        ) from exc
     with os.fdopen(fd, "w") as fh:
         # `top`: the highest folder this claim created (outputs/<date>/ for the first run of a day)
-        fh.write(json.dumps({**holder_info(marker.lstrip(".")), "created": created,
-                             "top": str(missing[-1]) if missing else None}))
+        fh.write(
+            json.dumps(
+                {**holder_info(marker.lstrip(".")), "created": created, "top": str(missing[-1]) if missing else None}
+            )
+        )
     return created
 
 
@@ -168,9 +223,15 @@ def mine_to_discard(run_dir: Path, marker: str = RUN_MARKER) -> bool:
         entries = list(run_dir.iterdir())
     except OSError:
         return False
-    left = [p for p in entries if not (p.name in (*LEFT_BY_A_REFUSAL, marker) or p.name.endswith(".log")
-                                       or (p.name.startswith((".tcgexp-run", ".tcgexp-sweep"))
-                                           and p.name.endswith(".lock")))]
+    left = [
+        p
+        for p in entries
+        if not (
+            p.name in (*LEFT_BY_A_REFUSAL, marker)
+            or p.name.endswith(".log")
+            or (p.name.startswith((".tcgexp-run", ".tcgexp-sweep")) and p.name.endswith(".lock"))
+        )
+    ]
     if left:  # outputs (checkpoints/, result.json), a spill not yet removed, anything else: keep all
         return False
     # another rank lives here: the ranks of one launch are refused at the same point and let go of their locks
@@ -222,9 +283,11 @@ def check_job_dirs(sweep: Path) -> None:
         return
     for child in sorted(sweep.iterdir()):
         if child.is_dir() and not child.name.startswith(".") and foreign_entries(child, RUN_MARKER):
-            raise ConfigError(f"hydra.sweep.dir={sweep}: its folder {child.name}/ holds files tcgexp did not write "
-                              f"({', '.join(foreign_entries(child, RUN_MARKER)[:3])}) and no {RUN_MARKER} marker; "
-                              "nothing was written; give the sweep a new hydra.sweep.dir")
+            raise ConfigError(
+                f"hydra.sweep.dir={sweep}: its folder {child.name}/ holds files tcgexp did not write "
+                f"({', '.join(foreign_entries(child, RUN_MARKER)[:3])}) and no {RUN_MARKER} marker; "
+                "nothing was written; give the sweep a new hydra.sweep.dir"
+            )
 
 
 def lock_name(rank: int) -> str:
@@ -234,23 +297,26 @@ def lock_name(rank: int) -> str:
 
 # -- a run's claim: checked, marked, locked; taken over by the run; undone if the run is refused ----------------
 
+
 class RunDirBusy(ConfigError):
     """Another live run holds this run folder (a ConfigError: printed as one line by every entry point)."""
 
 
 def busy(run_dir: Path, holder: dict | None = None, name: str = LOCK_NAME) -> RunDirBusy:
     holder = holder if holder is not None else read_info(Path(run_dir) / name)
-    return RunDirBusy(f"run dir {run_dir} is in use by another run ({describe(holder)}); give this run its "
-                      "own folder (hydra.run.dir=...), or wait for that one to end")
+    return RunDirBusy(
+        f"run dir {run_dir} is in use by another run ({describe(holder)}); give this run its "
+        "own folder (hydra.run.dir=...), or wait for that one to end"
+    )
 
 
 class Claim:
     """This process's hold on a run folder: marked ours and locked (``lock_name``) until released."""
 
-    def __init__(self, run_dir: Path, lock: HeldLock, killed: Optional[str] = None) -> None:
+    def __init__(self, run_dir: Path, lock: HeldLock, killed: str | None = None) -> None:
         self.run_dir, self.lock = run_dir, lock
         self.killed = killed  # what a run that held this folder before and left no record was (unrecorded_end)
-        self.owner: Optional[int] = None  # the thread whose run took the claim over (claimed)
+        self.owner: int | None = None  # the thread whose run took the claim over (claimed)
         self.depth = 0
 
     def release(self, *, refused: bool) -> None:
@@ -270,7 +336,7 @@ class Claim:
 _HELD: dict[Path, Claim] = {}
 
 
-def run_dir_of(resume) -> Optional[Path]:
+def run_dir_of(resume) -> Path | None:
     """The run folder a ``resume=`` continues (a run dir, or a checkpoint inside its checkpoints/), or None."""
     if not resume:
         return None
@@ -278,7 +344,7 @@ def run_dir_of(resume) -> Optional[Path]:
     return path.parent.parent if path.parent.name == "checkpoints" else path
 
 
-def unrecorded_end(run_dir: Path, holder: dict) -> Optional[str]:
+def unrecorded_end(run_dir: Path, holder: dict) -> str | None:
     """The run that held `run_dir`'s lock before (`holder`, as its lock file says) when it ended with no record:
     result.json missing or older than that run's start. Only SIGKILL, the kernel's OOM killer or a lost
     machine end a run so (every other ending writes result.json); the kernel dropped its lock."""
@@ -294,11 +360,13 @@ def unrecorded_end(run_dir: Path, holder: dict) -> Optional[str]:
             return None
     except (OSError, ValueError):
         return None
-    return (f"the run that held {run_dir} before ({describe(holder)}) ended without a record: killed (SIGKILL, "
-            "the kernel's OOM killer or a lost machine)")
+    return (
+        f"the run that held {run_dir} before ({describe(holder)}) ended without a record: killed (SIGKILL, "
+        "the kernel's OOM killer or a lost machine)"
+    )
 
 
-def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: Optional[Path] = None) -> Claim:
+def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: Path | None = None) -> Claim:
     """The one place a run folder is checked, claimed and locked; the claim this process holds already, if any.
 
     `hydra_made`: an unmarked folder holding only Hydra's files for this job is accepted (``train()``, after
@@ -314,9 +382,11 @@ def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: O
     check(run_dir, hydra_made=hydra_made)
     same_run = continues is not None and Path(continues).resolve() == run_dir.resolve()
     if not same_run and (left := previous_run(run_dir)):
-        raise ConfigError(f"hydra.run.dir={run_dir} holds another run's {left}, which this run would replace: "
-                          f"continue that run with resume={run_dir}, or give this run its own folder "
-                          "(hydra.run.dir=...)")
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} holds another run's {left}, which this run would replace: "
+            f"continue that run with resume={run_dir}, or give this run its own folder "
+            "(hydra.run.dir=...)"
+        )
     check_folder(run_dir / "checkpoints")  # checkpoint folders it would replace hold only checkpoints
     mark(run_dir, hydra_made=hydra_made)
     before = read_info(run_dir / name)  # who held it last (the lock file keeps its last holder's info)
@@ -324,8 +394,10 @@ def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: O
     try:
         holder = lock.acquire()
     except OSError as exc:  # a read-only or foreign folder: say which, before any work
-        raise ConfigError(f"run dir {run_dir} cannot be written ({exc.strerror or exc}); point hydra.run.dir "
-                          "(or run_dir=) at a folder you can write") from exc
+        raise ConfigError(
+            f"run dir {run_dir} cannot be written ({exc.strerror or exc}); point hydra.run.dir "
+            "(or run_dir=) at a folder you can write"
+        ) from exc
     if holder is not None:  # another run started on this folder at the same moment and locked it first
         raise busy(run_dir, holder, name)
     _HELD[run_dir] = Claim(run_dir, lock, unrecorded_end(run_dir, before) if before and rank == 0 else None)
@@ -333,7 +405,7 @@ def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: O
 
 
 @contextlib.contextmanager
-def claimed(run_dir: Path, *, rank: int = 0, continues: Optional[Path] = None) -> Iterator[Claim]:
+def claimed(run_dir: Path, *, rank: int = 0, continues: Path | None = None) -> Iterator[Claim]:
     """Around a run: its folder's claim (the Hydra callback's, taken over, or made now), re-entered by the
     same run (the task, then ``train()`` inside it); a second run of this process on the folder is
     refused as busy. When the run that took it over ends, the claim is released, and undone if the

@@ -6,6 +6,7 @@ inside blocks of ``SCAN_BLOCK`` decisions a cumprod/cumsum prefix scan, across b
 step per block. The same scan run backwards in time is the recurrence's adjoint (``backprop.py``).
 The gate cap ``Z_MAX`` bounds the block length so that forward and backward stay inside float32.
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -61,7 +62,7 @@ def affine_scan(a: mx.array, b: mx.array, h0: mx.array, reverse: bool = False) -
         a, b = mx.pad(a, pad, constant_values=1.0), mx.pad(b, pad)
     a4, b4 = a.reshape(L, nb, B, H), b.reshape(L, nb, B, H)
     keep = mx.cumprod(a4, axis=2, reverse=reverse)
-    mid = keep[:, :, (B - 1) // 2:(B + 1) // 2]
+    mid = keep[:, :, (B - 1) // 2 : (B + 1) // 2]
     K = keep / mid
     acc = mx.cumsum(b4 / K, axis=2, reverse=reverse)
     h, h_in = h0[:, None], [h0[:, None]]

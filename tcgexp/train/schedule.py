@@ -18,6 +18,7 @@ beside it (``@schema("scheduler", "<name>")`` subclassing ``SchedulerConfig``).
 Its state then saves and resumes with no code of its own: ``state_dict`` is
 the class and every constructor setting, ``load_state_dict`` sets them back.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -48,7 +49,8 @@ class SchedulerConfig:
     CHECKS: ClassVar[tuple] = (
         ("warmup_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps"),
         ("total_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps (0 = this run's horizon)"),
-        ("min_lr_ratio", within(0.0, 1.0), "in [0, 1]"))
+        ("min_lr_ratio", within(0.0, 1.0), "in [0, 1]"),
+    )
 
 
 class Schedule:
@@ -58,8 +60,9 @@ class Schedule:
     horizon, and for a schedule started mid-run ``start``, the optimizer step it begins at).
     """
 
-    def __init__(self, *, run_steps: int, warmup_steps: int, total_steps: int, min_lr_ratio: float, reset: bool,
-                 start: int = 0) -> None:
+    def __init__(
+        self, *, run_steps: int, warmup_steps: int, total_steps: int, min_lr_ratio: float, reset: bool, start: int = 0
+    ) -> None:
         self.total_steps = int(total_steps or run_steps)  # the horizon, in optimizer updates
         self.warmup_steps = min(int(warmup_steps), self.total_steps)
         self.min_lr_ratio = float(min_lr_ratio)
@@ -101,14 +104,18 @@ class Schedule:
             init = klass.__dict__.get("__init__")
             if init is None or klass is object:
                 continue
-            names += [p.name for p in inspect.signature(init).parameters.values()
-                      if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-                      and p.name not in ("self", "run_steps", *names)]
+            names += [
+                p.name
+                for p in inspect.signature(init).parameters.values()
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "run_steps", *names)
+            ]
         return names
 
     def state_dict(self) -> dict:
-        return {"_target_": f"{type(self).__module__}.{type(self).__qualname__}",
-                **{name: getattr(self, name) for name in self.settings()}}
+        return {
+            "_target_": f"{type(self).__module__}.{type(self).__qualname__}",
+            **{name: getattr(self, name) for name in self.settings()},
+        }
 
     def load_state_dict(self, saved: dict, *, step: int, remaining_steps: int) -> None:
         """Continue the checkpoint's schedule (its horizon and phase) at optimizer step `step`,
@@ -120,8 +127,10 @@ class Schedule:
             return
         target = f"{type(self).__module__}.{type(self).__qualname__}"
         if saved.get("_target_") != target:
-            raise ScheduleError(f"the checkpoint's schedule is {saved.get('_target_')}, this run's {target}: "
-                                "resume with the checkpoint's scheduler, or pass scheduler.reset=true")
+            raise ScheduleError(
+                f"the checkpoint's schedule is {saved.get('_target_')}, this run's {target}: "
+                "resume with the checkpoint's scheduler, or pass scheduler.reset=true"
+            )
         unknown = sorted(set(saved) - {"_target_", *self.settings()})
         if unknown:
             raise KeyError(f"settings {unknown} are not {type(self).__qualname__}'s")
@@ -133,7 +142,8 @@ class Schedule:
             raise ScheduleError(
                 f"this run needs {remaining_steps} more optimizer steps but the resumed scheduler has only {left} "
                 f"of its {self.total_steps}-step horizon left (at step {step - self.start}); lower trainer.epochs so "
-                f"at most {left} steps remain, or pass scheduler.reset=true to start a new schedule")
+                f"at most {left} steps remain, or pass scheduler.reset=true to start a new schedule"
+            )
 
 
 class Cosine(Schedule):

@@ -22,12 +22,13 @@ launched rank still only notes it (``launch.keep_exit``) while it leaves and wri
 Why the handler does no I/O: it runs between two bytecodes of the main
 thread, which may be halfway through a print or a checkpoint write.
 """
+
 from __future__ import annotations
 
 import signal
 import threading
 import time
-from typing import Optional
+from typing import Self
 
 from ..launch import keep_exit
 
@@ -79,11 +80,15 @@ class WaitAbandoned(ForcedStop):
 def stop_line(stop: ForcedStop, run_dir) -> str:
     """The one line of a run that left at once, without a new latest/."""
     if isinstance(stop, WaitAbandoned):
-        return (f"[train] stopped by {stop.signame}: {stop.what} did not come within {STOP_GRACE_S:.0f} s of it, "
-                f"so the run left without finishing its step; its last latest/ is kept, resume={run_dir} "
-                "continues from it")
-    return (f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
-            f"continues from its last latest/ (every checkpoint.latest_every_steps)")
+        return (
+            f"[train] stopped by {stop.signame}: {stop.what} did not come within {STOP_GRACE_S:.0f} s of it, "
+            f"so the run left without finishing its step; its last latest/ is kept, resume={run_dir} "
+            "continues from it"
+        )
+    return (
+        f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
+        f"continues from its last latest/ (every checkpoint.latest_every_steps)"
+    )
 
 
 class RunInterrupted(SystemExit):
@@ -92,7 +97,7 @@ class RunInterrupted(SystemExit):
     ``message`` is the one line already printed; ``result`` the result dict (None after a ForcedStop).
     """
 
-    def __init__(self, code: int, message: str, result: Optional[dict] = None) -> None:
+    def __init__(self, code: int, message: str, result: dict | None = None) -> None:
         super().__init__(code)
         self.message, self.result = message, result
 
@@ -113,18 +118,18 @@ class StopSignals:
     """
 
     def __init__(self) -> None:
-        self.requested: Optional[str] = None  # the first signal's name
+        self.requested: str | None = None  # the first signal's name
         # with several ranks: the signal another rank received, which this one stops for too. Not a
         # signal of ours: the one mlx.launch sends when that rank exits must not count as a second
-        self.agreed: Optional[str] = None
+        self.agreed: str | None = None
         self.over = False  # set by ``run_over()``: nothing is left to abandon
-        self.requested_at: Optional[float] = None  # monotonic time of the first signal
+        self.requested_at: float | None = None  # monotonic time of the first signal
         self.forced = False  # a second signal: every wait ends now
         self._previous: dict[int, object] = {}
 
-    active: Optional["StopSignals"] = None  # the run's, while installed (signal handlers are per process)
+    active: StopSignals | None = None  # the run's, while installed (signal handlers are per process)
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> Self:
         if threading.current_thread() is not threading.main_thread():
             return self
         StopSignals.active = self
@@ -176,7 +181,7 @@ class StopSignals:
         return self.forced or (self.requested_at is not None and time.monotonic() - self.requested_at >= grace_s)
 
     @property
-    def name(self) -> Optional[str]:
+    def name(self) -> str | None:
         """What the run stopped for: this process's own signal, else the one the ranks agreed on."""
         return self.requested or self.agreed
 

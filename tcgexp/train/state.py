@@ -4,10 +4,10 @@
 state, outside any graph). ``TrainState``: where the run is in its plans, its
 counters, its best validation loss and its history.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
 
 import mlx.core as mx
 import numpy as np
@@ -51,13 +51,13 @@ class LaneMemory:
 
     def _where(self, prep: Prepared, lanes_pad: int) -> mx.array:
         idx = np.full(lanes_pad, self.lanes, np.int32)  # padding lanes: the spare row
-        idx[:prep.lanes] = prep.lane_ids
+        idx[: prep.lanes] = prep.lane_ids
         return mx.array(idx)
 
     def read(self, prep: Prepared, lanes_pad: int) -> mx.array:
         """h0 [lanes_pad, hidden]: the carried memory of each lane, zeros for fresh and padding lanes."""
         keep = np.zeros((lanes_pad, 1), np.float32)
-        keep[:prep.lanes, 0] = ~prep.lane_fresh
+        keep[: prep.lanes, 0] = ~prep.lane_fresh
         return mx.take(self.table, self._where(prep, lanes_pad), axis=0) * mx.array(keep)
 
     def write(self, prep: Prepared, carry: mx.array) -> None:
@@ -82,8 +82,8 @@ class TrainState:
     real: int = 0  # microbatches with rows processed, whole run, over all ranks
     epoch_real: int = 0
     rows: int = 0
-    best_val_loss: Optional[float] = None  # None until a finite validation loss exists
-    best_epoch: Optional[int] = None  # numbered from 1, as history's "epoch"
+    best_val_loss: float | None = None  # None until a finite validation loss exists
+    best_epoch: int | None = None  # numbered from 1, as history's "epoch"
     history: list = field(default_factory=list)  # one entry per finished epoch
     epochs_from: int = 1  # how best_epoch and history count (checkpoints written before this field: from 0)
 
@@ -96,7 +96,7 @@ class TrainState:
         return self.epoch + 1 if self.position else max(self.epoch, 1)
 
     @classmethod
-    def from_state(cls, saved: dict) -> "TrainState":
+    def from_state(cls, saved: dict) -> TrainState:
         saved = {"real": saved.get("microbatches", 0), "epoch_real": saved.get("epoch_microbatches", 0), **saved}
         if saved.get("epochs_from", 0) == 0:  # a checkpoint that numbered epochs from 0: renumbered on load
             saved["history"] = [{**h, "epoch": i + 1} for i, h in enumerate(saved.get("history") or [])]

@@ -10,12 +10,14 @@ The gradient is the model's own written-out backward pass where its class has on
 (``RecurrentPolicy.loss_and_grads``: fewer, larger operations than autodiff emits), and MLX's
 autodiff (``nn.value_and_grad``) for any other model, a user's included.
 """
+
 from __future__ import annotations
 
 from functools import partial
+
 import mlx.core as mx
-import mlx.nn as nn
 import mlx.optimizers as optim
+from mlx import nn
 from mlx.utils import tree_flatten, tree_map
 
 from .blas import fit_threads, spare_core
@@ -61,8 +63,16 @@ class Stepper:
     come back in one transfer, whenever the loop reads them: it need not wait for one microbatch
     before dispatching the next."""
 
-    def __init__(self, model: RecurrentPolicy, optimizer: optim.Optimizer, *, aux_weight: float,
-                 grad_clip: float, kernels: str = "pure", say=None) -> None:
+    def __init__(
+        self,
+        model: RecurrentPolicy,
+        optimizer: optim.Optimizer,
+        *,
+        aux_weight: float,
+        grad_clip: float,
+        kernels: str = "pure",
+        say=None,
+    ) -> None:
         self.model, self.optimizer = model, optimizer
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
@@ -76,10 +86,12 @@ class Stepper:
         written = written_backward(model)
         self.backward = "written out" if written else "autodiff"
         if fused is not None:
+
             def loss_and_grad(model, inputs, targets, h0):
                 loss, values, carry, g = fused.loss_and_grads(inputs, targets, h0, aux_weight)
                 return (loss, (values, carry)), g
         elif written is not None:
+
             def loss_and_grad(model, inputs, targets, h0):
                 loss, values, carry, g = written(inputs, targets, h0, aux_weight)
                 return (loss, (values, carry)), g
@@ -135,8 +147,9 @@ class Stepper:
             nll = -mx.take_along_axis(logp, targets["label"][:, None], axis=-1)[:, 0]
             hit = (mx.argmax(masked, axis=-1) == targets["label"]).astype(mx.float32)
             split = mx.stack([early, late], axis=1)  # [R, 2]
-            sums = mx.concatenate([split.sum(axis=0), (nll[:, None] * split).sum(axis=0),
-                                   (hit[:, None] * split).sum(axis=0)])
+            sums = mx.concatenate(
+                [split.sum(axis=0), (nll[:, None] * split).sum(axis=0), (hit[:, None] * split).sum(axis=0)]
+            )
             return values, carry, sums
 
         self.grads, self.apply, self.step, self.evaluate = grads, apply, step, evaluate

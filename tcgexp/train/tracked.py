@@ -8,6 +8,7 @@ The trainer (``tracked_steps.py``) hands its tracker, at the optimizer steps its
 ``tcgexp/cache/report.py``); ``names()`` refuses a name without one, and ``tests/test_reference.py``
 holds a real run's tracked names to it both ways.
 """
+
 from __future__ import annotations
 
 from ..cache.report import MEANINGS as CACHE_MEANINGS
@@ -57,8 +58,16 @@ def cache_counters() -> list[str]:
     from ..cache.policy import LruPolicy
     from ..cache.rowgroup import RowGroupCache
 
-    cache = RowGroupCache([], ["label"], policy=LruPolicy, capacity=1, high_watermark_pct=100.0, spill=False,
-                          spill_budget_bytes=0, opt_step_guard="pressure")
+    cache = RowGroupCache(
+        [],
+        ["label"],
+        policy=LruPolicy,
+        capacity=1,
+        high_watermark_pct=100.0,
+        spill=False,
+        spill_budget_bytes=0,
+        opt_step_guard="pressure",
+    )
     try:
         return list(cache.counters())
     finally:
@@ -67,6 +76,7 @@ def cache_counters() -> list[str]:
 
 def names() -> dict[str, tuple[str, str]]:
     """{tracked name: (what it means, when it is tracked)} for every name a run's tracker can receive."""
+
     def meaning(table: dict, key: str, where: str) -> str:
         if key not in table:
             raise UnexplainedName(f"{key!r} is tracked but has no meaning: add it to {where}")

@@ -12,10 +12,10 @@ The tracker's run opens in its own process while the run starts; its hash is rea
 (``hash``: None until it is known, never a wait), so no checkpoint waits for it; ``final_hash`` waits for
 it, bounded by the tracker, once the run is over.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Optional
 
 from .distributed import World
 from .outputs import rank_counters, sum_counters
@@ -24,8 +24,8 @@ from .outputs import rank_counters, sum_counters
 class TrackedSteps:
     def __init__(self, tracker, world: World, caches: tuple, every: int) -> None:
         self.tracker, self.world, self.caches, self.every = tracker, world, caches, every
-        self._pending: Optional[tuple[dict, int, int]] = None  # an untracked step's values: (values, step, epoch)
-        self._hash: Optional[str] = None
+        self._pending: tuple[dict, int, int] | None = None  # an untracked step's values: (values, step, epoch)
+        self._hash: str | None = None
         self._reader = threading.Thread(target=self._read_hash, daemon=True, name="tcgexp-tracker-hash")
         self._reader.start()
 
@@ -36,16 +36,16 @@ class TrackedSteps:
             self._hash = None
 
     @property
-    def hash(self) -> Optional[str]:
+    def hash(self) -> str | None:
         """The tracked run's hash if it is known already (what a checkpoint records); never waits."""
         return self._hash
 
-    def final_hash(self) -> Optional[str]:
+    def final_hash(self) -> str | None:
         """The hash once the run is over (result.json): waits for the tracker's answer, bounded by it."""
         self._reader.join()
         return self._hash
 
-    def step(self, metrics: dict, step: int, epoch: int) -> Optional[dict]:
+    def step(self, metrics: dict, step: int, epoch: int) -> dict | None:
         """After optimizer update `step` (of `epoch`, from 1): tracked now when the cadence selects it (the
         train cache's counters returned, for the display), else held until the next or the epoch's end."""
         values = {f"train/{k}": v for k, v in metrics.items() if k not in ("lr", "grad_norm", "rows")}
@@ -75,6 +75,7 @@ class TrackedSteps:
         self.tracker.track({**values, **{f"{prefix}/{k}": v for k, v in counters.items()}}, step=step, epoch=epoch)
         if len(per_rank) > 1:  # each rank's own counters, with the Aim context {"rank": r} (the sums untagged)
             for r, own in enumerate(per_rank):
-                self.tracker.track({f"{prefix}/{k}": v for k, v in own.items()}, step=step, epoch=epoch,
-                                   context={"rank": r})
+                self.tracker.track(
+                    {f"{prefix}/{k}": v for k, v in own.items()}, step=step, epoch=epoch, context={"rank": r}
+                )
         return counters

@@ -8,35 +8,36 @@ loaders; the trainer only fits: it makes the step from its knobs, runs the loop
 (``loop.Hooks``): each optimizer step and validation goes to the tracker and
 the display, a stop to ``latest/``.
 """
+
 from __future__ import annotations
 
 import io
 import time
 from dataclasses import replace
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import mlx.core as mx
 import numpy as np
 from omegaconf import MISSING, DictConfig
 from rich.console import Console
 
-from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..console import user_error
+from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
 from ..schema import FLOAT32_MAX, INT32_MAX, schema, within
 from ..track import Tracker
 from . import checkpoint as ckpt
 from .display import RunDisplay
-from .errors import USER_ERRORS
 from .distributed import DistributedError
 from .diverge import DivergenceError
+from .errors import USER_ERRORS
 from .fused_step import CHOICES as KERNELS
 from .loop import Loop
 from .outputs import Checkpointer, rank_counters, report, result_of, sum_counters
 from .parts import DataParts, Learner, RunContext
 from .provenance import provenance
 from .signals import Preempted
-from .tracked_steps import TrackedSteps
 from .step import Stepper, to_mx
+from .tracked_steps import TrackedSteps
 
 
 @schema("trainer")
@@ -46,7 +47,9 @@ class TrainerConfig:
     _target_: str = MISSING
     _partial_: bool = True
     epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
-    aux_weight: float = 0.25  # weight of the four auxiliary losses (KO, prize delta, terminal, return) beside the policy
+    aux_weight: float = (
+        0.25  # weight of the four auxiliary losses (KO, prize delta, terminal, return) beside the policy
+    )
     grad_clip: float = 1.0  # global-norm clip of every update's gradients; 0 = no clipping
     max_steps: int = 0  # >0: stop (resumably, latest/ written) after this many optimizer steps; 0 = run all epochs
     # >0: stop (resumably, validated, latest/ written) once this many epochs are done, while the schedule's
@@ -71,7 +74,8 @@ class TrainerConfig:
         ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"),
         ("stop_at_epoch", within(0, 10**6), "in [0, 1e6] (0 = at trainer.epochs)"),
         ("track_every", within(1, INT32_MAX), "in [1, 2**31) optimizer steps (1 = every step)"),
-        ("kernels", lambda v: v in KERNELS, f"one of {', '.join(KERNELS)}"))
+        ("kernels", lambda v: v in KERNELS, f"one of {', '.join(KERNELS)}"),
+    )
 
 
 class StopRun(Exception):
@@ -79,8 +83,20 @@ class StopRun(Exception):
 
 
 class Trainer:
-    def __init__(self, *, epochs: int, aux_weight: float, grad_clip: float, max_steps: int, stop_at_epoch: int,
-                 track_every: int, kernels: str, checkpoints: Checkpointer, tracker: Tracker, run: RunContext) -> None:
+    def __init__(
+        self,
+        *,
+        epochs: int,
+        aux_weight: float,
+        grad_clip: float,
+        max_steps: int,
+        stop_at_epoch: int,
+        track_every: int,
+        kernels: str,
+        checkpoints: Checkpointer,
+        tracker: Tracker,
+        run: RunContext,
+    ) -> None:
         self.epochs, self.aux_weight, self.grad_clip, self.max_steps = epochs, aux_weight, grad_clip, max_steps
         self.stop_at_epoch, self.track_every, self.kernels = stop_at_epoch, track_every, kernels
         self.checkpoints, self.tracker = checkpoints, tracker
@@ -97,22 +113,36 @@ class Trainer:
         self.data, self.learner, self.caches = data, learner, caches
         self.tracked = TrackedSteps(self.tracker, self.world, caches, self.track_every)
         say = self.run.console.print if self.world.lead else None
-        stepper = Stepper(learner.model, learner.optimizer, aux_weight=self.aux_weight, grad_clip=self.grad_clip,
-                          kernels=self.kernels, say=say)
+        stepper = Stepper(
+            learner.model,
+            learner.optimizer,
+            aux_weight=self.aux_weight,
+            grad_clip=self.grad_clip,
+            kernels=self.kernels,
+            say=say,
+        )
         self.step_path = stepper.path  # result.json and every checkpoint record it
         if say:
             say(f"[train] {stepper.path_line}")
         check_precision(stepper, learner, data, loaders[0].transform)
         self.display = RunDisplay() if self.world.lead else RunDisplay(Console(file=io.StringIO()))
-        loop = Loop(planner=data.planner, stepper=stepper, loaders=loaders, caches=caches,
-                    memory=learner.memory, progress=learner.progress, epochs=self.epochs, hooks=self,
-                    world=self.world, hint=divergence_hint(self.run.cfg, self))
+        loop = Loop(
+            planner=data.planner,
+            stepper=stepper,
+            loaders=loaders,
+            caches=caches,
+            memory=learner.memory,
+            progress=learner.progress,
+            epochs=self.epochs,
+            hooks=self,
+            world=self.world,
+            hint=divergence_hint(self.run.cfg, self),
+        )
         with self.display:
             status, error, raised = run_loop(loop)
         return self.finish(loop, loaders[0], status, error, raised)
 
-    def finish(self, loop: Loop, train_loader, status: str, error: Optional[str],
-               raised: Optional[Exception] = None) -> dict:
+    def finish(self, loop: Loop, train_loader, status: str, error: str | None, raised: Exception | None = None) -> dict:
         """result.json and the report; then the tracker's status, and every rank waits for rank 0. A failed
         run raises what stopped it after its record is written (`raised`; a lost rank: DistributedError)."""
         world = self.world
@@ -123,12 +153,24 @@ class Trainer:
         per_rank = {name: rank_counters(alone, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         signals = self.run.signals
         result = result_of(
-            status=status, error=error, signal=signals.name if status == "interrupted" and signals else None,
-            run_dir=self.run.run_dir, data=self.data, learner=self.learner, per_rank=per_rank, world=alone,
-            timings={"step_seconds": loop.step_seconds, "data_stall_seconds": train_loader.stall_seconds,
-                     "allreduce_seconds": loop.reduce_seconds,
-                     "wall_seconds": time.perf_counter() - self.run.started, "time_split": loop.time_split},
-            blas=self.run.blas, aim_hash=self.tracked.final_hash())
+            status=status,
+            error=error,
+            signal=signals.name if status == "interrupted" and signals else None,
+            run_dir=self.run.run_dir,
+            data=self.data,
+            learner=self.learner,
+            per_rank=per_rank,
+            world=alone,
+            timings={
+                "step_seconds": loop.step_seconds,
+                "data_stall_seconds": train_loader.stall_seconds,
+                "allreduce_seconds": loop.reduce_seconds,
+                "wall_seconds": time.perf_counter() - self.run.started,
+                "time_split": loop.time_split,
+            },
+            blas=self.run.blas,
+            aim_hash=self.tracked.final_hash(),
+        )
         result["kernels"] = self.step_path
         report(result, self.run.run_dir, self.caches, self.run.console, alone)
         if status == "failed":  # a rank is gone, or this one failed: no collective can follow
@@ -170,10 +212,10 @@ class Trainer:
     def on_validation(self, m: dict) -> None:
         self.tracked.validation(m, self.learner.progress.opt_steps, m["epoch"])
 
-    def stop_requested(self) -> Optional[str]:
+    def stop_requested(self) -> str | None:
         return self.run.signals.requested if self.run.signals is not None else None
 
-    def safe_point(self, agreed: Optional[str]) -> None:
+    def safe_point(self, agreed: str | None) -> None:
         """Where nothing is half-done: after the signal every rank `agreed` on (its own, with one
         rank), write latest/ here and stop (Preempted)."""
         if agreed and self.run.signals is not None:
@@ -188,8 +230,7 @@ class Trainer:
         live lanes' memories and the cache counters gathered, and rank 0 writes.
         """
         lr, p, world = self.learner, self.learner.progress, self.world
-        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} "
-                                           f"(epoch {p.human_epoch})")
+        world.check_same_weights(lr.model, f"the checkpoint after optimizer step {p.opt_steps} (epoch {p.human_epoch})")
         counters = {name: rank_counters(world, cache, name) for name, cache in zip(("train", "val"), self.caches)}
         live = self.live_lanes()
         if world.lead:
@@ -200,27 +241,40 @@ class Trainer:
     def write(self, kind: str, live: ckpt.SparseLanes, counters: dict) -> None:
         """Rank 0 writes the checkpoints a save of `kind` makes."""
         lr, p, world = self.learner, self.learner.progress, self.world
-        state = {"progress": p.state_dict(), "schedule": lr.schedule.state_dict(), "aim_hash": self.tracked.hash,
-                 "blas": self.run.blas, "kernels": self.step_path,
-                 "cache": {k: sum_counters(v) for k, v in counters.items()},
-                 "cache_per_rank": counters, "world": {"size": world.size, "shards": self.data.planner.shards},
-                 **provenance(self.run.cfg, self.data.manifests)}
+        state = {
+            "progress": p.state_dict(),
+            "schedule": lr.schedule.state_dict(),
+            "aim_hash": self.tracked.hash,
+            "blas": self.run.blas,
+            "kernels": self.step_path,
+            "cache": {k: sum_counters(v) for k, v in counters.items()},
+            "cache_per_rank": counters,
+            "world": {"size": world.size, "shards": self.data.planner.shards},
+            **provenance(self.run.cfg, self.data.manifests),
+        }
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
             state["overrides"] = list(self.run.overrides)
-        self.checkpoints.write(self.checkpoints.names(kind, p.epoch, self.epochs), model=lr.model,
-                               optimizer=lr.optimizer, lanes={"train": live}, state=state)
+        self.checkpoints.write(
+            self.checkpoints.names(kind, p.epoch, self.epochs),
+            model=lr.model,
+            optimizer=lr.optimizer,
+            lanes={"train": live},
+            state=state,
+        )
 
     def live_lanes(self) -> ckpt.SparseLanes:
         """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own,
         one process every shard it runs)."""
         memory, p, planner = self.learner.memory, self.learner.progress, self.data.planner
         live = np.unique(planner.live_lanes(p.epoch, p.position))
-        mine = (planner.lane_owner(p.epoch)[live] // (planner.shards // self.world.size) == self.world.rank)
-        rows = self.world.all_sum(mx.array(memory.rows(live) * mine[:, None]), "gathering lane memories for a checkpoint")
+        mine = planner.lane_owner(p.epoch)[live] // (planner.shards // self.world.size) == self.world.rank
+        rows = self.world.all_sum(
+            mx.array(memory.rows(live) * mine[:, None]), "gathering lane memories for a checkpoint"
+        )
         return ckpt.SparseLanes((memory.lanes, memory.hidden), live.astype(np.int64), np.array(rows, np.float32))
 
 
-def run_loop(loop: Loop) -> tuple[str, Optional[str], Optional[Exception]]:
+def run_loop(loop: Loop) -> tuple[str, str | None, Exception | None]:
     """(status, error, what was raised): "completed", "stopped" (trainer.max_steps, stop_at_epoch), "interrupted" (a
     stopping signal), "diverged" (with the guard's line) or "failed" (a rank lost; or anything else that stopped
     it, a checkpoint that cannot be written, a store gone: recorded in result.json, then raised again)."""
@@ -241,8 +295,10 @@ def run_loop(loop: Loop) -> tuple[str, Optional[str], Optional[Exception]]:
 
 def divergence_hint(cfg: DictConfig, trainer: Trainer) -> str:
     """The knobs that usually make a run diverge, with this run's values."""
-    return (f"optimizer.lr={cfg.optimizer.lr}, trainer.aux_weight={trainer.aux_weight}, "
-            f"trainer.grad_clip={trainer.grad_clip} (0 = no clipping)")
+    return (
+        f"optimizer.lr={cfg.optimizer.lr}, trainer.aux_weight={trainer.aux_weight}, "
+        f"trainer.grad_clip={trainer.grad_clip} (0 = no clipping)"
+    )
 
 
 def check_precision(stepper: Stepper, learner: Learner, data: DataParts, transform) -> None:
@@ -254,9 +310,8 @@ def check_precision(stepper: Stepper, learner: Learner, data: DataParts, transfo
     p, epochs = learner.progress, len(data.planned_steps)
     epoch = min(p.epoch, epochs - 1)
     plan = data.planner.epoch_plan(epoch)
-    real = np.flatnonzero(plan.real()[p.position:]) + p.position if p.position < len(plan) else []
+    real = np.flatnonzero(plan.real()[p.position :]) + p.position if p.position < len(plan) else []
     mb = plan[int(real[0])] if len(real) else next(sp[0] for sp in data.planner.shard_plans(epoch) if len(sp))
     first = transform(assemble(mb, DirectSource(data.corpus.files), TRAIN_COLUMNS))
     inputs = to_mx(first.inputs)
-    stepper.check_precision(inputs, to_mx(first.targets),
-                            learner.memory.read(first, inputs["lane_decisions"].shape[0]))
+    stepper.check_precision(inputs, to_mx(first.targets), learner.memory.read(first, inputs["lane_decisions"].shape[0]))

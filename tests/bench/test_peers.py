@@ -4,6 +4,7 @@ Each port (JAX ``jit``, ``torch.compile``, PyTorch eager) starts from the MLX mo
 applies MLX's AdamW (no bias correction) with the same clipping, on the same prepared microbatches
 of a real (tiny) corpus. Skipped, naming the extra, where the optional ``peers`` extra is not installed.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -35,8 +36,12 @@ def batches(tmp_path_factory):
     corpus.build()
     index = LaneIndex.of(corpus)
     plan = planner_of(index, chunk=CHUNK, batch_size=ROWS).epoch_plan(0)
-    loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
-                    transform=partial(prepare, rows_pad=ROWS, decisions_pad=CHUNK))
+    loader = Loader(
+        DirectSource(corpus.files),
+        TRAIN_COLUMNS,
+        workers=0,
+        transform=partial(prepare, rows_pad=ROWS, decisions_pad=CHUNK),
+    )
     out = []
     for prep in loader.iterate(plan):
         out.append(prep)
@@ -47,8 +52,9 @@ def batches(tmp_path_factory):
 
 
 # torch.compile spends minutes compiling (forward, backward, update) on 2 loaded cores: slow-marked
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("torch.compile") else n
-                                  for n in peers.PEER_NAMES])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n.startswith("torch.compile") else n for n in peers.PEER_NAMES]
+)
 def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
     factory = peers.peer_factories(threads=2)[name]
     assert not isinstance(factory, str), factory  # the extra is installed (the marker skips otherwise)
@@ -59,8 +65,13 @@ def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
     peer = factory(peers.mlx_weights(model), rule)
     first = prepared[0]
     h0 = np.zeros((first.inputs["lane_decisions"].shape[0], HIDDEN), np.float32)
-    mlx_first = peers.mlx_losses(RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=HIDDEN, memory=True)
-                                 .update(model.parameters()), prepared, lanes, rule, 1)[0]
+    mlx_first = peers.mlx_losses(
+        RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=HIDDEN, memory=True).update(model.parameters()),
+        prepared,
+        lanes,
+        rule,
+        1,
+    )[0]
     assert abs(peer.loss(first.inputs, first.targets, h0) - mlx_first) <= 1e-5 * abs(mlx_first)
     got = peers.peer_losses(peer, prepared, lanes, HIDDEN, STEPS)
     want = peers.mlx_losses(model, prepared, lanes, rule, STEPS)
@@ -73,6 +84,7 @@ def test_each_peer_matches_the_mlx_step_from_identical_weights(name, batches):
 def test_torch_adamw_would_not_do(batches):
     """Why the peers carry their own AdamW: torch.optim.AdamW corrects the moments' bias, MLX's does not."""
     import torch
+
     w = torch.zeros(3, requires_grad=True)
     opt = torch.optim.AdamW([w], lr=1e-3, weight_decay=0.0)
     w.grad = torch.ones(3)

@@ -1,4 +1,5 @@
 """The offline replay tool and the independent Belady optimum it checks `plan` against."""
+
 from __future__ import annotations
 
 import subprocess
@@ -52,8 +53,13 @@ def test_belady_edge_cases():
 
 @pytest.fixture(scope="module")
 def plan_traces(tmp_path_factory):
-    corpus = make_corpus(tmp_path_factory.mktemp("replay") / "data", "dataset.days=2",
-                         "dataset.rows_per_day=3000", "dataset.row_group_rows=256", build_now=True)
+    corpus = make_corpus(
+        tmp_path_factory.mktemp("replay") / "data",
+        "dataset.days=2",
+        "dataset.rows_per_day=3000",
+        "dataset.row_group_rows=256",
+        build_now=True,
+    )
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     out = {}
     for order in ("grouped", "naive"):
@@ -87,11 +93,22 @@ def test_miss_ratio_table_rows(plan_traces):
 
 
 def test_replay_command_prints_the_table(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "tcgexp.bench.trace", f"dataset.root={tmp_path}",
-                          "dataset.rows_per_day=1500", "dataset.row_group_rows=256", "capacities=[1,2,4]"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.bench.trace",
+            f"dataset.root={tmp_path}",
+            "dataset.rows_per_day=1500",
+            "dataset.row_group_rows=256",
+            "capacities=[1,2,4]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "| order   | capacity | fifo hit % | lru hit % | hot60 hit % | plan hit % | Belady hit %" in res.stdout
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("| grouped ") or ln.startswith("| naive ")]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("| grouped ", "| naive "))]
     assert len([ln for ln in lines if ln.count("|") == 9]) == 6
     assert "RuntimeWarning" not in res.stderr

@@ -1,4 +1,5 @@
 """A real two-day corpus (about 14 row groups a day), built once per session."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,9 @@ COLUMNS = ["episode_id", "side", "substep", "terminal", "features", "action_mask
 @pytest.fixture(scope="session")
 def corpus_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache_corpus") / "data"
-    corpus = make_corpus(root, "dataset.days=2", "dataset.rows_per_day=3000", "dataset.row_group_rows=256",
-                         build_now=True)
+    corpus = make_corpus(
+        root, "dataset.days=2", "dataset.rows_per_day=3000", "dataset.row_group_rows=256", build_now=True
+    )
     return list(corpus.files)
 
 

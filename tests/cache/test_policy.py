@@ -1,9 +1,10 @@
 """Residency policies alone (no data): the rules the real cache and a trace replay share."""
+
 from __future__ import annotations
 
 import math
 import random
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -36,7 +37,7 @@ def belady_hits(trace, capacity: int) -> int:
             resident.add(key)
             continue
 
-        def next_use(x):
+        def next_use(x, i=i):
             for j in range(i + 1, len(seq)):
                 if seq[j] == x:
                     return j
@@ -54,7 +55,7 @@ def optimal_hits(trace, capacity: int) -> int:
     """Exhaustive search over every admission/eviction choice: the true optimum."""
     seq = tuple(flat(trace))
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(i: int, resident: frozenset) -> int:
         if i == len(seq):
             return 0
@@ -72,8 +73,18 @@ def optimal_hits(trace, capacity: int) -> int:
 
 
 HAND_TRACE = [
-    (k(0), k(1)), (k(2),), (k(0), k(3)), (k(1),), (k(2), k(0)), (k(4),), (k(1), k(3)), (k(0),),
-    (k(4), k(2)), (k(3),), (k(0), k(1), k(2)), (k(4),),
+    (k(0), k(1)),
+    (k(2),),
+    (k(0), k(3)),
+    (k(1),),
+    (k(2), k(0)),
+    (k(4),),
+    (k(1), k(3)),
+    (k(0),),
+    (k(4), k(2)),
+    (k(3),),
+    (k(0), k(1), k(2)),
+    (k(4),),
 ]
 
 

@@ -1,4 +1,5 @@
 """RowGroupCache over a real corpus: correctness of bytes, counters, tiers, pressure, opt-step."""
+
 from __future__ import annotations
 
 import random
@@ -25,8 +26,9 @@ def sequence(keys, n=120, seed=0):
 
 
 @pytest.mark.parametrize("policy", CACHE_POLICIES)
-def test_every_policy_returns_direct_read_bytes_and_counts_every_access(policy, corpus_files, all_keys,
-                                                                        reference, tmp_path):
+def test_every_policy_returns_direct_read_bytes_and_counts_every_access(
+    policy, corpus_files, all_keys, reference, tmp_path
+):
     seq = sequence(all_keys)
     with make(corpus_files, policy=policy, capacity=5, spill=True, spill_dir=tmp_path / "spill") as cache:
         if policy == "plan":
@@ -46,8 +48,21 @@ def test_every_policy_returns_direct_read_bytes_and_counts_every_access(policy, 
 def test_counter_names(corpus_files):
     with make(corpus_files) as cache:
         c = cache.counters()
-    required = {"hits", "misses", "hit_rate_pct", "promotions", "evictions", "ssd_hits", "ssd_spills",
-                "ssd_resident", "resident_hot", "resident_transient", "bytes_loaded", "accesses", "spill_errors"}
+    required = {
+        "hits",
+        "misses",
+        "hit_rate_pct",
+        "promotions",
+        "evictions",
+        "ssd_hits",
+        "ssd_spills",
+        "ssd_resident",
+        "resident_hot",
+        "resident_transient",
+        "bytes_loaded",
+        "accesses",
+        "spill_errors",
+    }
     assert required <= set(c)
     assert all(isinstance(v, (int, float)) for v in c.values())
 
@@ -108,8 +123,7 @@ def test_promotion_after_exactly_promotion_hits(corpus_files, all_keys):
 def test_hot_is_never_evicted_under_pressure(corpus_files, all_keys, reference):
     probe = Probe(10)
     hot_keys = all_keys[:3]
-    with make(corpus_files, probe, policy="hot60", capacity=5, hot_fraction=0.6, promotion_hits=1,
-              spill=True) as cache:
+    with make(corpus_files, probe, policy="hot60", capacity=5, hot_fraction=0.6, promotion_hits=1, spill=True) as cache:
         for key in hot_keys:
             cache.get(key)
             cache.get(key)
@@ -157,7 +171,7 @@ def test_no_eviction_inside_nested_in_opt_step(corpus_files, all_keys, reference
             c = cache.counters()
             assert c["evictions"] == 0 and c["pressure_evictions"] == 0
             assert c["opt_step_skips"] == 11
-            assert set(k for k in all_keys if cache.is_resident(k)) == set(resident)
+            assert {k for k in all_keys if cache.is_resident(k)} == set(resident)
         cache.get(resident[0])  # outside again: pressure evicts
         assert cache.counters()["pressure_evictions"] == 1
 
@@ -227,8 +241,7 @@ def test_bad_keys_columns_and_use_after_close(corpus_files, all_keys):
         cache.get(all_keys[0])
 
 
-def test_a_failed_decode_reaches_the_caller_and_the_cache_recovers(corpus_files, all_keys, reference,
-                                                                  monkeypatch):
+def test_a_failed_decode_reaches_the_caller_and_the_cache_recovers(corpus_files, all_keys, reference, monkeypatch):
     cache = make(corpus_files, policy="lru", capacity=3)
     real = cache._decode
     calls = []
@@ -253,8 +266,9 @@ def test_every_cache_option_instantiates_as_configured(option, corpus_files, tmp
     from tcgexp.config import build
 
     cfg = compose(f"cache={option}").cache
-    cache = build(cfg)(corpus_files, COLUMNS, spill_dir=tmp_path / ".cache_spill" / "train", name="train",
-                       memory_probe=Probe())
+    cache = build(cfg)(
+        corpus_files, COLUMNS, spill_dir=tmp_path / ".cache_spill" / "train", name="train", memory_probe=Probe()
+    )
     try:
         assert type(cache._policy).__module__ + "." + type(cache._policy).__name__ == cfg.policy._target_
         assert cache.policy_name == option
@@ -275,8 +289,7 @@ def test_all_policies_hand_back_identical_bytes_for_one_sequence(corpus_files, a
     served = {}
     for policy in CACHE_POLICIES:
         probe = Probe()
-        with make(corpus_files, probe, policy=policy, capacity=4, spill=True,
-                  spill_dir=tmp_path / policy) as cache:
+        with make(corpus_files, probe, policy=policy, capacity=4, spill=True, spill_dir=tmp_path / policy) as cache:
             cache.set_trace([(key,) for key in seq])
             out = []
             for t, (key, flip) in enumerate(zip(seq, flips)):
@@ -302,13 +315,12 @@ def test_fifo_and_lru_caches_differ_where_they_must(corpus_files, all_keys):
 
 def test_opt_step_guard_pressure_still_admits_at_capacity(corpus_files, all_keys):
     probe = Probe(99.0)
-    with make(corpus_files, probe, policy="lru", capacity=2, opt_step_guard="pressure") as cache:
-        with cache.in_opt_step():
-            for key in all_keys[:4]:
-                cache.get(key)
-            c = cache.counters()
-            assert c["pressure_evictions"] == 0 and c["opt_step_skips"] == 0
-            assert c["evictions"] == 2 and cache.is_resident(all_keys[3])
+    with make(corpus_files, probe, policy="lru", capacity=2, opt_step_guard="pressure") as cache, cache.in_opt_step():
+        for key in all_keys[:4]:
+            cache.get(key)
+        c = cache.counters()
+        assert c["pressure_evictions"] == 0 and c["opt_step_skips"] == 0
+        assert c["evictions"] == 2 and cache.is_resident(all_keys[3])
     from tcgexp.schema import validate
 
     with pytest.raises(ValueError, match="cache.opt_step_guard='none'"):  # the schema's check, before any work

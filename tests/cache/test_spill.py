@@ -1,4 +1,5 @@
 """The SSD spill tier: round trip, corruption recovery, budget, cleanup, disk-full."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -151,10 +152,9 @@ def test_spill_dir_removed_on_close(corpus_files, all_keys, tmp_path):
 
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
 def test_spill_dir_removed_when_a_with_block_raises(exc, corpus_files, all_keys, tmp_path):
-    with pytest.raises(exc):
-        with make(corpus_files, tmp_path / "spill") as cache:
-            _fill(cache, all_keys[:3])
-            raise exc()
+    with pytest.raises(exc), make(corpus_files, tmp_path / "spill") as cache:
+        _fill(cache, all_keys[:3])
+        raise exc()
     assert not (tmp_path / "spill").exists()
 
 
@@ -207,8 +207,11 @@ def user_files(spill_dir, kind):
     (spill_dir / "rg-0-3.npz").write_bytes(b"looks like spill, is not ours")  # no marker: a user's .npz
     (spill_dir / ".rg-0-4.abc.tmp").write_bytes(b"old")
     (spill_dir / "embeddings.npz").write_bytes(b"a user's array")
-    return {"rg-0-3.npz": b"looks like spill, is not ours", ".rg-0-4.abc.tmp": b"old",
-            "embeddings.npz": b"a user's array"}
+    return {
+        "rg-0-3.npz": b"looks like spill, is not ours",
+        ".rg-0-4.abc.tmp": b"old",
+        "embeddings.npz": b"a user's array",
+    }
 
 
 @pytest.mark.parametrize("kind", ["unmarked-npz", "marked-dead-owner-and-a-user-file", "fifo", "link"])

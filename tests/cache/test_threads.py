@@ -1,4 +1,5 @@
 """Many threads on one cache: right bytes, no deadlock, one decode per key at a time."""
+
 from __future__ import annotations
 
 import random
@@ -8,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import cache_of
 from tests.cache.conftest import COLUMNS, assert_same, spill_dir_bytes
+from tests.conftest import cache_of
 
 THREADS = 8
 GETS = 150
@@ -56,9 +57,18 @@ def test_hammer(policy, corpus_files, all_keys, reference, tmp_path):
     keys = all_keys[:12]  # overlapping, and more than capacity
     budget = 700_000  # about four files: drops happen while other threads read
     spill_dir = tmp_path / "spill"
-    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy=policy, capacity=5, promotion_hits=2,
-                          spill=True, spill_dir=spill_dir, spill_budget_bytes=budget,
-                          memory_probe=FlakyPressure(seed=1))
+    cache = cache_of(
+        corpus_files,
+        COLUMNS,
+        opt_step_guard="all",
+        policy=policy,
+        capacity=5,
+        promotion_hits=2,
+        spill=True,
+        spill_dir=spill_dir,
+        spill_budget_bytes=budget,
+        memory_probe=FlakyPressure(seed=1),
+    )
     stats = instrument(cache, delay=0.0005)
     if policy == "plan":
         rng = random.Random(5)
@@ -103,14 +113,17 @@ def test_hammer(policy, corpus_files, all_keys, reference, tmp_path):
     assert c["max_key_decode_concurrency"] == 1 and stats["overlaps"] == 0
     assert c["decodes"] == sum(stats["decodes"].values())
     assert c["misses"] == c["decodes"] + c["ssd_hits"] + c["shared_misses"] + c["rescues"]
-    assert c["bytes_loaded"] == sum(n * sum(a.nbytes for a in reference[k].values())
-                                    for k, n in stats["decodes"].items())
+    assert c["bytes_loaded"] == sum(
+        n * sum(a.nbytes for a in reference[k].values()) for k, n in stats["decodes"].items()
+    )
     assert c["spill_errors"] == 0
     assert c["pressure_evictions"] > 0 and c["hits"] > 0 and c["ssd_spills"] > 0
 
 
 def test_concurrent_misses_of_one_key_decode_once(corpus_files, all_keys, reference):
-    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
+    cache = cache_of(
+        corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0
+    )
     stats = instrument(cache, delay=0.05)  # a slow decode: every thread arrives while it runs
     key = all_keys[3]
     results: list = [None] * THREADS
@@ -137,7 +150,9 @@ def test_concurrent_misses_of_one_key_decode_once(corpus_files, all_keys, refere
 
 
 def test_waiters_see_the_decoders_error(corpus_files, all_keys):
-    cache = cache_of(corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0)
+    cache = cache_of(
+        corpus_files, COLUMNS, opt_step_guard="all", policy="lru", capacity=4, spill=False, memory_probe=lambda: 10.0
+    )
     entered = threading.Event()
     release = threading.Event()
 

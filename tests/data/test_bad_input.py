@@ -1,4 +1,5 @@
 """Bad input gets one clear error naming the file (and row group or lane); nothing built is lost."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import pytest
 from tcgexp.data import DataError
 from tcgexp.data.lanecheck import check_lanes
 from tests.conftest import make_corpus
-
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_unreadable_manifest(day):
 
 
 def test_catalog_row_disagreeing_with_manifest(day):
-    corpus, p = day
+    corpus, _p = day
     row = corpus.catalog.get(corpus.dates[0])
     corpus.catalog.put({**row, "rows": row["rows"] + 7})
     with pytest.raises(DataError) as err:
@@ -134,11 +134,15 @@ def test_catalog_row_disagreeing_with_manifest(day):
     assert "catalog.sqlite" in str(err.value) and corpus.dates[0] in str(err.value)
 
 
-@pytest.mark.parametrize("steps, what", [
-    ([0, 1, 2, 1], "repeats non-contiguously"),
-    ([0, 1, 3], "jumps"),
-    ([1, 2], "starts at step_id 1"),
-], ids=["repeat", "gap", "bad-start"])
+@pytest.mark.parametrize(
+    "steps, what",
+    [
+        ([0, 1, 2, 1], "repeats non-contiguously"),
+        ([0, 1, 3], "jumps"),
+        ([1, 2], "starts at step_id 1"),
+    ],
+    ids=["repeat", "gap", "bad-start"],
+)
 def test_broken_lane_names_file_row_group_and_lane(steps, what):
     n = len(steps)
     ep = np.full(n + 2, 7, np.int64)

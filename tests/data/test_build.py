@@ -1,4 +1,5 @@
 """The corpus pipeline: schema, layout, split, idempotence, resume, determinism."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ from tcgexp.data.lanecheck import check_lanes
 from tcgexp.data.replay import DayZip
 from tcgexp.data.schema import COLUMN_ORDER, arrow_schema, to_numpy
 from tests.conftest import make_corpus
-
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,26 @@ def test_schema_and_dtypes(built):
     assert pf.schema_arrow.equals(arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM), check_metadata=False)
     cols = read_day(corpus, corpus.dates[0])
     assert list(cols) == COLUMN_ORDER
-    expect = {"episode_id": np.int64, "side": np.int8, "step_id": np.int32, "decision_id": np.int64,
-              "substep": np.int16, "new_episode": np.bool_, "terminal": np.bool_, "is_self": np.bool_,
-              "label": np.int32, "would_ko_valid": np.bool_, "aux_ko": np.float32,
-              "aux_prize_delta": np.float32, "aux_terminal": np.float32, "aux_return": np.float32,
-              "aux_valid": np.bool_, "features": np.float32, "action_mask": np.bool_, "would_ko": np.float32}
+    expect = {
+        "episode_id": np.int64,
+        "side": np.int8,
+        "step_id": np.int32,
+        "decision_id": np.int64,
+        "substep": np.int16,
+        "new_episode": np.bool_,
+        "terminal": np.bool_,
+        "is_self": np.bool_,
+        "label": np.int32,
+        "would_ko_valid": np.bool_,
+        "aux_ko": np.float32,
+        "aux_prize_delta": np.float32,
+        "aux_terminal": np.float32,
+        "aux_return": np.float32,
+        "aux_valid": np.bool_,
+        "features": np.float32,
+        "action_mask": np.bool_,
+        "would_ko": np.float32,
+    }
     for name, dtype in expect.items():
         assert cols[name].dtype == dtype, name
     n = len(cols["label"])
@@ -86,7 +101,7 @@ def test_step_id_contiguous_and_multiselect_rows_share_decision(built):
         assert cols["step_id"][i] == cols["step_id"][i - 1]
         assert cols["substep"][i] == cols["substep"][i - 1] + 1
     # lanes: both sides of every episode, step ids 0..n-1 with no gaps
-    for (e, s) in {(int(e), int(s)) for e, s in zip(cols["episode_id"], cols["side"])}:
+    for e, s in {(int(e), int(s)) for e, s in zip(cols["episode_id"], cols["side"])}:
         steps = np.unique(cols["step_id"][(cols["episode_id"] == e) & (cols["side"] == s)])
         assert (steps == np.arange(len(steps))).all()
 
@@ -126,7 +141,8 @@ def test_second_build_touches_nothing(built):
 def test_full_verify_passes_on_a_good_day(built):
     corpus, _ = built
     assert make_corpus(corpus.root, "dataset.days=2", "dataset.verify=full").build() == {
-        d: "validated" for d in corpus.dates}
+        d: "validated" for d in corpus.dates
+    }
 
 
 class Interrupt(Exception):
@@ -188,8 +204,10 @@ def test_same_seed_same_content_other_seed_differs(tmp_path, built):
     again = make_corpus(tmp_path / "again")
     again.build()
     assert pq.read_table(again.files[0]).equals(pq.read_table(corpus.files[0]))
-    assert json.loads(again.paths(again.dates[0]).manifest.read_text())["sha256"] == \
-        corpus.manifests[corpus.dates[0]]["sha256"]
+    assert (
+        json.loads(again.paths(again.dates[0]).manifest.read_text())["sha256"]
+        == corpus.manifests[corpus.dates[0]]["sha256"]
+    )
     other = make_corpus(tmp_path / "other", "dataset.seed=1")
     other.build()
     assert not pq.read_table(other.files[0]).equals(pq.read_table(corpus.files[0]))

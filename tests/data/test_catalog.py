@@ -1,5 +1,6 @@
 """The catalog is derived: damaged, it is re-indexed from the manifests; locked, one line names the holder;
 a row whose files are gone is reported and left out."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -32,7 +33,7 @@ def test_a_damaged_catalog_is_reindexed_from_the_manifests(two_days, damage, cap
     path = corpus.root / "catalog.sqlite"
     data = bytearray(path.read_bytes())
     page = 4096 if damage == "corrupt-page" else 0  # the table's page, or the header itself
-    data[page:page + 4096] = b"\xa5" * 4096
+    data[page : page + 4096] = b"\xa5" * 4096
     path.write_bytes(bytes(data))
     with sqlite3.connect(path) as con, pytest.raises(sqlite3.DatabaseError):
         con.execute("SELECT * FROM datasets").fetchall()  # really damaged
@@ -56,10 +57,17 @@ def test_a_damaged_catalog_under_a_date_selection_is_reindexed_too(two_days, cap
 
 def test_a_locked_catalog_waits_briefly_then_names_the_holder(two_days):
     path = two_days.root / "catalog.sqlite"
-    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
-                               f"con = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-                               "con.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(120)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            f"con = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "con.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.monotonic()

@@ -1,4 +1,5 @@
 """`clean` and `verify=full` read the replay ZIP before trusting it; `clean` never overlaps a build."""
+
 from __future__ import annotations
 
 import fcntl
@@ -72,8 +73,13 @@ def test_clean_of_a_zip_from_other_settings_is_refused(day):
 def test_the_data_command_exits_non_zero_naming_the_member(day):
     corpus, p = day
     bad_crc(p)
-    proc = subprocess.run([sys.executable, "-m", "tcgexp.data", "action=clean", f"dataset.root={corpus.root}", *TINY],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tcgexp.data", "action=clean", f"dataset.root={corpus.root}", *TINY],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "shard_00001.jsonl" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert p.parquet.exists()
 

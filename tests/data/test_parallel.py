@@ -1,4 +1,5 @@
 """Days built in parallel: byte-identical to one worker; adding a day touches only that day."""
+
 from __future__ import annotations
 
 import ctypes
@@ -30,11 +31,12 @@ def test_multi_day_build_is_byte_identical_with_two_workers(tmp_path):
     par = make_corpus(tmp_path / "two", "dataset.days=3", "dataset.workers=2")
     assert serial.build() == par.build() == {d: "built" for d in serial.dates}
     assert content(serial) == content(par)
-    drop = lambda rows: [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]  # noqa: E731
+    drop = lambda rows: [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
     assert drop(serial.catalog.all()) == drop(par.catalog.all())
     assert set(par.encoded) == set(par.dates) and all(par.encoded.values())
-    assert not (tmp_path / "two" / "bc_data" / ".build").exists() or \
-        not any((tmp_path / "two" / "bc_data" / ".build").iterdir())
+    assert not (tmp_path / "two" / "bc_data" / ".build").exists() or not any(
+        (tmp_path / "two" / "bc_data" / ".build").iterdir()
+    )
 
 
 def test_adding_a_day_builds_only_that_day(tmp_path):
@@ -84,9 +86,21 @@ def test_sigkilled_build_leaves_no_worker_alive(tmp_path, days):
     from tests.conftest import TINY
 
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "tcgexp.data", f"dataset.root={tmp_path / 'data'}", *TINY,
-                             f"dataset.days={days}", "dataset.rows_per_day=20000", "dataset.workers=2"],
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.data",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY,
+            f"dataset.days={days}",
+            "dataset.rows_per_day=20000",
+            "dataset.workers=2",
+        ],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline, workers = time.monotonic() + 60, []
         while time.monotonic() < deadline:  # until both workers have started working

@@ -1,4 +1,5 @@
 """Choosing days by list or range, resolved through the catalog; missing or mismatched days named."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,12 +45,16 @@ def short_line(msg: str) -> None:
     assert "\n" not in msg and len(msg) < 700, f"{len(msg)} characters: {msg[:300]}..."
 
 
-@pytest.mark.parametrize("selection", [
-    ["dataset.date_from=0001-01-01", "dataset.date_to=9999-12-31"],   # every day there is
-    ["dataset.date_from=1900-01-01", "dataset.date_to=2100-12-31"],   # two centuries
-    ["dataset.date_from=0001-01-01"],                                 # open end: the catalog's last day
-    ["dataset.date_to=9999-12-31"],                                   # open start: the catalog's first day
-], ids=["all-of-time", "two-centuries", "open-end", "open-start"])
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ["dataset.date_from=0001-01-01", "dataset.date_to=9999-12-31"],  # every day there is
+        ["dataset.date_from=1900-01-01", "dataset.date_to=2100-12-31"],  # two centuries
+        ["dataset.date_from=0001-01-01"],  # open end: the catalog's last day
+        ["dataset.date_to=9999-12-31"],  # open start: the catalog's first day
+    ],
+    ids=["all-of-time", "two-centuries", "open-end", "open-start"],
+)
 def test_a_range_of_any_size_is_refused_at_once_in_one_short_line(selection, root, tmp_path):
     import time
 
@@ -85,11 +90,15 @@ def test_an_empty_list_of_dates_is_refused(root, tmp_path):
     assert not (tmp_path / "fresh").exists()
 
 
-@pytest.mark.parametrize("selection, new", [
-    (["dataset.date_from=2026-01-01", "dataset.date_to=2026-03-31"], 90),
-    (["dataset.days=400"], 400),
-    ([f"dataset.dates=[{','.join(f'2027-01-{d:02d}' for d in range(1, 32))},2027-02-01]"], 32),
-], ids=["range", "start_date+days", "list"])
+@pytest.mark.parametrize(
+    "selection, new",
+    [
+        (["dataset.date_from=2026-01-01", "dataset.date_to=2026-03-31"], 90),
+        (["dataset.days=400"], 400),
+        ([f"dataset.dates=[{','.join(f'2027-01-{d:02d}' for d in range(1, 32))},2027-02-01]"], 32),
+    ],
+    ids=["range", "start_date+days", "list"],
+)
 def test_the_data_command_builds_a_bounded_number_of_days_unless_told(selection, new, tmp_path):
     """90 days from a range, 400 from dataset.days: refused in one line with the count and the knob, nothing
     written (the seed wrote 466 junk days and 1 GB for 0001-01-01..9999-12-31)."""
@@ -100,9 +109,14 @@ def test_the_data_command_builds_a_bounded_number_of_days_unless_told(selection,
     from tests.conftest import TINY
 
     repo = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-m", "tcgexp.data", f"dataset.root={tmp_path / 'data'}", *TINY,
-                          *selection], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                         env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.data", f"dataset.root={tmp_path / 'data'}", *TINY, *selection],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+    )
     assert res.returncode == 1
     line = res.stderr.strip()
     short_line(line)
@@ -119,10 +133,23 @@ def test_the_data_command_says_each_day_as_it_is_built(tmp_path):
     from tests.conftest import TINY
 
     repo = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-m", "tcgexp.data", f"dataset.root={tmp_path / 'data'}", *TINY,
-                          "dataset.rows_per_day=100", "dataset.days=3", "max_new_days=3"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.data",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY,
+            "dataset.rows_per_day=100",
+            "dataset.days=3",
+            "max_new_days=3",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [line for line in res.stdout.splitlines() if line.startswith("[data] ")]
     assert [line.split()[1] for line in lines] == ["2026-07-27:", "2026-07-28:", "2026-07-29:"]

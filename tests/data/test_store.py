@@ -5,6 +5,7 @@ from s3:// bit-identical to the local copy with a second run fetching nothing, d
 the store's manifests, a damaged or truncated object refused by name, an unreachable or silent store
 failing within seconds, and building or cleaning in a store refused.
 """
+
 from __future__ import annotations
 
 import socket
@@ -17,14 +18,14 @@ import pytest
 
 pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
 
-from tcgexp.app import compose  # noqa: E402
-from tcgexp.bench.loopback_s3 import Served, loopback_s3  # noqa: E402
-from tcgexp.config import build  # noqa: E402
-from tcgexp.data import DataError  # noqa: E402
-from tcgexp.data.publish import publish  # noqa: E402
-from tcgexp.data.source import ParquetSource  # noqa: E402
-from tcgexp.plan.loader import TRAIN_COLUMNS  # noqa: E402
-from tests.conftest import TINY  # noqa: E402
+from tcgexp.app import compose
+from tcgexp.bench.loopback_s3 import Served, loopback_s3
+from tcgexp.config import build
+from tcgexp.data import DataError
+from tcgexp.data.publish import publish
+from tcgexp.data.source import ParquetSource
+from tcgexp.plan.loader import TRAIN_COLUMNS
+from tests.conftest import TINY
 
 DAYS = [*TINY, "dataset.rows_per_day=1200", "dataset.row_group_rows=256"]
 
@@ -58,7 +59,7 @@ def raw(endpoint: str) -> pafs.S3FileSystem:
 
 def read_all(files) -> tuple[list[dict], ParquetSource]:
     src = ParquetSource(files, TRAIN_COLUMNS)
-    return [src.read(k) for k in src.keys()], src
+    return [src.read(k) for k in src.keys()], src  # noqa: SIM118 - a source, not a dict
 
 
 def test_publish_then_read_equals_local_and_a_warm_tier_fetches_nothing(s3, local, tmp_path):
@@ -81,10 +82,12 @@ def test_each_days_manifest_is_uploaded_last_and_a_day_without_one_is_invisible(
     from tcgexp.data.store import Store
 
     order = []
-    monkeypatch.setattr(Store, "upload", lambda self, src, rel, *a, _up=Store.upload: (order.append(rel),
-                                                                                         _up(self, src, rel, *a)))
-    monkeypatch.setattr(Store, "write_bytes", lambda self, rel, data, _w=Store.write_bytes: (order.append(rel),
-                                                                                              _w(self, rel, data)))
+    monkeypatch.setattr(
+        Store, "upload", lambda self, src, rel, *a, _up=Store.upload: (order.append(rel), _up(self, src, rel, *a))
+    )
+    monkeypatch.setattr(
+        Store, "write_bytes", lambda self, rel, data, _w=Store.write_bytes: (order.append(rel), _w(self, rel, data))
+    )
     publish(local, "s3://tcgexp/order", None)
     assert order == [f"bc_data/{d}{suffix}" for d in local.dates for suffix in (".parquet", ".manifest.json")]
     # a publish cut short after the Parquet upload: the day is not there for readers
@@ -92,14 +95,19 @@ def test_each_days_manifest_is_uploaded_last_and_a_day_without_one_is_invisible(
     with pytest.raises(DataError, match=f"not published: {local.dates[1]}.*action=publish target=s3://tcgexp/order"):
         remote("s3://tcgexp/order", tmp_path / "tier", "dataset.days=2").build()
     # the open range is the store's listing of manifests: only the whole day
-    assert remote("s3://tcgexp/order", tmp_path / "tier", f"dataset.date_from={local.dates[0]}").dates == \
-        [local.dates[0]]
+    assert remote("s3://tcgexp/order", tmp_path / "tier", f"dataset.date_from={local.dates[0]}").dates == [
+        local.dates[0]
+    ]
     chosen = remote("s3://tcgexp/order", tmp_path / "tier", f"dataset.dates=[{local.dates[0]}]")
     assert chosen.build() == {local.dates[0]: "published"}
 
 
 def test_a_damaged_object_is_refused_naming_file_and_row_group(s3, local, tmp_path):
-    publish(local, "s3://tcgexp/bad", None, )
+    publish(
+        local,
+        "s3://tcgexp/bad",
+        None,
+    )
     fs, day = raw(s3), local.dates[0]
     key = f"tcgexp/bad/bc_data/{day}.parquet"
     manifest = remote("s3://tcgexp/bad", tmp_path / "t0").catalog.manifest(day)
@@ -111,8 +119,11 @@ def test_a_damaged_object_is_refused_naming_file_and_row_group(s3, local, tmp_pa
     corpus = remote("s3://tcgexp/bad", tmp_path / "t1")
     corpus.build()  # footers are intact
     src = ParquetSource(corpus.files, TRAIN_COLUMNS)
-    with pytest.raises(DataError, match=rf"s3://tcgexp/bad/bc_data/{day}.parquet, row group 1: column "
-                                        r"features.*differ from the published manifest's checksum"):
+    with pytest.raises(
+        DataError,
+        match=rf"s3://tcgexp/bad/bc_data/{day}.parquet, row group 1: column "
+        r"features.*differ from the published manifest's checksum",
+    ):
         src.read((0, 1))
     assert src.read((0, 0))["label"].size  # the undamaged row groups still read
     with fs.open_output_stream(key) as out:  # truncated: refused by its size before any range is trusted
@@ -125,7 +136,7 @@ def test_a_damaged_tier_entry_is_a_miss_never_data(s3, local, tmp_path):
     publish(local, "s3://tcgexp/tier", None)
     corpus = remote("s3://tcgexp/tier", tmp_path / "tier")  # the first day (dataset.days' default)
     corpus.build()
-    want, _ = read_all(local.files[:len(corpus.files)])
+    want, _ = read_all(local.files[: len(corpus.files)])
     read_all(corpus.files)
     part = next(p for p in corpus.files[0].parts if p.get("row_group") == 0 and "features" in p["what"])
     entry = corpus.files[0].tier.path(corpus.files[0].file_sha, part["offset"], part["sha256"])
@@ -141,8 +152,10 @@ def test_a_damaged_tier_entry_is_a_miss_never_data(s3, local, tmp_path):
         got, src = read_all(again.files)
     assert src.stats.remote_bytes == part["length"]  # that one chunk, fetched again and re-stored
     manifest = f"tcgexp/tier/bc_data/{corpus.dates[0]}.manifest.json"
-    assert dict(SERVED) == {manifest: SERVED[manifest], f"tcgexp/tier/bc_data/{corpus.dates[0]}.parquet":
-                            part["length"]}  # the manifest, fetched again, and that one chunk
+    assert dict(SERVED) == {
+        manifest: SERVED[manifest],
+        f"tcgexp/tier/bc_data/{corpus.dates[0]}.parquet": part["length"],
+    }  # the manifest, fetched again, and that one chunk
     assert entry.read_bytes() != b"\0" * part["length"]
     for a, b in zip(want, got, strict=True):  # every row group, none left out
         assert all(np.array_equal(a[c], b[c]) for c in TRAIN_COLUMNS)
@@ -154,8 +167,12 @@ def test_an_unreachable_store_fails_in_seconds_with_one_line(tmp_path):
         port = s.getsockname()[1]
     t0 = time.monotonic()
     with pytest.raises(DataError) as err:
-        remote("s3://tcgexp/x", tmp_path / "tier", f"dataset.storage.endpoint=http://127.0.0.1:{port}",
-               "dataset.storage.retries=2").build()
+        remote(
+            "s3://tcgexp/x",
+            tmp_path / "tier",
+            f"dataset.storage.endpoint=http://127.0.0.1:{port}",
+            "dataset.storage.retries=2",
+        ).build()
     assert time.monotonic() - t0 < 10
     msg = str(err.value)
     assert "\n" not in msg and f"http://127.0.0.1:{port}" in msg and "s3://tcgexp/x" in msg
@@ -170,8 +187,13 @@ def test_a_store_that_never_answers_is_bounded_by_the_timeouts(tmp_path):
     threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(16)], daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(DataError, match="failed at http://127.0.0.1"):
-        remote("s3://tcgexp/x", tmp_path / "tier", f"dataset.storage.endpoint=http://127.0.0.1:"
-               f"{server.getsockname()[1]}", "dataset.storage.retries=1", "dataset.storage.request_timeout_s=1").build()
+        remote(
+            "s3://tcgexp/x",
+            tmp_path / "tier",
+            f"dataset.storage.endpoint=http://127.0.0.1:{server.getsockname()[1]}",
+            "dataset.storage.retries=1",
+            "dataset.storage.request_timeout_s=1",
+        ).build()
     assert time.monotonic() - t0 < 15  # one attempt of about request_timeout_s, never a hang
     server.close()
 
@@ -188,9 +210,11 @@ def test_building_or_cleaning_in_a_store_is_refused_with_the_way_to_publish(s3, 
 def test_storage_knobs_are_checked_by_name(tmp_path):
     from tcgexp.schema import validate
 
-    for bad, key in (("dataset.storage.retries=0", "dataset.storage.retries"),
-                     ("dataset.storage.tier_budget_bytes=-1", "dataset.storage.tier_budget_bytes"),
-                     ("dataset.storage.request_timeout_s=0", "dataset.storage.request_timeout_s")):
+    for bad, key in (
+        ("dataset.storage.retries=0", "dataset.storage.retries"),
+        ("dataset.storage.tier_budget_bytes=-1", "dataset.storage.tier_budget_bytes"),
+        ("dataset.storage.request_timeout_s=0", "dataset.storage.request_timeout_s"),
+    ):
         with pytest.raises(ValueError, match=f"{key}=.* is impossible"):
             validate(compose(bad))
     with pytest.raises(DataError, match="dataset.storage.endpoint='127.0.0.1:9000' is not a URL"):
@@ -213,7 +237,9 @@ def test_training_from_s3_is_bit_identical_and_a_second_run_downloads_nothing(s3
         return {k: np.array(v).tobytes() for k, v in tree_flatten(result["model"].parameters())}
 
     def run(root, name):
-        cfg = compose(f"dataset.root={root}", *TINY_TRAIN, "trainer.epochs=1", f"dataset.storage.tier_dir={tmp_path / 'tier'}")
+        cfg = compose(
+            f"dataset.root={root}", *TINY_TRAIN, "trainer.epochs=1", f"dataset.storage.tier_dir={tmp_path / 'tier'}"
+        )
         return train(cfg, run_dir=tmp_path / name)
 
     local_run = run(tmp_path / "data", "local")
@@ -251,8 +277,9 @@ def test_the_readme_commands_publish_and_train_from_s3(s3, tmp_path):
     target = "s3://tcgexp/readme"
 
     def cli(*args: str) -> str:
-        res = subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         return res.stdout + res.stderr
 
@@ -260,8 +287,14 @@ def test_the_readme_commands_publish_and_train_from_s3(s3, tmp_path):
     assert "published" in cli("tcgexp.data", *data, "action=publish", f"target={target}")
     assert "unchanged" in cli("tcgexp.data", *data, "action=publish", f"target={target}")
     run_dir = tmp_path / "run"
-    cli("tcgexp.train", *TINY_TRAIN, f"dataset.root={target}", "trainer.epochs=1", f"hydra.run.dir={run_dir}",
-        f"dataset.storage.tier_dir={tmp_path / 'tier'}")
+    cli(
+        "tcgexp.train",
+        *TINY_TRAIN,
+        f"dataset.root={target}",
+        "trainer.epochs=1",
+        f"hydra.run.dir={run_dir}",
+        f"dataset.storage.tier_dir={tmp_path / 'tier'}",
+    )
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "completed" and result["cache"]["train"]["remote_bytes"] > 0
 
@@ -282,8 +315,12 @@ def test_a_run_started_on_the_local_copy_resumes_from_s3_bit_exactly(s3, tmp_pat
     whole = train(compose(*base), run_dir=tmp_path / "whole")
     train(compose(*base, "trainer.max_steps=3"), run_dir=tmp_path / "a", overrides=[*base, "trainer.max_steps=3"])
     publish(build(compose(*base).dataset), "s3://tcgexp/resume", None)
-    moved = ["dataset.root=s3://tcgexp/resume", f"dataset.storage.tier_dir={tmp_path / 'tier'}", "trainer.max_steps=0",
-             f"resume={tmp_path / 'a'}"]
+    moved = [
+        "dataset.root=s3://tcgexp/resume",
+        f"dataset.storage.tier_dir={tmp_path / 'tier'}",
+        "trainer.max_steps=0",
+        f"resume={tmp_path / 'a'}",
+    ]
     cfg, overrides = resume_config(compose(*base, *moved), moved, compose)
     resumed = train(cfg, run_dir=tmp_path / "b", overrides=overrides)
     assert resumed["resumed_from"] and resumed["processed"]["optimizer_steps"] == whole["processed"]["optimizer_steps"]

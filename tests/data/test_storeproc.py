@@ -1,4 +1,5 @@
 """The main thread's bounded, interruptible wait on a store call (tcgexp.data.storeproc.wait)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The local disk tier on its own: verified reads, the byte budget, ownership, concurrent writers."""
+
 from __future__ import annotations
 
 import hashlib

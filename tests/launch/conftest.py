@@ -5,6 +5,7 @@ must import this checkout's tcgexp, not whatever `pip install -e` points at, so 
 PYTHONPATH=<this checkout> (SLURM's sbatch exports the environment; Ray's workers inherit the
 raylet's).
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,11 +33,17 @@ def job_env() -> dict[str, str]:
 
 def multirun(tmp_path, *args: str, sweep: str = "sweep", timeout: int = 300, wait: bool = True):
     """`python -m tcgexp.train --multirun ...` with its data, sweep dir and Aim repo under tmp_path."""
-    cmd = [sys.executable, "-m", "tcgexp.train", "--multirun", f"dataset.root={tmp_path / 'data'}",
-           f"hydra.sweep.dir={tmp_path / sweep}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        "--multirun",
+        f"dataset.root={tmp_path / 'data'}",
+        f"hydra.sweep.dir={tmp_path / sweep}",
+        *args,
+    ]
     if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -58,7 +65,7 @@ def check_sweep(sweep_dir: Path, repo: Path, jobs: int) -> list[dict]:
         assert metrics["train/loss"] == result["processed"]["optimizer_steps"] > 0
         assert json.loads((job_dir / "job_status.json").read_text())["status"] == "COMPLETED"
         results.append(result)
-    rows = list(csv.DictReader(open(sweep_dir / "summary.csv")))
+    rows = list(csv.DictReader((sweep_dir / "summary.csv").read_text().splitlines()))
     assert sorted(int(r["job"]) for r in rows) == list(range(jobs))
     assert [r["status"] for r in rows] == ["COMPLETED"] * jobs
     assert (sweep_dir / "summary.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,5 +1,6 @@
 """hydra/launcher=submitit_slurm against a real single-node SLURM (scripts/slurm-local.sh): a sweep, and a
 job stopped by `scancel --signal=TERM` that checkpoints, exits, and resumes bit-identically."""
+
 from __future__ import annotations
 
 import csv
@@ -22,8 +23,13 @@ pytestmark = pytest.mark.slow
 
 def launcher(partition: str) -> list[str]:
     # what a user sets for a real cluster (README, "Beyond one machine"); 1 CPU each: both jobs fit on 2
-    return ["hydra/launcher=submitit_slurm", f"hydra.launcher.partition={partition}",
-            "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
+    return [
+        "hydra/launcher=submitit_slurm",
+        f"hydra.launcher.partition={partition}",
+        "hydra.launcher.timeout_min=10",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=1",
+    ]
 
 
 def slurm_job_id(job_dir) -> str:
@@ -32,8 +38,9 @@ def slurm_job_id(job_dir) -> str:
 
 
 def sacct_state(job_id: str) -> str:
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id], capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True, check=True
+    ).stdout.split()
     return out[0] if out else ""
 
 
@@ -56,8 +63,9 @@ def test_scancel_term_checkpoints_and_the_resumed_job_is_bit_identical(slurm, tm
     deadline = time.monotonic() + 180
     # the signal once latest/ is written and the Aim run is open (its record): a SIGTERM while the run is still
     # opening (a slow import on a loaded machine) ends within the stop budget and may leave no Aim run to mark
-    while not ((job_dir / "checkpoints" / "latest" / "state.json").exists()
-               and (job_dir / ".tcgexp-aim-run.json").exists()):
+    while not (
+        (job_dir / "checkpoints" / "latest" / "state.json").exists() and (job_dir / ".tcgexp-aim-run.json").exists()
+    ):
         assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
         time.sleep(0.2)
     job_id = slurm_job_id(job_dir)
@@ -74,7 +82,9 @@ def test_scancel_term_checkpoints_and_the_resumed_job_is_bit_identical(slurm, tm
     assert 0 < state["progress"]["opt_steps"] == result["processed"]["optimizer_steps"]
     assert result["processed"]["optimizer_steps"] < result["planned"]["optimizer_steps"], "stopped mid-run"
     assert not (job_dir / ".cache_spill").exists()
-    [row] = csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))  # the run itself refreshed the report
+    [row] = csv.DictReader(
+        (tmp_path / "sweep" / "summary.csv").read_text().splitlines()
+    )  # the run itself refreshed the report
     assert row["status"] == "INTERRUPTED"
     [log] = (tmp_path / "sweep" / ".submitit").rglob("*_log.err")
     assert f"interrupted by SIGTERM after optimizer step {state['progress']['opt_steps']}" in log.read_text()
@@ -127,9 +137,18 @@ def test_a_halving_sweep_runs_each_rung_as_slurm_jobs_and_promotes_exactly(slurm
     the promoted trial's next rung is a SLURM job of its own that continues its latest/."""
     from tests.sweep.conftest import SPACE, TRIAL
 
-    res = multirun(tmp_path, "hydra/sweeper=halving", *TRIAL, *SPACE, "hydra.sweeper.n_trials=3",
-                   "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=3", f"tracking.repo={tmp_path / 'aim'}",
-                   *launcher(slurm), timeout=900)
+    res = multirun(
+        tmp_path,
+        "hydra/sweeper=halving",
+        *TRIAL,
+        *SPACE,
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.min_epochs=1",
+        "hydra.sweeper.max_epochs=3",
+        f"tracking.repo={tmp_path / 'aim'}",
+        *launcher(slurm),
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads((tmp_path / "sweep" / "trials.json").read_text())
     assert sorted(t["state"] for t in doc["trials"]) == ["complete", "pruned", "pruned"]

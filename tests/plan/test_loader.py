@@ -1,4 +1,5 @@
 """The loader: plan-order batches, equal to a direct Parquet read under every policy and worker count."""
+
 from __future__ import annotations
 
 import threading
@@ -6,16 +7,19 @@ import threading
 import numpy as np
 import pytest
 
-
 from tcgexp.plan import LaneIndex
-from tcgexp.plan.loader import TRAIN_COLUMNS, Loader, DirectSource
+from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
 from tests.conftest import CACHE_POLICIES, cache_of, make_corpus, planner_of
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    corpus = make_corpus(tmp_path_factory.mktemp("loader") / "data", "dataset.rows_per_day=2500",
-                         "dataset.row_group_rows=256", build_now=True)
+    corpus = make_corpus(
+        tmp_path_factory.mktemp("loader") / "data",
+        "dataset.rows_per_day=2500",
+        "dataset.row_group_rows=256",
+        build_now=True,
+    )
     index = LaneIndex(corpus.files, [corpus.manifests[d] for d in corpus.dates])
     plan = planner_of(index, chunk=8, batch_size=96, seed=0).epoch_plan(0)
     reference = list(Loader(DirectSource(corpus.files), workers=0).iterate(plan))
@@ -30,8 +34,9 @@ def same(a, b):
 
 
 def test_reference_batches_match_plan_rows(setup):
-    corpus, plan, reference = setup
+    corpus, _plan, reference = setup
     import pyarrow.parquet as pq
+
     table = pq.read_table(corpus.files[0], columns=["features", "label"])
     feats = np.asarray(table.column("features").combine_chunks().flatten()).reshape(table.num_rows, -1)
     labels = table.column("label").to_numpy()
@@ -45,8 +50,15 @@ def test_reference_batches_match_plan_rows(setup):
 @pytest.mark.parametrize("workers", [0, 1, 3])
 def test_every_policy_and_worker_count_gives_identical_batches(setup, tmp_path, policy, workers):
     corpus, plan, reference = setup
-    with cache_of(corpus.files, TRAIN_COLUMNS, policy=policy, capacity=2, spill=True,
-                       spill_dir=tmp_path / "spill", spill_budget_bytes=1 << 22) as cache:
+    with cache_of(
+        corpus.files,
+        TRAIN_COLUMNS,
+        policy=policy,
+        capacity=2,
+        spill=True,
+        spill_dir=tmp_path / "spill",
+        spill_budget_bytes=1 << 22,
+    ) as cache:
         cache.set_trace(plan.trace())
         loader = Loader(cache, TRAIN_COLUMNS, workers=workers)
         got = list(loader.iterate(plan))

@@ -1,4 +1,5 @@
 """The TBPTT planner contract: bounds, indivisibility, packing, exact counts, coverage, errors."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,9 @@ from tests.conftest import make_corpus, planner_of
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("plan") / "data"
-    return make_corpus(root, "dataset.rows_per_day=3000", "dataset.row_group_rows=256", "dataset.days=2",
-                       build_now=True)
+    return make_corpus(
+        root, "dataset.rows_per_day=3000", "dataset.row_group_rows=256", "dataset.days=2", build_now=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,7 @@ def chunk_rows_ok(plan, chunk, budget):
             assert decs[0] == 0 and (np.diff(decs) >= 0).all() and decs[-1] == mb.lane_decisions[slot] - 1
 
 
-@pytest.mark.parametrize("chunk, budget", [(1, 64), (4, 64), (16, 256), (32, 512), (64, 40)],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize("chunk, budget", [(1, 64), (4, 64), (16, 256), (32, 512), (64, 40)], ids=lambda v: str(v))
 def test_bounds_packing_and_exact_coverage(index, chunk, budget):
     planner = planner_of(index, chunk=chunk, batch_size=budget, seed=3)
     plan = planner.epoch_plan(0)
@@ -94,9 +95,9 @@ def test_validation_plan_covers_every_val_row_once_in_file_order(index):
 
 def test_shuffle_is_by_seed_and_epoch(index):
     a = planner_of(index, chunk=16, batch_size=256, seed=1)
-    assert [m.lane_ids.tolist() for m in a.epoch_plan(0)] == [m.lane_ids.tolist() for m in
-                                                             planner_of(index, chunk=16, batch_size=256,
-                                                                     seed=1).epoch_plan(0)]
+    assert [m.lane_ids.tolist() for m in a.epoch_plan(0)] == [
+        m.lane_ids.tolist() for m in planner_of(index, chunk=16, batch_size=256, seed=1).epoch_plan(0)
+    ]
     assert a.epoch_plan(0).trace() != a.epoch_plan(1).trace()
     b = planner_of(index, chunk=16, batch_size=256, seed=2)
     assert [m.lane_ids.tolist() for m in a.epoch_plan(0)] != [m.lane_ids.tolist() for m in b.epoch_plan(0)]

@@ -1,4 +1,5 @@
 """The vectorised planner gives exactly the plans of the per-object planner it replaced."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,13 @@ FIELDS = ("row_lane", "row_dec", "row_ids", "lane_ids", "lane_fresh", "lane_deci
 
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory):
-    corpus = make_corpus(tmp_path_factory.mktemp("reference") / "data", "dataset.rows_per_day=3000",
-                         "dataset.row_group_rows=256", "dataset.days=2", build_now=True)
+    corpus = make_corpus(
+        tmp_path_factory.mktemp("reference") / "data",
+        "dataset.rows_per_day=3000",
+        "dataset.row_group_rows=256",
+        "dataset.days=2",
+        build_now=True,
+    )
     manifests = [corpus.manifests[d] for d in corpus.dates]
     return LaneIndex(corpus.files, manifests), ref.LaneIndex(corpus.files, manifests)
 
@@ -48,11 +54,21 @@ def test_lane_index_matches(indexes):
     assert len(new.split_lanes("val")) == len(old.split_lanes("val"))
 
 
-@pytest.mark.parametrize("chunk, budget, order, enabled, seed", [
-    (16, 256, "grouped", True, 0), (8, 128, "grouped", True, 3), (8, 128, "naive", True, 0),
-    (1, 64, "grouped", True, 1), (64, 40, "naive", True, 2), (32, 512, "grouped", True, 5),
-    (1, 100, "grouped", False, 0), (1, 100, "naive", False, 4), (16, 33, "grouped", False, 2),
-], ids=str)
+@pytest.mark.parametrize(
+    "chunk, budget, order, enabled, seed",
+    [
+        (16, 256, "grouped", True, 0),
+        (8, 128, "grouped", True, 3),
+        (8, 128, "naive", True, 0),
+        (1, 64, "grouped", True, 1),
+        (64, 40, "naive", True, 2),
+        (32, 512, "grouped", True, 5),
+        (1, 100, "grouped", False, 0),
+        (1, 100, "naive", False, 4),
+        (16, 33, "grouped", False, 2),
+    ],
+    ids=str,
+)
 def test_plans_are_identical(indexes, chunk, budget, order, enabled, seed):
     new_ix, old_ix = indexes
     new = planner_of(new_ix, chunk=chunk, batch_size=budget, seed=seed, enabled=enabled, lane_order=order)

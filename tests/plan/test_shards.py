@@ -1,12 +1,13 @@
 """Sharded plans (data-parallel ranks): every row once over all shards, lockstep lengths, locality,
 and the interleaved single-process plan that a world of ranks computes."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from tcgexp.plan import LaneIndex
-from tcgexp.plan.loader import DirectSource, Loader, Skip, TRAIN_COLUMNS
+from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
 from tests.conftest import make_corpus, planner_of
 
 
@@ -89,8 +90,11 @@ def test_padding_positions_are_skipped_by_the_loader(index):
     assert plan.trace()[-1] == ()
 
 
-@pytest.mark.parametrize("bad", [dict(shards=0), dict(shards=2, shard=2), dict(shards=2, shard=-1)],
-                         ids=["no-shards", "shard-past-end", "negative-shard"])
+@pytest.mark.parametrize(
+    "bad",
+    [{"shards": 0}, {"shards": 2, "shard": 2}, {"shards": 2, "shard": -1}],
+    ids=["no-shards", "shard-past-end", "negative-shard"],
+)
 def test_impossible_shards_are_refused(index, bad):
     with pytest.raises(ValueError, match="shard"):
         planner(index, **bad)

@@ -1,4 +1,5 @@
 """Advice that leads somewhere: each refusal's own advice, followed to the letter, fixes what it refused."""
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,23 @@ def test_a_catalog_row_pointing_at_a_missing_file_is_fixed_by_the_data_command_i
         con.execute("UPDATE datasets SET path = 'bc_data/moved.parquet' WHERE date = '2026-07-28'")
     selection = [*days, "dataset.dates=[2026-07-28]"]
     with pytest.raises(DataError) as err:
-        train(compose_config(f"dataset.root={root}", *TINY_TRAIN, *selection, "trainer.epochs=1"),
-              run_dir=tmp_path / "run")
+        train(
+            compose_config(f"dataset.root={root}", *TINY_TRAIN, *selection, "trainer.epochs=1"),
+            run_dir=tmp_path / "run",
+        )
     assert "python -m tcgexp.data" in str(err.value) and "same dataset settings and selection" in str(err.value)
-    res = subprocess.run([sys.executable, "-m", "tcgexp.data", f"dataset.root={root}", *TINY, *selection], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.data", f"dataset.root={root}", *TINY, *selection],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 0 and "points at bc_data/2026-07-28.parquet" in res.stderr + res.stdout, res.stderr
-    result = train(compose_config(f"dataset.root={root}", *TINY_TRAIN, *selection, "trainer.epochs=1"),
-                   run_dir=tmp_path / "run")
+    result = train(
+        compose_config(f"dataset.root={root}", *TINY_TRAIN, *selection, "trainer.epochs=1"), run_dir=tmp_path / "run"
+    )
     assert result["status"] == "completed"
 
 
@@ -55,9 +65,18 @@ def test_a_spill_disk_turned_read_only_mid_run_is_named_read_only(tmp_path, tmpf
         return 0.0
 
     try:
-        result = train(compose_config(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1",
-                                      "cache=hot60", "cache.capacity=1", "cache.policy.hot_fraction=0.0"),
-                       run_dir=run_dir, memory_probe=probe)
+        result = train(
+            compose_config(
+                f"dataset.root={tmp_path / 'data'}",
+                *TINY_TRAIN,
+                "trainer.epochs=1",
+                "cache=hot60",
+                "cache.capacity=1",
+                "cache.policy.hot_fraction=0.0",
+            ),
+            run_dir=run_dir,
+            memory_probe=probe,
+        )
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(spill)])
     assert result["cache"]["train"]["spill_disabled"] == 1

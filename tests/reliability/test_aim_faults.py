@@ -1,5 +1,6 @@
 """An Aim repo that fills up mid-run, a run that fails while it is being started, a name Aim cannot store: each
 costs tracking only, in one line, with no traceback, no stall and nothing half-made left in the repo."""
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_an_experiment_name_aim_cannot_store_is_refused_by_name(tmp_path):
     """Bytes a terminal could not decode arrive as surrogates: Aim failed on them after making the run."""
     with pytest.raises(ConfigError) as err:
-        train(compose_config(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "tracking=aim",
-                             f"tracking.repo={tmp_path}", "tracking.experiment='bad\udcffname'"),
-              run_dir=tmp_path / "run")
+        train(
+            compose_config(
+                f"dataset.root={tmp_path / 'data'}",
+                *TINY_TRAIN,
+                "tracking=aim",
+                f"tracking.repo={tmp_path}",
+                "tracking.experiment='bad\udcffname'",
+            ),
+            run_dir=tmp_path / "run",
+        )
     assert "tracking.experiment=" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / ".aim").exists() and not (tmp_path / "run").exists()
 
@@ -32,8 +40,8 @@ def test_an_experiment_name_aim_cannot_store_is_refused_by_name(tmp_path):
 def test_a_run_that_fails_while_it_is_being_set_up_is_deleted(tmp_path):
     import aim
 
-    from tcgexp.track.aim_run import open_run
     from tcgexp.track.aim_repo import prepare_repo
+    from tcgexp.track.aim_run import open_run
 
     repo = str(prepare_repo(tmp_path))
     chunks = tmp_path / ".aim" / "meta" / "chunks"
@@ -55,10 +63,24 @@ def test_a_repo_whose_disk_fills_mid_run_costs_tracking_in_one_line_without_a_st
     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
     (disk / "fill").write_bytes(b"\0" * (free - 600 * 1024))  # room to open the run, not to track three epochs
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN,
-                          "trainer.epochs=3", "tracking=aim", f"tracking.repo={disk}",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY_TRAIN,
+            "trainer.epochs=3",
+            "tracking=aim",
+            f"tracking.repo={disk}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-3000:]
     said = [line for line in res.stderr.splitlines() if line.startswith("[tracking]")]

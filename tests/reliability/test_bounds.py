@@ -1,4 +1,5 @@
 """Inputs that pass composition but cannot work are refused before any work, naming the key and the fix."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,15 +23,24 @@ def cfg(root, *more):
     return compose_config(f"dataset.root={root}", *TINY_TRAIN, "trainer.epochs=1", *more)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("seed=-1", "seed"), ("seed=4294967296", "seed"),
-    ("dataset.seed=-3", "dataset.seed"), ("dataset.rows_per_day=0", "dataset.rows_per_day"),
-    ("dataset.max_turns=0", "dataset.max_turns"), ("dataset.compression=zip", "dataset.compression"),
-    ("dataset.episodes_per_shard=0", "dataset.episodes_per_shard"), ("dataset.workers=-2", "dataset.workers"),
-    ("dataset.val_fraction=1.0", "dataset.val_fraction"), ("dataset.start_date=2026-13-01", "dataset.start_date"),
-    ("dataset.val_fraction=0.0", "dataset.val_fraction"),
-    ("model.hidden=100000000", "model.hidden"),
-], ids=lambda v: v if "=" in v else None)
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("seed=-1", "seed"),
+        ("seed=4294967296", "seed"),
+        ("dataset.seed=-3", "dataset.seed"),
+        ("dataset.rows_per_day=0", "dataset.rows_per_day"),
+        ("dataset.max_turns=0", "dataset.max_turns"),
+        ("dataset.compression=zip", "dataset.compression"),
+        ("dataset.episodes_per_shard=0", "dataset.episodes_per_shard"),
+        ("dataset.workers=-2", "dataset.workers"),
+        ("dataset.val_fraction=1.0", "dataset.val_fraction"),
+        ("dataset.start_date=2026-13-01", "dataset.start_date"),
+        ("dataset.val_fraction=0.0", "dataset.val_fraction"),
+        ("model.hidden=100000000", "model.hidden"),
+    ],
+    ids=lambda v: v if "=" in v else None,
+)
 def test_out_of_bounds_values_are_refused_before_any_work(override, key, tmp_path):
     with pytest.raises(ConfigError) as err:
         train(cfg(tmp_path / "data", override), run_dir=tmp_path / "run")
@@ -57,18 +67,31 @@ def test_a_chunk_longer_than_a_microbatch_holds_costs_no_more_memory(tmp_path, f
     index = LaneIndex.of(corpus)
     slots = {c: planned_slots(planner_of(index, chunk=c)) for c in (1000, 100000)}
     assert slots[1000] == slots[100000] <= 256 * 256
-    result = train(cfg(tmp_path / "data", "dataset.rows_per_day=3000", "dataset.row_group_rows=512",
-                       "tbptt.batch_size=256", "tbptt.chunk=100000"), run_dir=tmp_path / "run")
+    result = train(
+        cfg(
+            tmp_path / "data",
+            "dataset.rows_per_day=3000",
+            "dataset.row_group_rows=512",
+            "tbptt.batch_size=256",
+            "tbptt.chunk=100000",
+        ),
+        run_dir=tmp_path / "run",
+    )
     assert result["status"] == "completed"
 
 
-MEASURED = [[], ["tbptt.chunk=1000"], pytest.param(["model.hidden=256", "tbptt.accum_steps=2"], marks=pytest.mark.slow),
-            pytest.param(["tbptt.enabled=false"], marks=pytest.mark.slow),
-            pytest.param(["model.hidden=1024", "tbptt.batch_size=2048"], marks=pytest.mark.slow)]
+MEASURED = [
+    [],
+    ["tbptt.chunk=1000"],
+    pytest.param(["model.hidden=256", "tbptt.accum_steps=2"], marks=pytest.mark.slow),
+    pytest.param(["tbptt.enabled=false"], marks=pytest.mark.slow),
+    pytest.param(["model.hidden=1024", "tbptt.batch_size=2048"], marks=pytest.mark.slow),
+]
 
 
-@pytest.mark.parametrize("overrides", MEASURED, ids=["defaults", "chunk=1000", "hidden=256,accum=2", "tbptt-off",
-                                                     "hidden=1024,batch=2048"])
+@pytest.mark.parametrize(
+    "overrides", MEASURED, ids=["defaults", "chunk=1000", "hidden=256,accum=2", "tbptt-off", "hidden=1024,batch=2048"]
+)
 def test_the_estimate_bounds_the_measured_peak_with_headroom(tmp_path, overrides):
     """After planning, the estimate the run's check made (tcgexp.train.memneed) is at least 1.1 x the process's
     peak resident memory over a whole run (what a cgroup's OOM killer counts), and not so far above it that the
@@ -84,9 +107,15 @@ def test_the_data_app_applies_the_same_bounds(tmp_path):
         make_corpus(tmp_path / "data", "dataset.seed=-1")
 
 
-@pytest.mark.parametrize("selection", [["dataset.date_from=0001-01-01", "dataset.date_to=9999-12-31"],
-                                       ["dataset.date_from=2020-01-01", "dataset.date_to=2029-12-31"],
-                                       ["dataset.days=400"]], ids=["all-of-time", "a-decade", "400-days"])
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ["dataset.date_from=0001-01-01", "dataset.date_to=9999-12-31"],
+        ["dataset.date_from=2020-01-01", "dataset.date_to=2029-12-31"],
+        ["dataset.days=400"],
+    ],
+    ids=["all-of-time", "a-decade", "400-days"],
+)
 def test_a_huge_selection_is_one_short_line_before_any_work(selection, tmp_path):
     """Train refused 0001-01-01..9999-12-31 with a 43.8 MB line; any selection is counted, and listed short."""
     import time

@@ -1,4 +1,5 @@
 """A damaged checkpoint is refused at load, naming the file; its state is checked against the plan then too."""
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,20 @@ def test_an_exponent_byte_flipped_in_the_weights_never_trains(fresh, tmp_path):
 def test_the_command_line_exits_non_zero_with_one_line_naming_the_file(fresh, tmp_path):
     tmp, latest = fresh
     flip(latest / "state.json")
-    proc = subprocess.run([sys.executable, "-m", "tcgexp.train", f"resume={tmp / 'a'}", f"dataset.root={tmp / 'data'}",
-                           f"hydra.run.dir={tmp_path / 'b'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"resume={tmp / 'a'}",
+            f"dataset.root={tmp / 'data'}",
+            f"hydra.run.dir={tmp_path / 'b'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and f"{latest / 'state.json'} is damaged" in last, proc.stderr[-2000:]
@@ -88,12 +101,16 @@ def reseal_state(latest: Path, edit) -> None:
     ckpt.seal(latest)
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda p: p.update(position=p["position"] + 10_000), "outside epoch 1"),
-    (lambda p: p.update(epoch_microbatches=p["epoch_microbatches"] + 1), "epoch_microbatches="),
-    (lambda p: p.update(opt_steps=p["opt_steps"] + 1), "opt_steps="),
-    (lambda p: p.update(epoch=5), "trainer.epochs=1"),
-], ids=["position", "epoch_microbatches", "opt_steps", "epoch"])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda p: p.update(position=p["position"] + 10_000), "outside epoch 1"),
+        (lambda p: p.update(epoch_microbatches=p["epoch_microbatches"] + 1), "epoch_microbatches="),
+        (lambda p: p.update(opt_steps=p["opt_steps"] + 1), "opt_steps="),
+        (lambda p: p.update(epoch=5), "trainer.epochs=1"),
+    ],
+    ids=["position", "epoch_microbatches", "opt_steps", "epoch"],
+)
 def test_a_state_that_disagrees_with_the_plan_is_refused_at_load(fresh, edit, says, tmp_path):
     tmp, latest = fresh
     reseal_state(latest, edit)
@@ -134,7 +151,8 @@ def test_a_checkpoint_from_before_checksums_is_accepted_with_a_warning(fresh, tm
     tmp, latest = fresh
     make_legacy(latest)
     out = StringIO()
-    result = train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp_path / "b",
-                   console=Console(file=out, width=300))
+    result = train(
+        cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp_path / "b", console=Console(file=out, width=300)
+    )
     assert result["status"] == "completed"
     assert "predates checkpoint checksums" in out.getvalue()

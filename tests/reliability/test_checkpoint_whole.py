@@ -5,6 +5,7 @@ The seal: a checkpoint this version wrote says so (``checkpoint_format``), so de
 finiteness against the configured optimizer. The folder: ``latest/`` as a link, holding foreign files,
 or being replaced by a live run while another process resumes from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,8 @@ from tcgexp.app import compose
 from tcgexp.train import checkpoint as ckpt
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError, CheckpointWriteError
-from tests.reliability.test_checkpoint_integrity import cfg, flip, fresh, stopped  # noqa: F401 (fixtures)
 from tests.conftest import assert_continued
+from tests.reliability.test_checkpoint_integrity import cfg, flip, fresh, stopped  # noqa: F401 (fixtures)
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,7 @@ def resume(tmp: Path, run_dir: Path, *more: str):
 
 
 # -- the seal -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("damage", ["seal-deleted", "seal-deleted-weights-flipped", "seal-and-format-deleted"])
 def test_a_checkpoint_this_version_sealed_is_refused_without_its_seal(fresh, damage, tmp_path):  # noqa: F811
@@ -62,6 +64,7 @@ def test_a_checkpoint_this_version_sealed_is_refused_without_its_seal(fresh, dam
 
 # -- the optimizer state --------------------------------------------------------------------------
 
+
 def rewrite_optimizer(latest: Path, edit) -> None:
     """Change optimizer.safetensors and re-seal it: only the load-time check can notice."""
     tensors = dict(mx.load(str(latest / "optimizer.safetensors")))
@@ -71,7 +74,7 @@ def rewrite_optimizer(latest: Path, edit) -> None:
 
 
 def first_moment(t: dict) -> str:
-    return sorted(k for k in t if k.endswith(".m"))[0]
+    return min(k for k in t if k.endswith(".m"))
 
 
 def nan_in(t: dict, key: str) -> None:
@@ -80,14 +83,18 @@ def nan_in(t: dict, key: str) -> None:
     t[key] = mx.array(a)
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda t: t.pop(first_moment(t)), "missing aux.bias.m"),
-    (lambda t: [t.pop(k) for k in [k for k in t if k.endswith((".m", ".v"))]], "missing"),
-    (lambda t: t.update({first_moment(t): mx.zeros((3, 3))}), "the configured optimizer has float32"),
-    (lambda t: t.update({first_moment(t): t[first_moment(t)].astype(mx.float16)}), "float16"),
-    (lambda t: nan_in(t, first_moment(t)), "holds NaN or infinity"),
-    (lambda t: t.update({"momentum.extra": mx.zeros((2,))}), "unexpected momentum.extra"),
-], ids=["a-moment-missing", "all-moments-missing", "wrong-shape", "wrong-dtype", "nan", "extra-key"])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda t: t.pop(first_moment(t)), "missing aux.bias.m"),
+        (lambda t: [t.pop(k) for k in [k for k in t if k.endswith((".m", ".v"))]], "missing"),
+        (lambda t: t.update({first_moment(t): mx.zeros((3, 3))}), "the configured optimizer has float32"),
+        (lambda t: t.update({first_moment(t): t[first_moment(t)].astype(mx.float16)}), "float16"),
+        (lambda t: nan_in(t, first_moment(t)), "holds NaN or infinity"),
+        (lambda t: t.update({"momentum.extra": mx.zeros((2,))}), "unexpected momentum.extra"),
+    ],
+    ids=["a-moment-missing", "all-moments-missing", "wrong-shape", "wrong-dtype", "nan", "extra-key"],
+)
 def test_optimizer_state_is_checked_for_keys_shapes_and_finiteness(fresh, edit, says, tmp_path):  # noqa: F811
     tmp, latest = fresh
     rewrite_optimizer(latest, edit)
@@ -117,6 +124,7 @@ def _dims():
 
 
 # -- the folder: a link, foreign files ---------------------------------------------------------------
+
 
 @pytest.fixture
 def users_folder(fresh, tmp_path):  # noqa: F811
@@ -166,7 +174,9 @@ def test_foreign_files_in_a_checkpoint_folder_are_never_deleted(fresh, where, tm
             assert done["status"] == "completed"
             assert_continued(done, 3)  # the checkpoint was read: trainer.max_steps=3 stopped it
         # the run that owns the folder continuing in it (any other run is refused there: test_run_folders.py)
-        with pytest.raises(CheckpointWriteError, match=rf"{folder.name} holds files a checkpoint does not \(notes.txt\)"):
+        with pytest.raises(
+            CheckpointWriteError, match=rf"{folder.name} holds files a checkpoint does not \(notes.txt\)"
+        ):
             train(cfg(tmp / "data", f"resume={tmp / 'a'}"), run_dir=tmp / "a")
         assert (folder / "notes.txt").read_text() == "mine"
     finally:
@@ -176,6 +186,7 @@ def test_foreign_files_in_a_checkpoint_folder_are_never_deleted(fresh, where, tm
 
 
 # -- the folder: replaced by a live run while another process resumes from it ---------------------------
+
 
 def newer_checkpoint(latest: Path, dest: Path) -> Path:
     """A sealed copy of `latest` one step on (as the live run's next save would be), at `dest`."""
@@ -188,7 +199,7 @@ def newer_checkpoint(latest: Path, dest: Path) -> Path:
 def test_a_latest_old_being_removed_is_read_from_the_latest_renamed_in(fresh):  # noqa: F811
     """``find`` may hand over ``.latest.old`` (between the writer's two renames), which the writer then empties
     file by file: the read goes to the new ``latest/``, never "model.safetensors is missing"."""
-    tmp, latest = fresh
+    _tmp, latest = fresh
     old = latest.with_name(".latest.old")
     os.replace(latest, old)
     newer_checkpoint(old, latest)
@@ -205,7 +216,7 @@ def test_a_folder_replaced_after_its_seal_was_removed_is_read_again(fresh, monke
     refusing ("checksums.json is missing") or taking it for an older version's unsealed one."""
     from tcgexp.train import ckpt_files
 
-    tmp, latest = fresh
+    _tmp, latest = fresh
     steps = json.loads((latest / "state.json").read_text())["progress"]["opt_steps"]
     tmp_new = newer_checkpoint(latest, latest.with_name(".latest.tmp"))
     real_open, fired = os.open, []
@@ -219,7 +230,6 @@ def test_a_folder_replaced_after_its_seal_was_removed_is_read_again(fresh, monke
     monkeypatch.setattr(os, "open", open_racing)
     state = ckpt.read_state(latest)
     assert fired and state["progress"]["opt_steps"] == steps + 1
-
 
 
 WRITER = ["checkpoint.latest_every_steps=1", "trainer.epochs=200", "tracking=off"]
@@ -237,9 +247,21 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
 
     tmp, _ = stopped
     run_dir = tmp_path / "live"
-    writer = subprocess.Popen([sys.executable, "-m", "tcgexp.train", f"dataset.root={tmp / 'data'}", *TINY_ARGS,
-                               *WRITER, f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={tmp / 'data'}",
+            *TINY_ARGS,
+            *WRITER,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     latest = run_dir / "checkpoints" / "latest"
     c = cfg(tmp / "data")
     consistent = refused = 0
@@ -255,8 +277,12 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
             optimizer.init(model.trainable_parameters())
             try:
                 planned = ckpt.read_state(ckpt.find(str(run_dir))) if what != "load" else None
-                state, _ = ckpt.load(ckpt.find(str(run_dir)), model=model, optimizer=optimizer,
-                                     **({"expect": planned} if planned is not None else {}))
+                state, _ = ckpt.load(
+                    ckpt.find(str(run_dir)),
+                    model=model,
+                    optimizer=optimizer,
+                    **({"expect": planned} if planned is not None else {}),
+                )
             except CheckpointError as exc:
                 assert "\n" not in str(exc) and "while this resume read it" in str(exc), str(exc)
                 refused += 1
@@ -267,4 +293,3 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=60)
     assert consistent > 0, f"no read succeeded ({refused} refused)"
-

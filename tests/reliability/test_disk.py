@@ -1,4 +1,5 @@
 """A really full disk (a small tmpfs this test mounts): spilling stops, training goes on; checkpoints fail loudly."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ import warnings
 
 import pytest
 
-from tcgexp.train.rundir import mark
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointWriteError
+from tcgexp.train.rundir import mark
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 
@@ -35,8 +36,14 @@ def test_full_disk_stops_spilling_and_training_goes_on(tmp_path, tmpfs):
     run_dir = tmp_path / "run"
     mark(run_dir)  # a run dir of ours, its spill root on a small filesystem of its own
     tmpfs(run_dir / ".cache_spill", "600k")  # room for about one spilled row group
-    overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "cache=hot60", "cache.capacity=2",
-                 "cache.policy.hot_fraction=0.0", "cache.spill_budget_bytes=1000000000"]
+    overrides = [
+        f"dataset.root={tmp_path / 'data'}",
+        *TINY_TRAIN,
+        "cache=hot60",
+        "cache.capacity=2",
+        "cache.policy.hot_fraction=0.0",
+        "cache.spill_budget_bytes=1000000000",
+    ]
     calm = train(compose_config(*overrides, "cache.spill=false"), run_dir=tmp_path / "nospill")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -1,4 +1,5 @@
 """Hostile input reaching the trainer: one clear error naming the thing, never a silent wrong result."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ from tcgexp.data import DataError
 from tcgexp.data.manifest import file_sha256
 from tcgexp.train import train
 from tcgexp.train.checkpoint import CheckpointError
-from tests.train.conftest import TINY_TRAIN
 from tests.conftest import compose_config
+from tests.train.conftest import TINY_TRAIN
 
 
 def cfg(root, *more):
@@ -31,7 +32,7 @@ def built(tmp_path):
 def reseal(root, edit) -> tuple:
     """Rewrite the day's Parquet with `edit(table, rg_index) -> table` per row group and re-seal the
     manifest (size, checksum) so that only content checks can notice."""
-    day = sorted((root / "bc_data").glob("*.parquet"))[0]
+    day = min((root / "bc_data").glob("*.parquet"))
     manifest_path = day.with_name(day.name.replace(".parquet", ".manifest.json"))
     manifest = json.loads(manifest_path.read_text())
     pf = pq.ParquetFile(day)
@@ -58,8 +59,12 @@ def test_nan_features_stop_training_naming_file_and_row_group(built, tmp_path):
             return t
         feats = np.asarray(t.column("features").combine_chunks().flatten()).reshape(t.num_rows, -1).copy()
         feats[3, 7] = np.nan
-        return set_column(t, "features", pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), feats.shape[1]),
-                          t.schema.field("features").type)
+        return set_column(
+            t,
+            "features",
+            pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), feats.shape[1]),
+            t.schema.field("features").type,
+        )
 
     day, _ = reseal(built, poison)
     with pytest.raises(DataError) as err:
@@ -83,8 +88,9 @@ def test_label_outside_the_action_mask_is_refused(built, tmp_path):
 
 
 def test_row_group_with_a_wrong_dtype_is_refused(built, tmp_path):
-    day, _ = reseal(built, lambda t, i: set_column(t, "label", t.column("label").to_numpy().astype(np.int64),
-                                                    pa.int64()))
+    day, _ = reseal(
+        built, lambda t, i: set_column(t, "label", t.column("label").to_numpy().astype(np.int64), pa.int64())
+    )
     with pytest.raises(DataError) as err:
         train(cfg(built), run_dir=tmp_path / "run")
     assert str(day) in str(err.value) and "'label' is int64, expected int32" in str(err.value)
@@ -117,6 +123,7 @@ def test_paths_outside_the_project_get_one_clear_error(tmp_path, what):
         root.parent.mkdir()
         root.parent.chmod(0o500)
         import os
+
         if os.geteuid() == 0:
             root = Path("/proc/tcgexp-data")  # root ignores permission bits; /proc refuses everyone
     with pytest.raises(DataError) as err:

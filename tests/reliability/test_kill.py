@@ -1,4 +1,5 @@
 """SIGKILL at the worst moments, then resume=: final weights bit-identical to an uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,10 @@ CHILD = textwrap.dedent("""
 
 
 def weights(run_dir) -> dict:
-    return {k: np.array(v).tobytes()
-            for k, v in mx.load(str(run_dir / "checkpoints" / "latest" / "model.safetensors")).items()}
+    return {
+        k: np.array(v).tobytes()
+        for k, v in mx.load(str(run_dir / "checkpoints" / "latest" / "model.safetensors")).items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +70,22 @@ def baseline(tmp_path_factory):
 def resume(root, run_dir, new_dir, *more):
     """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
     done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES, *more,
-                          f"resume={run_dir}", f"hydra.run.dir={new_dir}"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={root / 'data'}",
+            *OVERRIDES,
+            *more,
+            f"resume={run_dir}",
+            f"hydra.run.dir={new_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((new_dir / "result.json").read_text())
     assert_continued(result, done)
@@ -80,11 +96,25 @@ def resume(root, run_dir, new_dir, *more):
 def test_killed_mid_epoch(baseline, tmp_path, tracking):
     root, want, full = baseline
     run_dir = tmp_path / "a"
-    aim = [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}", "trainer.track_every=1"] if tracking == "aim" \
+    aim = (
+        [f"tracking={tracking}", f"tracking.repo={tmp_path / 'aim'}", "trainer.track_every=1"]
+        if tracking == "aim"
         else []
-    proc = subprocess.Popen([sys.executable, "-m", "tcgexp.train", f"dataset.root={root / 'data'}", *OVERRIDES,
-                             *aim, f"hydra.run.dir={run_dir}"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={root / 'data'}",
+            *OVERRIDES,
+            *aim,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = run_dir / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 120
     while True:
@@ -113,12 +143,22 @@ def test_killed_mid_epoch(baseline, tmp_path, tracking):
 def test_killed_inside_validation_or_a_checkpoint_write(baseline, tmp_path, fault):
     root, want, _ = baseline
     run_dir = tmp_path / "a"
-    res = subprocess.run([sys.executable, "-c", CHILD, fault, str(run_dir), f"dataset.root={root / 'data'}",
-                          *OVERRIDES], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, fault, str(run_dir), f"dataset.root={root / 'data'}", *OVERRIDES],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
     latest = run_dir / "checkpoints" / "latest"
-    assert sorted(p.name for p in latest.iterdir()) == ["checksums.json", "lanes.safetensors", "model.safetensors",
-                                                        "optimizer.safetensors", "state.json"], "never half-written"
+    assert sorted(p.name for p in latest.iterdir()) == [
+        "checksums.json",
+        "lanes.safetensors",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "state.json",
+    ], "never half-written"
     resume(root, run_dir, tmp_path / "b")
     assert weights(tmp_path / "b") == want
 
@@ -127,9 +167,22 @@ def test_killed_inside_validation_or_a_checkpoint_write(baseline, tmp_path, faul
 def test_killed_during_a_multirun_job(baseline, tmp_path):
     root, want, _ = baseline
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "tcgexp.train", "--multirun", f"dataset.root={root / 'data'}",
-                             *OVERRIDES, "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "--multirun",
+            f"dataset.root={root / 'data'}",
+            *OVERRIDES,
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     state = sweep / "0" / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 120
     while not state.exists():

@@ -4,6 +4,7 @@ check accepts survives under a real cgroup limit, with the estimate above its me
 The slow tests make a child memory cgroup of a few GiB under this process's own (root, a writable cgroup file
 system) and run training inside it: the kernel's OOM killer is the judge, not a guess. Where no cgroup can be made
 they skip, and the limit reader is still tested on a made-up cgroup tree (the fast tests)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,7 @@ GiB = 2**30
 
 
 # -- the limit reader, on a made-up /proc and cgroup tree -------------------------------------------------------
-def fake_proc(tmp_path: Path, version: int, path: str, limits: dict[str, str], usage: int = 0,
-              stat: str = "") -> Path:
+def fake_proc(tmp_path: Path, version: int, path: str, limits: dict[str, str], usage: int = 0, stat: str = "") -> Path:
     """A /proc/self (cgroup, mountinfo, status) and a cgroup hierarchy with `limits` at each level ('' = root)."""
     mount = tmp_path / "cgroup"
     proc = tmp_path / "proc"
@@ -54,9 +54,12 @@ def fake_proc(tmp_path: Path, version: int, path: str, limits: dict[str, str], u
 @pytest.mark.parametrize("version", [1, 2])
 def test_the_tightest_limit_on_the_way_up_is_the_jobs(tmp_path, version):
     unlimited = "max" if version == 2 else "9223372036854771712"
-    proc = fake_proc(tmp_path, version, "/slurm/job_7/step_0",
-                     {"/": unlimited, "/slurm": unlimited, "/slurm/job_7": str(3 * GiB),
-                      "/slurm/job_7/step_0": unlimited})
+    proc = fake_proc(
+        tmp_path,
+        version,
+        "/slurm/job_7/step_0",
+        {"/": unlimited, "/slurm": unlimited, "/slurm/job_7": str(3 * GiB), "/slurm/job_7/step_0": unlimited},
+    )
     room = memlimit.cgroup_room(proc)
     assert room.bytes == 3 * GiB and "job_7" in room.source and f"cgroup v{version}" in room.source, room
 
@@ -87,8 +90,9 @@ def test_slurms_allocation_per_task():
 def test_the_refusal_names_the_knobs_and_the_jobs_limit(fresh_held):
     c = compose_config("model.hidden=4096")
     with pytest.raises(ConfigError) as err:
-        memneed.check_memory(c, room=memlimit.Room(GiB, "cgroup v2 /sys/fs/cgroup/job/memory.max = 1.0 GiB"),
-                             held=fresh_held)
+        memneed.check_memory(
+            c, room=memlimit.Room(GiB, "cgroup v2 /sys/fs/cgroup/job/memory.max = 1.0 GiB"), held=fresh_held
+        )
     msg = str(err.value)
     assert "model.hidden=4096" in msg and "tbptt.batch_size=" in msg and "/sys/fs/cgroup/job/memory.max" in msg
     assert "\n" not in msg
@@ -98,10 +102,24 @@ def test_the_refusal_names_the_knobs_and_the_jobs_limit(fresh_held):
 def test_a_row_budget_above_the_corpus_is_said_in_one_line_and_pads_to_the_corpus(tmp_path):
     """tbptt.batch_size=1000000 on a corpus of ~1,000 rows: one line says so, and microbatches are padded to the
     split's rows, not to the budget (it cost ~24 s a step)."""
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={tmp_path / 'data'}", *TINY,
-                          "tracking=off", "trainer.epochs=1", "tbptt.batch_size=1000000",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY,
+            "tracking=off",
+            "trainer.epochs=1",
+            "tbptt.batch_size=1000000",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     [line] = [x for x in out.splitlines() if "tbptt.batch_size=1,000,000 is more rows" in x]
@@ -132,8 +150,10 @@ def cgroup():
                 continue
             made.append(child)
             return child
-        pytest.skip("no memory cgroup can be made here (needs root and a writable cgroup file system); the limit "
-                    "reader is tested on a made-up tree instead")
+        pytest.skip(
+            "no memory cgroup can be made here (needs root and a writable cgroup file system); the limit "
+            "reader is tested on a made-up tree instead"
+        )
 
     yield make
     for child in reversed(made):
@@ -166,10 +186,16 @@ def inside(group: Path, args: list[str], **kw) -> tuple[int, str, int]:
     """`python args` inside `group`: (exit status or -signal, output, peak resident bytes of that process)."""
     procs = group / "cgroup.procs"
     with tempfile.NamedTemporaryFile("r") as peak:
-        proc = subprocess.Popen([sys.executable, "-c", MEASURED_CHILD, peak.name, *args], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                preexec_fn=lambda: procs.write_text(str(os.getpid())), **kw)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", MEASURED_CHILD, peak.name, *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            preexec_fn=lambda: procs.write_text(str(os.getpid())),  # noqa: PLW1509 - one write, no threads
+            **kw,
+        )
         out = proc.stdout.read()
         proc.wait()
         return proc.returncode, out, int(peak.read() or 0)
@@ -195,21 +221,42 @@ EDGE = textwrap.dedent("""
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     print(json.dumps({"edge": lo, "refused": hi}))
 """)
-RUN = ["-m", "tcgexp.train", "tracking=off", "trainer.epochs=1", "dataset.episodes_per_shard=2",
-       "dataset.row_group_rows=512", "dataset.workers=1"]
+RUN = [
+    "-m",
+    "tcgexp.train",
+    "tracking=off",
+    "trainer.epochs=1",
+    "dataset.episodes_per_shard=2",
+    "dataset.row_group_rows=512",
+    "dataset.workers=1",
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("limit, knob, lo, hi, rest", [
-    (int(1.5 * GiB), "model.hidden", 64, 20000, ["dataset.rows_per_day=1500"]),
-    (448 * 2**20, "tbptt.batch_size", 64, 10**7, ["dataset.rows_per_day=30000", "model.hidden=64"]),
-], ids=["model.hidden", "tbptt.batch_size"])
-def test_at_the_refusal_edge_an_accepted_run_survives_and_the_next_is_refused(tmp_path, cgroup, limit, knob, lo, hi,
-                                                                              rest):
+@pytest.mark.parametrize(
+    "limit, knob, lo, hi, rest",
+    [
+        (int(1.5 * GiB), "model.hidden", 64, 20000, ["dataset.rows_per_day=1500"]),
+        (448 * 2**20, "tbptt.batch_size", 64, 10**7, ["dataset.rows_per_day=30000", "model.hidden=64"]),
+    ],
+    ids=["model.hidden", "tbptt.batch_size"],
+)
+def test_at_the_refusal_edge_an_accepted_run_survives_and_the_next_is_refused(
+    tmp_path, cgroup, limit, knob, lo, hi, rest
+):
     group = cgroup(limit)
     data = [f"dataset.root={tmp_path / 'data'}", *rest]
-    code, out, _ = inside(group, [*RUN, *data, "trainer.max_steps=1", f"hydra.run.dir={tmp_path / 'warm'}",
-                                  "model.hidden=8", "tbptt.batch_size=64"])  # the corpus, built once
+    code, out, _ = inside(
+        group,
+        [
+            *RUN,
+            *data,
+            "trainer.max_steps=1",
+            f"hydra.run.dir={tmp_path / 'warm'}",
+            "model.hidden=8",
+            "tbptt.batch_size=64",
+        ],
+    )  # the corpus, built once
     assert code == 0, out[-3000:]
     code, out, _ = inside(group, ["-c", EDGE, knob, str(lo), str(hi), *RUN[2:], *data])
     assert code == 0, out[-3000:]
@@ -217,10 +264,20 @@ def test_at_the_refusal_edge_an_accepted_run_survives_and_the_next_is_refused(tm
     code, out, peak = inside(group, [*RUN, *data, f"{knob}={edge['edge']}", f"hydra.run.dir={tmp_path / 'edge'}"])
     assert code == 0, f"{knob}={edge['edge']} was accepted under {limit / GiB:.2f} GiB and ended {code}: {out[-3000:]}"
     assert json.loads((tmp_path / "edge" / "result.json").read_text())["status"] == "completed"
-    estimate = memneed.total(json.loads(subprocess.run(
-        [sys.executable, "-c", PARTS, f"{knob}={edge['edge']}", *RUN[2:], *data],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.strip().splitlines()[-1]))
+    estimate = memneed.total(
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", PARTS, f"{knob}={edge['edge']}", *RUN[2:], *data],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+    )
     assert estimate >= 1.10 * peak, (estimate, peak)
     code, out, _ = inside(group, [*RUN, *data, f"{knob}={edge['refused']}", f"hydra.run.dir={tmp_path / 'over'}"])
     line = out.strip().splitlines()[-1]

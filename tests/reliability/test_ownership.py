@@ -1,5 +1,6 @@
 """Spill has an owner: a SIGKILLed run's spill is reclaimed by the next run anywhere; nothing tcgexp did not
 create is ever deleted."""
+
 from __future__ import annotations
 
 import io
@@ -18,8 +19,13 @@ from tests.conftest import compose_config
 from tests.reliability.test_kill import ROOT
 from tests.train.conftest import TINY_TRAIN
 
-SPILLING = [*TINY_TRAIN, "cache=hot60", "cache.capacity=2", "cache.policy.hot_fraction=0.0",
-            "cache.spill_budget_bytes=1000000000"]
+SPILLING = [
+    *TINY_TRAIN,
+    "cache=hot60",
+    "cache.capacity=2",
+    "cache.policy.hot_fraction=0.0",
+    "cache.spill_budget_bytes=1000000000",
+]
 
 # The child SIGKILLs itself right after its third spill file is in place: a run that never cleans up.
 CHILD = textwrap.dedent("""
@@ -44,14 +50,22 @@ CHILD = textwrap.dedent("""
 def test_spill_of_a_sigkilled_run_is_reclaimed_by_a_run_in_another_folder(tmp_path, private_state_dir):
     data = f"dataset.root={tmp_path / 'data'}"
     killed = tmp_path / "first"
-    res = subprocess.run([sys.executable, "-c", CHILD, str(killed), data, *SPILLING], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, str(killed), data, *SPILLING],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == -signal.SIGKILL, res.stderr[-3000:]
     left = killed / ".cache_spill" / "train"
     assert len(list(left.glob("*.npz"))) == 3, "the killed run left its spill behind"
     out = io.StringIO()
-    train(compose_config(data, *TINY_TRAIN), run_dir=tmp_path / "elsewhere" / "second",
-          console=Console(file=out, width=300))
+    train(
+        compose_config(data, *TINY_TRAIN),
+        run_dir=tmp_path / "elsewhere" / "second",
+        console=Console(file=out, width=300),
+    )
     assert not left.exists(), "no spill of the first run remains on disk"
     # (a checkpoint being written when the kill came leaves checkpoints/.latest.tmp: not spill, replaced by the next save)
     assert not [p for p in killed.rglob("*") if p.suffix in (".npz", ".tmp") and ".cache_spill" in p.parts]
@@ -110,8 +124,16 @@ def test_the_sweep_callback_deletes_only_marked_spill(tmp_path):
     del spill
     (job / ".cache_spill" / "notes").mkdir()
     (job / ".cache_spill" / "notes" / "keep.txt").write_text("theirs")
-    cfg = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(job)}, "job": {"num": 0},
-                                      "overrides": {"task": []}, "mode": RunMode.RUN}})
+    cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "runtime": {"output_dir": str(job)},
+                "job": {"num": 0},
+                "overrides": {"task": []},
+                "mode": RunMode.RUN,
+            }
+        }
+    )
     with pytest.warns(RuntimeWarning, match="did not create"):
         SweepReport().on_job_end(cfg, JobReturn(status=JobStatus.COMPLETED))
     assert not (job / ".cache_spill" / "train").exists()

@@ -1,4 +1,5 @@
 """Memory pressure: injected through the caches' probe; the run evicts, survives, and computes the same."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,13 @@ class FlippingProbe:
 def test_pressure_evicts_yet_the_weights_are_the_same(tmp_path, policy):
     # loader.workers=0: every access between steps, where pressure may evict (inside a step it may not), so
     # how many evictions happen does not depend on thread timing
-    overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, f"cache={policy}", "cache.capacity=4",
-                 "loader.workers=0"]
+    overrides = [
+        f"dataset.root={tmp_path / 'data'}",
+        *TINY_TRAIN,
+        f"cache={policy}",
+        "cache.capacity=4",
+        "loader.workers=0",
+    ]
     calm = train(compose_config(*overrides), run_dir=tmp_path / "calm", memory_probe=lambda: 10.0)
     probe = FlippingProbe()
     stressed = train(compose_config(*overrides), run_dir=tmp_path / "stressed", memory_probe=probe)
@@ -76,11 +82,27 @@ def test_real_pressure_keeps_resident_memory_bounded(tmp_path):
     assert psutil.virtual_memory().percent > 1.0
 
     def run(name, watermark):
-        res = subprocess.run([sys.executable, "-c", REAL_PRESSURE, str(tmp_path / name),
-                              f"dataset.root={tmp_path / 'data'}", "dataset=1d", "tracking=off", "trainer.epochs=1",
-                              "cache=lru", "cache.capacity=1000", f"cache.high_watermark_pct={watermark}",
-                              "cache.spill=false", "loader.workers=0"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                REAL_PRESSURE,
+                str(tmp_path / name),
+                f"dataset.root={tmp_path / 'data'}",
+                "dataset=1d",
+                "tracking=off",
+                "trainer.epochs=1",
+                "cache=lru",
+                "cache.capacity=1000",
+                f"cache.high_watermark_pct={watermark}",
+                "cache.spill=false",
+                "loader.workers=0",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         return json.loads(res.stdout.strip().splitlines()[-1])
 

@@ -1,4 +1,5 @@
 """A resume never silently changes the run: a new schedule is refused unless asked for, then recorded as run."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def test_a_schedule_change_on_resume_is_refused_by_name_and_runs_with_reset(tmp_
     assert "scheduler._target_" in msg and "Constant" in msg and "scheduler.reset=true" in msg
     assert not (tmp_path / "b" / "checkpoints").exists()
 
-    result = train(cfg(tmp_path / "data", "scheduler=constant", "scheduler.reset=true", f"resume={tmp_path / 'a'}"),
-                   run_dir=tmp_path / "c")
+    result = train(
+        cfg(tmp_path / "data", "scheduler=constant", "scheduler.reset=true", f"resume={tmp_path / 'a'}"),
+        run_dir=tmp_path / "c",
+    )
     assert result["status"] == "completed"
     assert_continued(result, 3)
     state = json.loads((tmp_path / "c" / "checkpoints" / "latest" / "state.json").read_text())
@@ -38,8 +41,13 @@ def test_a_checkpoint_written_before_grad_clip_moved_to_the_trainer_resumes(tmp_
     from tcgexp.train import checkpoint as ckpt
     from tcgexp.train.resume import resume_config
 
-    args = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1", "trainer.grad_clip=0.5",
-            "trainer.max_steps=3"]
+    args = [
+        f"dataset.root={tmp_path / 'data'}",
+        *TINY_TRAIN,
+        "trainer.epochs=1",
+        "trainer.grad_clip=0.5",
+        "trainer.max_steps=3",
+    ]
     train(compose_config(*args), run_dir=tmp_path / "a", overrides=args)
     latest = tmp_path / "a" / "checkpoints" / "latest"
     state = json.loads((latest / "state.json").read_text())
@@ -48,7 +56,9 @@ def test_a_checkpoint_written_before_grad_clip_moved_to_the_trainer_resumes(tmp_
     state["overrides"] = [a.replace("trainer.grad_clip", "optimizer.grad_clip") for a in args]
     (latest / "state.json").write_text(json.dumps(state))
     ckpt.seal(latest)
-    new, overrides = resume_config(cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), ["trainer.max_steps=0"], compose_config)
+    new, overrides = resume_config(
+        cfg(tmp_path / "data", f"resume={tmp_path / 'a'}"), ["trainer.max_steps=0"], compose_config
+    )
     assert new.trainer.grad_clip == 0.5 and "trainer.grad_clip=0.5" in overrides
     done = train(new, run_dir=tmp_path / "b")
     assert done["status"] == "completed"

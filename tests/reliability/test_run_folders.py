@@ -3,6 +3,7 @@
 Through the real command line (Hydra's ``run_job`` writes ``.hydra/`` and the job log before the task
 runs, so only a check before it can keep a user's folder untouched) and through ``train()``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,8 +17,8 @@ import pytest
 
 from tcgexp.errors import ConfigError
 from tcgexp.ownership import HeldLock
-from tcgexp.train.rundir import RUN_MARKER, SWEEP_MARKER, mark
 from tcgexp.train import train
+from tcgexp.train.rundir import RUN_MARKER, SWEEP_MARKER, mark
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 
@@ -25,8 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tcgexp_train(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -36,8 +43,11 @@ def snapshot(folder: Path) -> dict[str, str]:
         for name in dirs + files:
             p = Path(root) / name
             rel = str(p.relative_to(folder))
-            out[rel] = ("link:" + os.readlink(p)) if p.is_symlink() else (
-                "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+            out[rel] = (
+                ("link:" + os.readlink(p))
+                if p.is_symlink()
+                else ("dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+            )
     return out
 
 
@@ -151,8 +161,9 @@ def test_a_folder_of_ours_is_used_again_resume_and_slurm_requeue(corpus, tmp_pat
     first = tcgexp_train(*data, "trainer.max_steps=3", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert (run_dir / RUN_MARKER).is_file() and json.loads((run_dir / "result.json").read_text())["status"] == "stopped"
-    again = tcgexp_train(*data, "trainer.max_steps=6", f"hydra.run.dir={run_dir}", cwd=tmp_path,
-                         env={"SLURM_RESTART_COUNT": "1"})
+    again = tcgexp_train(
+        *data, "trainer.max_steps=6", f"hydra.run.dir={run_dir}", cwd=tmp_path, env={"SLURM_RESTART_COUNT": "1"}
+    )
     assert again.returncode == 0 and "requeued job" in again.stderr, again.stderr[-3000:]
     r = json.loads((run_dir / "result.json").read_text())
     assert r["resumed_from"] and r["processed"]["optimizer_steps"] == 6
@@ -161,14 +172,18 @@ def test_a_folder_of_ours_is_used_again_resume_and_slurm_requeue(corpus, tmp_pat
     assert json.loads((run_dir / "result.json").read_text())["status"] == "completed"
 
 
-@pytest.mark.parametrize("refusal, says", [
-    ("tbptt.accum_steps=0", "tbptt.accum_steps"),  # validate()
-    ("dataset.val_fraction=0.0", "dataset.val_fraction"),  # preflight
-    ("optimized_metric=val/nope", "optimized_metric"),  # before train()
-    ("resume=RUN_DIR_OF_NOTHING", "no checkpoint there"),  # a resume with nothing to resume
-    ("dataset.dates=[2020-01-01]", "2020-01-01"),  # a day that is not built (DataError, after the corpus opens)
-    ("model.hidden=1000000000", "model.hidden"),  # the memory estimate
-], ids=["validate", "preflight", "metric", "resume", "data", "memory"])
+@pytest.mark.parametrize(
+    "refusal, says",
+    [
+        ("tbptt.accum_steps=0", "tbptt.accum_steps"),  # validate()
+        ("dataset.val_fraction=0.0", "dataset.val_fraction"),  # preflight
+        ("optimized_metric=val/nope", "optimized_metric"),  # before train()
+        ("resume=RUN_DIR_OF_NOTHING", "no checkpoint there"),  # a resume with nothing to resume
+        ("dataset.dates=[2020-01-01]", "2020-01-01"),  # a day that is not built (DataError, after the corpus opens)
+        ("model.hidden=1000000000", "model.hidden"),  # the memory estimate
+    ],
+    ids=["validate", "preflight", "metric", "resume", "data", "memory"],
+)
 @pytest.mark.parametrize("where", ["given", "default"])
 def test_a_refused_run_leaves_no_folder_behind(corpus, refusal, says, where, tmp_path):
     """Neither a .hydra/ nor an empty train.log per refusal, nor the outputs/<date>/ above a default
@@ -180,8 +195,9 @@ def test_a_refused_run_leaves_no_folder_behind(corpus, refusal, says, where, tmp
     args = [f"hydra.run.dir={tmp_path / 'outputs' / 'new' / 'run'}"] if where == "given" else []
     res = tcgexp_train(*data, refusal, *args, cwd=tmp_path)
     one_line_refusal(res, says)
-    assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == ["older"], \
-        sorted(str(p) for p in (tmp_path / "outputs").rglob("*"))
+    assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == ["older"], sorted(
+        str(p) for p in (tmp_path / "outputs").rglob("*")
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "link"])
@@ -207,7 +223,7 @@ def test_something_else_where_a_runs_spill_root_goes_is_one_line_and_kept(corpus
 
 
 def test_train_removes_the_folder_it_made_for_a_refused_run(corpus, tmp_path):
-    base, data = corpus
+    _base, data = corpus
     with pytest.raises(Exception, match="2020-01-01"):
         train(compose_config(*data, "dataset.dates=[2020-01-01]"), run_dir=tmp_path / "new")
     assert not (tmp_path / "new").exists()
@@ -220,20 +236,24 @@ def test_train_removes_the_folder_it_made_for_a_refused_run(corpus, tmp_path):
 
 # -- a launcher or sweeper that cannot work here: one line with the fix, and no sweep dir -------------------
 
+
 def path_without(*tools: str) -> str:
     """PATH with every folder that holds one of `tools` left out (SLURM's client absent)."""
     import shutil
 
-    keep = [d for d in os.environ["PATH"].split(os.pathsep)
-            if not any(shutil.which(t, path=d) for t in tools)]
+    keep = [d for d in os.environ["PATH"].split(os.pathsep) if not any(shutil.which(t, path=d) for t in tools)]
     return os.pathsep.join(keep)
 
 
-@pytest.mark.parametrize("plugin, says", [
-    ("hydra/sweeper=optuna", "use hydra/sweeper=halving"),
-    ("hydra/launcher=submitit_slurm", "srun are not on PATH"),
-    ("hydra/launcher=ray", 'pip install -e ".[ray]"'),
-], ids=["optuna-plugin-missing", "srun-absent", "ray-missing"])
+@pytest.mark.parametrize(
+    "plugin, says",
+    [
+        ("hydra/sweeper=optuna", "use hydra/sweeper=halving"),
+        ("hydra/launcher=submitit_slurm", "srun are not on PATH"),
+        ("hydra/launcher=ray", 'pip install -e ".[ray]"'),
+    ],
+    ids=["optuna-plugin-missing", "srun-absent", "ray-missing"],
+)
 def test_a_missing_launcher_or_sweeper_is_one_line_with_the_install_hint(plugin, says, tmp_path):
     if plugin.endswith("optuna"):
         import importlib.util
@@ -242,17 +262,25 @@ def test_a_missing_launcher_or_sweeper_is_one_line_with_the_install_hint(plugin,
             pytest.skip("hydra-optuna-sweeper is installed here")
     env = {"PATH": path_without("srun", "sbatch")}
     # Ray's absence: the interpreter is told the module does not exist (Ray itself is a test dependency)
-    code = ("import sys; sys.modules['ray'] = None if 'ray' in sys.argv[-1] else sys.modules.get('ray'); "
-            "sys.argv[0] = 'tcgexp-train'; from tcgexp.train.__main__ import main; main()")
+    code = (
+        "import sys; sys.modules['ray'] = None if 'ray' in sys.argv[-1] else sys.modules.get('ray'); "
+        "sys.argv[0] = 'tcgexp-train'; from tcgexp.train.__main__ import main; main()"
+    )
     sweep = tmp_path / "sweep"
-    res = subprocess.run([sys.executable, "-c", code, "--multirun", "tracking=off", f"hydra.sweep.dir={sweep}", plugin],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    res = subprocess.run(
+        [sys.executable, "-c", code, "--multirun", "tracking=off", f"hydra.sweep.dir={sweep}", plugin],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
     one_line_refusal(res, says)
     assert not sweep.exists(), "nothing written for a sweep that cannot start"
 
 
 # -- a folder belongs to one run --------------------------------------------------------------------------
+
 
 def test_a_new_run_into_a_finished_runs_folder_is_refused_and_that_run_kept(corpus, tmp_path):
     """`tcgexp-train hydra.run.dir=runs/a`, then the same with model.hidden=64: refused in one line saying how to
@@ -306,11 +334,25 @@ def test_two_runs_started_together_on_one_new_folder_leave_the_winners_files(cor
     _, data = corpus
     for attempt in range(3):
         run_dir = tmp_path / f"shared{attempt}"
-        procs = {lr: subprocess.Popen([sys.executable, "-m", "tcgexp.train", *data, f"optimizer.lr={lr}",
-                                       "trainer.max_steps=30", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
-                 for lr in ("0.00123", "0.00456")}
+        procs = {
+            lr: subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tcgexp.train",
+                    *data,
+                    f"optimizer.lr={lr}",
+                    "trainer.max_steps=30",
+                    f"hydra.run.dir={run_dir}",
+                ],
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            for lr in ("0.00123", "0.00456")
+        }
         done = {lr: (p.wait(timeout=600), p.stderr.read()) for lr, p in procs.items()}
         winners = [lr for lr, (code, _) in done.items() if code == 0]
         assert len(winners) == 1, {lr: err[-1500:] for lr, (_, err) in done.items()}

@@ -7,6 +7,7 @@
 - ``resume=`` and a halving sweep's own overrides round-trip any path a user can quote (spaces, quotes,
   non-ASCII letters, commas, ``=``, brackets, backslashes).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,32 @@ from tests.sweep.conftest import halving_cmd, job_env, trials
 from tests.train.conftest import TINY_TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
-PATHS = ["/data/my runs/a", "/data/été/run", "/data/it's", '/data/say "hi"', "/data/a,b", "/data/a=b", "/data/[x]",
-         "/data/{x}", "/data/back\\slash", "/data/end\\", "/data/q\\'x", "C:\\dir\\", " lead", "trail ", "12", "true",
-         "null", "1e-3", "a:b", "~/x", "$HOME/x", "x#y", "x%y", "日本/ラン"]
+PATHS = [
+    "/data/my runs/a",
+    "/data/été/run",
+    "/data/it's",
+    '/data/say "hi"',
+    "/data/a,b",
+    "/data/a=b",
+    "/data/[x]",
+    "/data/{x}",
+    "/data/back\\slash",
+    "/data/end\\",
+    "/data/q\\'x",
+    "C:\\dir\\",
+    " lead",
+    "trail ",
+    "12",
+    "true",
+    "null",
+    "1e-3",
+    "a:b",
+    "~/x",
+    "$HOME/x",
+    "x#y",
+    "x%y",
+    "日本/ラン",
+]
 
 
 @pytest.mark.parametrize("value", PATHS, ids=range(len(PATHS)))
@@ -47,8 +71,14 @@ def test_numbers_and_booleans_stay_bare(value):
 
 
 def tcgexp_train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=job_env())
+    return subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=job_env(),
+    )
 
 
 @pytest.mark.slow
@@ -59,8 +89,9 @@ def test_a_resume_from_a_folder_whose_name_needs_quoting(tmp_path):
     data = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=2"]
     first = tcgexp_train(*data, "trainer.max_steps=2", override("hydra.run.dir", str(run_dir)), cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    again = tcgexp_train(override("resume", str(run_dir)), "trainer.max_steps=0",
-                         override("hydra.run.dir", str(run_dir)), cwd=tmp_path)
+    again = tcgexp_train(
+        override("resume", str(run_dir)), "trainer.max_steps=0", override("hydra.run.dir", str(run_dir)), cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     record = json.loads((run_dir / "result.json").read_text())
     assert record["status"] == "completed" and Path(record["resumed_from"]).parent.parent == run_dir
@@ -70,8 +101,16 @@ def test_a_resume_from_a_folder_whose_name_needs_quoting(tmp_path):
 def test_a_halving_sweep_in_a_folder_whose_name_needs_quoting(tmp_path):
     """Every job of a halving sweep gets its sweep dir, run dir and resume= back as typed: none fails."""
     sweep = tmp_path / "l'été, à la plage"
-    cmd = [*halving_cmd(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.max_epochs=3", "hydra.sweeper.eta=3",
-                        "optimizer.lr=choice(0.001,0.01,0.003)"), override("hydra.sweep.dir", str(sweep))]
+    cmd = [
+        *halving_cmd(
+            tmp_path,
+            "hydra.sweeper.n_trials=3",
+            "hydra.sweeper.max_epochs=3",
+            "hydra.sweeper.eta=3",
+            "optimizer.lr=choice(0.001,0.01,0.003)",
+        ),
+        override("hydra.sweep.dir", str(sweep)),
+    ]
     cmd = [a for a in cmd if not a.startswith(f"hydra.sweep.dir={tmp_path / 'sweep'}")]  # as the user quotes it
     res = subprocess.run(cmd, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -85,8 +124,13 @@ def test_a_sigkilled_run_is_named_once_by_the_next_run_in_its_folder(tmp_path):
     one line and continues; the run after that, whose predecessor ended with a record, says nothing of it."""
     run_dir = tmp_path / "run"
     data = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=3", "checkpoint.latest_every_steps=1"]
-    proc = subprocess.Popen([sys.executable, "-m", "tcgexp.train", *data, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=job_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tcgexp.train", *data, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=job_env(),
+    )
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "latest" / "state.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first latest/"

@@ -4,6 +4,7 @@ The signal is sent by the child process to itself from inside its loader transfo
 microbatch), so it lands mid-window at a known point, with no timing race; the CLI path is the real
 one (``tcgexp.train.__main__.main``, through Hydra).
 """
+
 from __future__ import annotations
 
 import json
@@ -67,15 +68,25 @@ def cli(root, run_dir, *more) -> list[str]:
 
 
 def signalled(root, run_dir, *more, at=20, second="-", name="SIGTERM"):
-    return subprocess.run([sys.executable, "-c", CHILD, str(at), second, name, *cli(root, run_dir, *more)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, str(at), second, name, *cli(root, run_dir, *more)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def resume(root, run_dir, new_dir, *more):
     """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
     done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *cli(root, new_dir, *more), f"resume={run_dir}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *cli(root, new_dir, *more), f"resume={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads((new_dir / "result.json").read_text())
     assert_continued(result, done)
@@ -173,8 +184,9 @@ def test_handlers_are_installed_for_the_run_and_restored_after():
             os.kill(os.getpid(), signal.SIGUSR1)  # a scheduler's warning signal: like SIGTERM
             assert stop.requested == "SIGUSR1"
         assert signal.getsignal(signal.SIGUSR2) is theirs
-        assert {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)} == \
-            {s: before[s] for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+        assert {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)} == {
+            s: before[s] for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+        }
     finally:
         signal.signal(signal.SIGUSR2, before[signal.SIGUSR2])
     with StopSignals() as stop:  # unclaimed SIGUSR2 (submitit's handler not installed): like SIGTERM
@@ -187,8 +199,9 @@ def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
 
     job = tmp_path / "sweep" / "0"
     job.mkdir(parents=True)
-    (job / "result.json").write_text(json.dumps({"status": "interrupted", "error": None, "final": None,
-                                                 "best": {"val_loss": None}, "cache": {}}))
+    (job / "result.json").write_text(
+        json.dumps({"status": "interrupted", "error": None, "final": None, "best": {"val_loss": None}, "cache": {}})
+    )
     [row] = write_summary(tmp_path / "sweep")
     assert row["status"] == "INTERRUPTED"
     assert "1 interrupted" in (tmp_path / "sweep" / "summary.md").read_text()
@@ -224,8 +237,7 @@ DECIDED = textwrap.dedent("""
 
 @pytest.mark.parametrize("decided", ["run", "said"], ids=["after-the-run", "after-its-error-said"])
 @pytest.mark.parametrize("launched", [True, False], ids=["launched-rank", "plain-run"])
-def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exit_status(tmp_path, launched,
-                                                                                           decided):
+def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exit_status(tmp_path, launched, decided):
     """mlx.launch SIGTERMs every other rank the moment one exits non-zero; on a loaded machine that can land
     after a rank's outcome is decided but before it has written its exit status (CI saw tcgexp-launch report
     "rank 0 left no status (killed?)" for a rank that exited 1). A launched rank notes it and leaves with
@@ -234,8 +246,9 @@ def test_a_sigterm_once_the_outcome_is_decided_does_not_cut_a_launched_ranks_exi
     env["TCGEXP_RANK_STATUS"] = str(tmp_path)
     if launched:
         env["MLX_RANK"] = "0"
-    res = subprocess.run([sys.executable, "-c", DECIDED, decided, "-"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", DECIDED, decided, "-"], env=env, capture_output=True, text=True, timeout=120
+    )
     if launched:
         assert res.returncode == 1, res.stderr[-3000:]
         assert json.loads((tmp_path / "rank0.json").read_text())["code"] == 1
@@ -253,8 +266,9 @@ def test_a_launched_rank_that_hangs_after_its_outcome_still_ends_within_the_boun
 
     env = {k: v for k, v in os.environ.items() if k not in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
     env.update(TCGEXP_RANK_STATUS=str(tmp_path), MLX_RANK="0")
-    res = subprocess.run([sys.executable, "-c", DECIDED, "run", "hang"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", DECIDED, "run", "hang"], env=env, capture_output=True, text=True, timeout=120
+    )
     took = time.time() - float(res.stdout.split()[1])  # from the first SIGTERM (the second came 3 s later)
     assert res.returncode == -signal.SIGALRM, res.stderr[-3000:]
     assert KEEP_EXIT_S - 1 <= took < KEEP_EXIT_S + 2.5, took

@@ -1,6 +1,7 @@
 """Every signal honoured within its bound, whatever the run waits on: a store frozen mid-run (moto's own server,
 SIGSTOPped once training reads from it) holds the loader's threads, and still the first SIGTERM ends the run
 within 10 s (its latest/ kept: the run resumes from it once the store answers again) and a second within 2 s."""
+
 from __future__ import annotations
 
 import json
@@ -18,20 +19,38 @@ from tcgexp.config import build
 
 pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
 
-from tcgexp.bench.loopback_s3 import moto_process  # noqa: E402
-from tcgexp.data.publish import publish  # noqa: E402
+from tcgexp.bench.loopback_s3 import moto_process
+from tcgexp.data.publish import publish
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-DAYS = ["dataset.rows_per_day=3000", "dataset.row_group_rows=128", "dataset.days=2", "dataset.episodes_per_shard=2",
-        "dataset.workers=1"]
-RUN = [*DAYS, "tracking=off", "tbptt.batch_size=64", "model.hidden=16", "trainer.epochs=2",
-       "checkpoint.latest_every_steps=2"]
+DAYS = [
+    "dataset.rows_per_day=3000",
+    "dataset.row_group_rows=128",
+    "dataset.days=2",
+    "dataset.episodes_per_shard=2",
+    "dataset.workers=1",
+]
+RUN = [
+    *DAYS,
+    "tracking=off",
+    "tbptt.batch_size=64",
+    "model.hidden=16",
+    "trainer.epochs=2",
+    "checkpoint.latest_every_steps=2",
+]
 
 
 def train_cmd(tmp_path: Path, *more: str) -> list[str]:
-    return [sys.executable, "-m", "tcgexp.train", "dataset.root=s3://tcgexp/frozen", *RUN,
-            f"dataset.storage.tier_dir={tmp_path / 'tier'}", *more]
+    return [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        "dataset.root=s3://tcgexp/frozen",
+        *RUN,
+        f"dataset.storage.tier_dir={tmp_path / 'tier'}",
+        *more,
+    ]
 
 
 @pytest.mark.parametrize("second", [False, True], ids=["one-sigterm", "two-sigterms"])
@@ -39,11 +58,17 @@ def test_signals_end_a_run_waiting_on_a_frozen_store_within_their_bounds(tmp_pat
     local = build(compose(f"dataset.root={tmp_path / 'local'}", *DAYS).dataset)
     local.build()
     run_dir = tmp_path / "run"
-    with moto_process() as (endpoint, server):
+    with moto_process() as (_endpoint, server):
         env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the AWS_* variables pointing at moto, set by moto_process
         publish(local, "s3://tcgexp/frozen", None)
-        proc = subprocess.Popen(train_cmd(tmp_path, f"hydra.run.dir={run_dir}"), cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            train_cmd(tmp_path, f"hydra.run.dir={run_dir}"),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         latest = run_dir / "checkpoints" / "latest" / "state.json"
         deadline = time.monotonic() + 180
         while not latest.exists():
@@ -64,7 +89,13 @@ def test_signals_end_a_run_waiting_on_a_frozen_store_within_their_bounds(tmp_pat
         last = out.strip().splitlines()[-1]
         assert "SIGTERM" in last and f"resume={run_dir}" in last and "Traceback" not in out, out[-3000:]
         os.kill(server.pid, signal.SIGCONT)  # the store answers again: the kept latest/ resumes
-        resumed = subprocess.run(train_cmd(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}"),
-                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        resumed = subprocess.run(
+            train_cmd(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}"),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((tmp_path / "resumed" / "result.json").read_text())["status"] == "completed"

@@ -1,5 +1,6 @@
 """Storage that turns read-only or is shared: spill goes, training stays; a finished read-only corpus trains;
 one run per run folder."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,13 @@ from tests.reliability.test_disk import tmpfs  # noqa: F401  (the fixture: mount
 from tests.reliability.test_kill import ROOT
 from tests.train.conftest import TINY_TRAIN
 
-SPILLING = [*TINY_TRAIN, "cache=hot60", "cache.capacity=2", "cache.policy.hot_fraction=0.0",
-            "cache.spill_budget_bytes=1000000000"]
+SPILLING = [
+    *TINY_TRAIN,
+    "cache=hot60",
+    "cache.capacity=2",
+    "cache.policy.hot_fraction=0.0",
+    "cache.spill_budget_bytes=1000000000",
+]
 
 
 def remount_ro(path) -> bool:
@@ -77,13 +83,19 @@ def test_clean_on_a_read_only_corpus_is_one_line_and_deletes_nothing(tmp_path, t
     make_corpus(data, build_now=True)
     before = sorted(str(p.relative_to(data)) for p in data.rglob("*"))
     assert remount_ro(data)
-    res = subprocess.run([sys.executable, "-m", "tcgexp.data", f"dataset.root={data}", *TINY, "action=clean"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.data", f"dataset.root={data}", *TINY, "action=clean"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "read-only" in lines[0] and str(data) in lines[0], \
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "read-only" in lines[0] and str(data) in lines[0], (
         res.stderr[-2000:]
+    )
     assert sorted(str(p.relative_to(data)) for p in data.rglob("*")) == before
 
 
@@ -112,8 +124,13 @@ def test_a_second_run_into_a_busy_run_folder_is_refused_naming_the_holder(tmp_pa
     run_dir, flags = tmp_path / "run", tmp_path / "flags"
     flags.mkdir()
     overrides = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN]
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir), str(flags), *overrides], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(run_dir), str(flags), *overrides],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (flags / "ready").exists():

@@ -6,6 +6,7 @@ exist, an object replaced by a shorter one). Each ends in one line naming the st
 signal ends the wait within seconds, with 128 + signum; a scheme no filesystem of pyarrow's reads is refused
 before anything is tried.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,22 +26,24 @@ from tests.train.conftest import TINY_TRAIN
 
 pytest.importorskip("moto.server", reason="moto[server] (the test extra) is not installed")
 
-from tcgexp.bench.loopback_s3 import loopback_s3, moto_process  # noqa: E402
-from tcgexp.data.publish import publish  # noqa: E402
-from tcgexp.data.source import ParquetSource  # noqa: E402
-from tcgexp.plan.loader import TRAIN_COLUMNS  # noqa: E402
+from tcgexp.bench.loopback_s3 import loopback_s3, moto_process
+from tcgexp.data.publish import publish
+from tcgexp.data.source import ParquetSource
+from tcgexp.plan.loader import TRAIN_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 DAYS = ["dataset.rows_per_day=600", "dataset.row_group_rows=256"]
 QUICK = ["dataset.storage.retries=1", "dataset.storage.request_timeout_s=1", "dataset.storage.connect_timeout_s=1"]
 QUICK_BOUND_S = 1 * (1 + 1) + 5  # Store.bound_s for QUICK: retries x (connect + request) + the margin
-NO_NETWORK = {"gs": "gs://tcgexp-nowhere/corpus", "abfs": "abfs://corpus@tcgexpnowhere.dfs.core.windows.net/5d",
-              "hdfs": "hdfs://tcgexp-namenode:8020/corpus"}
+NO_NETWORK = {
+    "gs": "gs://tcgexp-nowhere/corpus",
+    "abfs": "abfs://corpus@tcgexpnowhere.dfs.core.windows.net/5d",
+    "hdfs": "hdfs://tcgexp-namenode:8020/corpus",
+}
 
 
 def remote(uri: str, tmp_path, *more: str):
-    return build(compose(f"dataset.root={uri}", *DAYS, f"dataset.storage.tier_dir={tmp_path / 'tier'}",
-                         *more).dataset)
+    return build(compose(f"dataset.root={uri}", *DAYS, f"dataset.storage.tier_dir={tmp_path / 'tier'}", *more).dataset)
 
 
 def one_line(msg: str, *names: str) -> None:
@@ -49,8 +52,10 @@ def one_line(msg: str, *names: str) -> None:
         assert name in msg, (name, msg)
 
 
-@pytest.mark.parametrize("uri", ["http://example.com/corpus", "ftp://example.com/corpus", "sftp://host/corpus",
-                                 "memory://corpus", "mock://corpus"])
+@pytest.mark.parametrize(
+    "uri",
+    ["http://example.com/corpus", "ftp://example.com/corpus", "sftp://host/corpus", "memory://corpus", "mock://corpus"],
+)
 def test_a_scheme_no_store_reads_is_refused_up_front_listing_the_ones_that_work(uri, tmp_path):
     from tcgexp.data.storeproc import StoreProcess
 
@@ -70,10 +75,23 @@ def test_a_store_out_of_reach_fails_within_its_bound_with_one_line_naming_it(sch
     """No network here: GCS's client would retry for 15 minutes, Azure's aborts its process, HDFS has no JVM.
     Through tcgexp-train, as a user meets it."""
     uri = NO_NETWORK[scheme]
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={uri}", *TINY_TRAIN, *QUICK,
-                          f"dataset.storage.tier_dir={tmp_path / 'tier'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=QUICK_BOUND_S + 60,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={uri}",
+            *TINY_TRAIN,
+            *QUICK,
+            f"dataset.storage.tier_dir={tmp_path / 'tier'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=QUICK_BOUND_S + 60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 1, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr[-3000:]  # the SDK's own noise (Azure's "terminate called ...") kept out
@@ -129,10 +147,18 @@ def start_and_signal(args: list[str], signum: int, cwd: Path, wait_for: str = "[
 
     # with a foreground process's dispositions: a child inherits an ignored SIGINT across exec, and the wait rightly
     # leaves an ignored signal ignored; set in a small exec'ing parent (no preexec_fn: a fork of a threaded pytest)
-    terminal = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
-                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    proc = subprocess.Popen([sys.executable, "-c", terminal, "-m", *args], cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    terminal = (
+        "import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", terminal, "-m", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr] + [lines.put(None)], daemon=True).start()
     seen: list[str] = []
@@ -159,9 +185,13 @@ def start_and_signal(args: list[str], signum: int, cwd: Path, wait_for: str = "[
     return proc.returncode, "".join(seen), seconds
 
 
-@pytest.mark.parametrize("app, signum", [
-    pytest.param("tcgexp.train", signal.SIGTERM, id="train-SIGTERM"),
-    pytest.param("tcgexp.data", signal.SIGINT, id="data-SIGINT", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "app, signum",
+    [
+        pytest.param("tcgexp.train", signal.SIGTERM, id="train-SIGTERM"),
+        pytest.param("tcgexp.data", signal.SIGINT, id="data-SIGINT", marks=pytest.mark.slow),
+    ],
+)
 def test_a_signal_ends_a_wait_on_a_store_out_of_reach_within_seconds(app, signum, tmp_path):
     """gs:// without a network (the client retries inside C++ with the GIL released): the run's own SIGTERM
     handler, and Ctrl-C, both end the wait."""
@@ -180,8 +210,17 @@ def test_a_signal_ends_a_wait_on_a_store_out_of_reach_within_seconds(app, signum
 def test_a_signal_ends_a_wait_on_a_silent_s3_store_within_seconds(tmp_path):
     with silent_server() as endpoint:
         rc, err, seconds = start_and_signal(
-            ["tcgexp.train", "dataset.root=s3://tcgexp/x", f"dataset.storage.endpoint={endpoint}", *TINY_TRAIN,
-             "tracking=off", f"hydra.run.dir={tmp_path / 'run'}"], signal.SIGTERM, tmp_path)
+            [
+                "tcgexp.train",
+                "dataset.root=s3://tcgexp/x",
+                f"dataset.storage.endpoint={endpoint}",
+                *TINY_TRAIN,
+                "tracking=off",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ],
+            signal.SIGTERM,
+            tmp_path,
+        )
     assert rc == 143 and seconds < 5, (rc, seconds, err[-2000:])
     one_line(err.strip().splitlines()[-1], "interrupted by SIGTERM", "s3://tcgexp/x", endpoint)
 
@@ -194,16 +233,25 @@ def test_a_signal_ends_training_from_a_frozen_moto_server_within_seconds(signum,
         publish(local, "s3://tcgexp/frozen", None)
         os.kill(server.pid, signal.SIGSTOP)
         rc, err, seconds = start_and_signal(
-            ["tcgexp.train", "dataset.root=s3://tcgexp/frozen", *TINY_TRAIN, *DAYS, "tracking=off",
-             f"hydra.run.dir={tmp_path / 'run'}", f"dataset.storage.tier_dir={tmp_path / 'tier'}"], signum, tmp_path)
+            [
+                "tcgexp.train",
+                "dataset.root=s3://tcgexp/frozen",
+                *TINY_TRAIN,
+                *DAYS,
+                "tracking=off",
+                f"hydra.run.dir={tmp_path / 'run'}",
+                f"dataset.storage.tier_dir={tmp_path / 'tier'}",
+            ],
+            signum,
+            tmp_path,
+        )
     assert rc == 128 + signum and seconds < 5, (rc, seconds, err[-2000:])
     one_line(err.strip().splitlines()[-1], "s3://tcgexp/frozen", endpoint)
 
 
 def test_a_bucket_that_does_not_exist_is_named_as_such(tmp_path):
-    with loopback_s3("tcgexp") as endpoint:
-        with pytest.raises(DataError) as err:
-            remote("s3://tcgexp-typo/corpus", tmp_path)
+    with loopback_s3("tcgexp") as endpoint, pytest.raises(DataError) as err:
+        remote("s3://tcgexp-typo/corpus", tmp_path)
     one_line(str(err.value), "bucket 'tcgexp-typo' does not exist", endpoint)
     assert "not published" not in str(err.value)
 
@@ -226,5 +274,10 @@ def test_an_object_replaced_by_a_shorter_one_after_opening_is_named_as_such(tmp_
         last = src.row_groups[0] - 1
         with pytest.raises(DataError) as err:
             src.read((0, last))
-    one_line(str(err.value), f"s3://tcgexp/short/bc_data/{day}.parquet", f"object is {len(data) // 3} bytes",
-             f"published manifest says {len(data)}", "replaced")
+    one_line(
+        str(err.value),
+        f"s3://tcgexp/short/bc_data/{day}.parquet",
+        f"object is {len(data) // 3} bytes",
+        f"published manifest says {len(data)}",
+        "replaced",
+    )

@@ -1,10 +1,10 @@
 """Aim problems cost tracking, never training: a garbage or corrupt ``.aim``, a read-only repo, the init
 lock held by a stuck process, a server that accepts connections and never answers. Each run trains to
 completion with one ``[tracking] ...; training continues without tracking`` line, a few seconds late at most."""
+
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tcgexp.track import JobContext
-from tcgexp.track.aim_run import AimTracker
 from tcgexp.track.aim_repo import INIT_LOCK, ensure_repo, prepare_repo
+from tcgexp.track.aim_run import AimTracker
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["+experiment=smoke", "dataset.rows_per_day=1000", "cache=plan"]
@@ -26,8 +26,13 @@ LINE = "training continues without tracking"
 
 def train(data: Path, run_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", *SMOKE, f"dataset.root={data}",
-                          f"hydra.run.dir={run_dir}", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *SMOKE, f"dataset.root={data}", f"hydra.run.dir={run_dir}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return res, time.monotonic() - t0
 
 
@@ -42,8 +47,9 @@ def baseline(tmp_path_factory) -> tuple[Path, float]:
     return where / "data", seconds
 
 
-def assert_trained_untracked(res: subprocess.CompletedProcess, seconds: float, run_dir: Path, base: float,
-                             why: str) -> None:
+def assert_trained_untracked(
+    res: subprocess.CompletedProcess, seconds: float, run_dir: Path, base: float, why: str
+) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     lines = [line for line in res.stderr.splitlines() if "[tracking]" in line]
     assert len(lines) == 1 and LINE in lines[0] and why in lines[0], res.stderr[-3000:]
@@ -102,10 +108,13 @@ def held_lock(tmp_path):
     """Another process holding the repo's init lock and never letting go (killed at teardown)."""
     repo = tmp_path / "locked_repo"
     (repo / ".aim").mkdir(parents=True)
-    code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('locked', flush=True); time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(repo / ".aim" / INIT_LOCK)],
-                              stdout=subprocess.PIPE, text=True)
+    code = (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('locked', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(repo / ".aim" / INIT_LOCK)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         yield repo
@@ -148,8 +157,7 @@ def silent_server():
 
 def test_a_server_that_never_answers_costs_tracking_not_training(tmp_path, baseline, silent_server):
     data, base = baseline
-    res, seconds = train(data, tmp_path / "run", "tracking=aim_remote",
-                         f"tracking.uri=aim://127.0.0.1:{silent_server}")
+    res, seconds = train(data, tmp_path / "run", "tracking=aim_remote", f"tracking.uri=aim://127.0.0.1:{silent_server}")
     assert_trained_untracked(res, seconds, tmp_path / "run", base, "no answer in 5 s")
 
 
@@ -184,7 +192,7 @@ def test_a_tracker_that_could_not_start_records_nothing_and_raises_nothing(tmp_p
 def test_a_tracker_whose_process_cannot_start_answers_at_once(tmp_path, capfd, monkeypatch):
     """The Aim child cannot be started (the process table full: EAGAIN, injected): one line, and its hash,
     read at every checkpoint, is None at once (it waited OPEN_SECONDS each time), as is close."""
-    import tcgexp.track.aim_run as aim_run
+    from tcgexp.track import aim_run
 
     def no_process(*args, **kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -204,13 +212,16 @@ class ChildThatLosesItsRun(AimTracker):
     reading the job's lines (its end of the pipe closed, so the job's next write fails at once), then says why
     a moment later and exits, as ``remote.child`` does on an error."""
 
-    CHILD = ("-c", "import json, os, sys, time\n"
-                   "sys.stdin.readline()\n"
-                   "print(json.dumps({'hash': 'h'}), flush=True)\n"
-                   "os.close(0)\n"
-                   "time.sleep(0.5)\n"
-                   "print(json.dumps({'lost': 'OSError: [Errno 28] No space left on device'}), flush=True)\n"
-                   "os._exit(0)\n")
+    CHILD = (
+        "-c",
+        "import json, os, sys, time\n"
+        "sys.stdin.readline()\n"
+        "print(json.dumps({'hash': 'h'}), flush=True)\n"
+        "os.close(0)\n"
+        "time.sleep(0.5)\n"
+        "print(json.dumps({'lost': 'OSError: [Errno 28] No space left on device'}), flush=True)\n"
+        "os._exit(0)\n",
+    )
 
 
 def test_a_lost_run_is_said_with_its_cause_even_when_the_pipe_breaks_first(tmp_path, capfd):
@@ -237,12 +248,13 @@ def test_a_database_error_is_said_by_its_cause_without_the_statement(tmp_path):
     from tcgexp.track.aim_repo import one_line
 
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'run_metadata.sqlite'}")
-    with pytest.raises(sa.exc.OperationalError) as full:
-        with engine.begin() as db:
-            db.execute(sa.text("CREATE TABLE run (hash TEXT, name TEXT)"))
-            db.execute(sa.text("PRAGMA max_page_count = 3"))
-            db.execute(sa.text("INSERT INTO run (hash, name) VALUES (:h, :n)"), {"h": "x" * 200, "n": "y" * 20000})
+    with pytest.raises(sa.exc.OperationalError) as full, engine.begin() as db:
+        db.execute(sa.text("CREATE TABLE run (hash TEXT, name TEXT)"))
+        db.execute(sa.text("PRAGMA max_page_count = 3"))
+        db.execute(sa.text("INSERT INTO run (hash, name) VALUES (:h, :n)"), {"h": "x" * 200, "n": "y" * 20000})
     assert "[SQL: " in str(full.value)
     said = one_line(f"could not start an Aim run at {tmp_path} ({type(full.value).__name__}: {full.value})")
-    assert said == f"could not start an Aim run at {tmp_path} (OperationalError: (sqlite3.OperationalError) " \
-                   "database or disk is full)"
+    assert (
+        said == f"could not start an Aim run at {tmp_path} (OperationalError: (sqlite3.OperationalError) "
+        "database or disk is full)"
+    )

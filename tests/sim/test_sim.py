@@ -8,21 +8,42 @@ import json
 import numpy as np
 import pytest
 
-from tcgexp.sim import (ACTION_DIM, FEATURE_DIM, HAND_SLOTS, SIM_VERSION, ReplayError, encode_episode,
-                        encoder_config, simulate_episode)
+from tcgexp.sim import (
+    ACTION_DIM,
+    FEATURE_DIM,
+    HAND_SLOTS,
+    SIM_VERSION,
+    ReplayError,
+    encode_episode,
+    encoder_config,
+    simulate_episode,
+)
 from tcgexp.sim.encode import features
 from tcgexp.sim.engine import ATTACK, DONE, HAND, MAIN
 from tcgexp.sim.record import new_game, validate_record
 
 DTYPES = {
-    "episode_id": np.int64, "side": np.int8, "step_id": np.int32, "decision_id": np.int64, "substep": np.int16,
-    "new_episode": np.bool_, "terminal": np.bool_, "is_self": np.bool_, "features": np.float32,
-    "action_mask": np.bool_, "label": np.int32, "would_ko": np.float32, "would_ko_valid": np.bool_,
-    "aux_ko": np.float32, "aux_prize_delta": np.float32, "aux_terminal": np.float32, "aux_return": np.float32,
+    "episode_id": np.int64,
+    "side": np.int8,
+    "step_id": np.int32,
+    "decision_id": np.int64,
+    "substep": np.int16,
+    "new_episode": np.bool_,
+    "terminal": np.bool_,
+    "is_self": np.bool_,
+    "features": np.float32,
+    "action_mask": np.bool_,
+    "label": np.int32,
+    "would_ko": np.float32,
+    "would_ko_valid": np.bool_,
+    "aux_ko": np.float32,
+    "aux_prize_delta": np.float32,
+    "aux_terminal": np.float32,
+    "aux_return": np.float32,
     "aux_valid": np.bool_,
 }
 WIDTH = {"features": FEATURE_DIM, "action_mask": ACTION_DIM, "would_ko": ACTION_DIM}
-CTX = slice(0, 6)                      # context one-hot leads the feature vector
+CTX = slice(0, 6)  # context one-hot leads the feature vector
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +153,7 @@ def test_would_ko(episodes):
         eligible = main & (mask[:, ATTACK] | mask[:, ATTACK + 1])
         assert stats["eligible"] == stats["computed"] == eligible.sum()
         assert not valid[~eligible].any() and not wk[~eligible].any()
-        assert not wk[~mask].any()                                   # only legal attack candidates
+        assert not wk[~mask].any()  # only legal attack candidates
         assert not np.delete(wk, [ATTACK, ATTACK + 1], axis=1).any()
         assert stats["valid_rows"] == valid.sum()
         assert stats["valid_rows"] + stats["failed_rows"] == stats["computed"]
@@ -143,7 +164,7 @@ def test_would_ko(episodes):
         r = np.flatnonzero(valid & ((lab == ATTACK) | (lab == ATTACK + 1)))
         assert np.array_equal(cols["aux_ko"][r], wk[r, lab[r]])
     assert total["valid_zero_rows"] > 0 and total["failed_rows"] > 0 and total["failed_trials"] > 0
-    assert total["valid_rows"] > total["valid_zero_rows"]                # some valid ones too
+    assert total["valid_rows"] > total["valid_zero_rows"]  # some valid ones too
 
 
 def test_would_ko_disabled(episodes):
@@ -193,7 +214,7 @@ def test_features_ignore_hidden_opponent_cards():
             before = features(game, side)
             deck, hand, prizes = opp.deck[:], opp.hand[:], opp.prizes[:]
             pool = deck + hand
-            opp.hand, opp.deck = pool[::-1][:len(hand)], pool[::-1][len(hand):]   # other hidden cards
+            opp.hand, opp.deck = pool[::-1][: len(hand)], pool[::-1][len(hand) :]  # other hidden cards
             opp.prizes = prizes[::-1]
             assert features(game, side) == before
             opp.deck, opp.hand, opp.prizes = deck, hand, prizes
@@ -202,8 +223,9 @@ def test_features_ignore_hidden_opponent_cards():
     assert checked > 3
 
 
-@pytest.mark.parametrize("tamper", ["illegal", "truncated", "extra", "missing_key", "wrong_side", "bad_type",
-                                    "bad_deck", "bad_result"])
+@pytest.mark.parametrize(
+    "tamper", ["illegal", "truncated", "extra", "missing_key", "wrong_side", "bad_type", "bad_deck", "bad_result"]
+)
 def test_tampered_records_raise(tamper):
     rec = simulate_episode(4242, 99)
     bad = copy.deepcopy(rec)
@@ -238,7 +260,7 @@ def test_tampered_records_raise(tamper):
 def test_illegal_action_message_names_decision():
     rec = simulate_episode(5, 6)
     bad = copy.deepcopy(rec)
-    bad["actions"][0] = [bad["actions"][0][0], 0]   # END_TURN during setup
+    bad["actions"][0] = [bad["actions"][0][0], 0]  # END_TURN during setup
     with pytest.raises(ReplayError, match=r"episode 5: decision 0 .*illegal"):
         encode_episode(bad)
 
@@ -269,19 +291,32 @@ def _rate(styled, key, split, select, hit):
 
 def test_hidden_style_changes_choices(styled):
     # Aggression: attack as soon as an attack is legal vs develop first.
-    hi, lo = _rate(styled, "aggression", 0.5, lambda c, ctx: (ctx == MAIN) & c["action_mask"][:, ATTACK:ATTACK + 2]
-                   .any(1), lambda c: (c["label"] == ATTACK) | (c["label"] == ATTACK + 1))
+    hi, lo = _rate(
+        styled,
+        "aggression",
+        0.5,
+        lambda c, ctx: (ctx == MAIN) & c["action_mask"][:, ATTACK : ATTACK + 2].any(1),
+        lambda c: (c["label"] == ATTACK) | (c["label"] == ATTACK + 1),
+    )
     assert hi - lo > 0.1, (hi, lo)
     # Energy placement when both the active and a bench Pokémon can receive it.
-    hi, lo = _rate(styled, "bench_energy", 0.5, lambda c, ctx: (ctx == MAIN) & c["action_mask"][:, 3]
-                   & c["action_mask"][:, 4] & (c["label"] >= 3) & (c["label"] <= 8), lambda c: c["label"] == 3)
+    hi, lo = _rate(
+        styled,
+        "bench_energy",
+        0.5,
+        lambda c, ctx: (
+            (ctx == MAIN) & c["action_mask"][:, 3] & c["action_mask"][:, 4] & (c["label"] >= 3) & (c["label"] <= 8)
+        ),
+        lambda c: c["label"] == 3,
+    )
     assert lo - hi > 0.2, (hi, lo)
     # Ultra Ball discards: energies first vs trainers first.
     off = next(f["offset"] for f in encoder_config()["feature_layout"] if f["name"] == "hand_slots")
 
     def picked_energy(c):
         slots = np.clip(c["label"] - HAND, 0, HAND_SLOTS - 1)
-        kinds = c["features"][:, off:off + 7 * HAND_SLOTS].reshape(-1, HAND_SLOTS, 7)
-        return kinds[np.arange(len(slots)), slots, 2] == 1.0          # kind 2 = energy
+        kinds = c["features"][:, off : off + 7 * HAND_SLOTS].reshape(-1, HAND_SLOTS, 7)
+        return kinds[np.arange(len(slots)), slots, 2] == 1.0  # kind 2 = energy
+
     hi, lo = _rate(styled, "discard_pref", "energy", lambda c, ctx: (ctx == 5) & (c["label"] != DONE), picked_energy)
     assert hi - lo > 0.4, (hi, lo)

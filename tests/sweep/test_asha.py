@@ -10,6 +10,7 @@ ASHA decisions run, in no time. The study is in memory but where a test says ``s
 drawn from trials.json (summary.md/png, ``track.summary``, tested in tests/track and by the real sweeps of
 test_sweeps.py) is left out: matplotlib takes about a second per batch, the rest of a batch milliseconds.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ import mlx.optimizers as optim
 import numpy as np
 import optuna
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from mlx import nn
 from omegaconf import OmegaConf
@@ -44,10 +45,21 @@ SEED = 7  # the config's seed: replicate s runs seed=SEED + s
 LR = "optimizer.lr"
 
 
-@pytest.mark.parametrize("lo, hi, eta, want", [
-    (1, 9, 3, [1, 3, 9]), (1, 3, 3, [1, 3]), (1, 27, 3, [1, 3, 9, 27]), (1, 10, 3, [1, 3, 10]),
-    (2, 9, 3, [3, 9]), (1, 8, 2, [1, 2, 4, 8]), (3, 3, 3, [3]), (1, 2, 3, [2]), (1, 1, 2, [1]), (4, 100, 4, [6, 25, 100]),
-])
+@pytest.mark.parametrize(
+    "lo, hi, eta, want",
+    [
+        (1, 9, 3, [1, 3, 9]),
+        (1, 3, 3, [1, 3]),
+        (1, 27, 3, [1, 3, 9, 27]),
+        (1, 10, 3, [1, 3, 10]),
+        (2, 9, 3, [3, 9]),
+        (1, 8, 2, [1, 2, 4, 8]),
+        (3, 3, 3, [3]),
+        (1, 2, 3, [2]),
+        (1, 1, 2, [1]),
+        (4, 100, 4, [6, 25, 100]),
+    ],
+)
 def test_rungs_are_the_full_budget_divided_by_eta(lo, hi, eta, want):
     got = asha.rungs(lo, hi, eta)
     assert got == want and got[-1] == hi and got[0] >= lo
@@ -78,8 +90,9 @@ class PlantedSearch:
     def launch(self, jobs: list[list[str]]) -> list[JobReturn]:
         self.states_at_launch.append({t.number: t.state.name for t in self.study.get_trials(deepcopy=False)})
         parser = OverridesParser.create()  # as Hydra reads a job's overrides (a quoted path, a quoted '0')
-        self.launches.append([self.train({o.key_or_group: str(o.value()) for o in parser.parse_overrides(job)})
-                              for job in jobs])
+        self.launches.append(
+            [self.train({o.key_or_group: str(o.value()) for o in parser.parse_overrides(job)}) for job in jobs]
+        )
         self.job_idx += len(jobs)
         return [JobReturn(status=JobStatus.COMPLETED, _return_value=None) for _ in jobs]
 
@@ -103,12 +116,17 @@ class PlantedSearch:
         progress = TrainState(epoch=stop, history=history, best_val_loss=min(h["val"]["loss"] for h in history))
         model = nn.Linear(1, 1)
         mx.eval(model.parameters())
-        ckpt.save(run_dir / "checkpoints" / "latest", model=model, optimizer=optim.AdamW(1e-3),
-                  lanes={"train": np.zeros((2, 1), np.float32)}, state={"progress": progress.state_dict()})
-        (run_dir / "result.json").write_text(json.dumps({"status": "completed", "history": history,
-                                                          "final": history[-1]["val"]}))
-        return {"trial": int(run_dir.relative_to(self.sweep_dir).parts[0]), "epochs": stop, "from": start,
-                "seed": seed}
+        ckpt.save(
+            run_dir / "checkpoints" / "latest",
+            model=model,
+            optimizer=optim.AdamW(1e-3),
+            lanes={"train": np.zeros((2, 1), np.float32)},
+            state={"progress": progress.state_dict()},
+        )
+        (run_dir / "result.json").write_text(
+            json.dumps({"status": "completed", "history": history, "final": history[-1]["val"]})
+        )
+        return {"trial": int(run_dir.relative_to(self.sweep_dir).parts[0]), "epochs": stop, "from": start, "seed": seed}
 
 
 @pytest.fixture
@@ -122,20 +140,41 @@ def sweep(tmp_path, monkeypatch):
     return run
 
 
-def halving(tmp_path: Path, lrs: list[float], *, min_epochs: int = 1, max_epochs: int = 9, eta: int = 3,
-            seeds: int = 1, metric: str = "val/loss", objective=planted, launcher: dict | None = None,
-            sqlite: bool = False, **settings):
+def halving(
+    tmp_path: Path,
+    lrs: list[float],
+    *,
+    min_epochs: int = 1,
+    max_epochs: int = 9,
+    eta: int = 3,
+    seeds: int = 1,
+    metric: str = "val/loss",
+    objective=planted,
+    launcher: dict | None = None,
+    sqlite: bool = False,
+    **settings,
+):
     """One halving sweep through ``Run.loop`` over the configurations optimizer.lr = lrs, in that order."""
-    search = PlantedSearch(tmp_path / "sweep", objective, launcher or {}, min_epochs=min_epochs,
-                           max_epochs=max_epochs, eta=eta, seeds=seeds, **settings)
+    search = PlantedSearch(
+        tmp_path / "sweep",
+        objective,
+        launcher or {},
+        min_epochs=min_epochs,
+        max_epochs=max_epochs,
+        eta=eta,
+        seeds=seeds,
+        **settings,
+    )
     space = spaces.parse([f"{LR}=interval(0.0, 1.0)"])
     budgets = asha.rungs(min_epochs, max_epochs, eta)
     direction = "maximize" if higher_is_better(metric) else "minimize"
     search.sweep_dir.mkdir(parents=True)
-    storage, key = (studies.open_storage(None, search.sweep_dir) if sqlite
-                    else (optuna.storages.InMemoryStorage(), "memory"))
-    study = studies.open_study(storage, key, "planted", direction, studies.make_sampler("random", 0),
-                               {"rungs": budgets, "metric": metric})
+    storage, key = (
+        studies.open_storage(None, search.sweep_dir) if sqlite else (optuna.storages.InMemoryStorage(), "memory")
+    )
+    study = studies.open_study(
+        storage, key, "planted", direction, studies.make_sampler("random", 0), {"rungs": budgets, "metric": metric}
+    )
     for lr in lrs:  # the sampler's next configurations, in this order
         study.enqueue_trial({LR: lr})
     search.study = study
@@ -151,8 +190,9 @@ def rung_of(budgets: list[int], epochs: int) -> int:
 
 def launched(search: PlantedSearch, budgets: list[int]) -> list[tuple[int, int]]:
     """(trial, rung) of each unit launched, in order (a unit's seeds once)."""
-    return [(j["trial"], rung_of(budgets, j["epochs"])) for batch in search.launches for j in batch
-            if j["seed"] == SEED]
+    return [
+        (j["trial"], rung_of(budgets, j["epochs"])) for batch in search.launches for j in batch if j["seed"] == SEED
+    ]
 
 
 LRS = [0.5, 0.2, 0.9, 0.1, 0.7, 0.3, 0.8, 0.4, 0.6]
@@ -180,8 +220,11 @@ def test_nine_configurations_train_like_successive_halving_at_a_quarter_of_the_e
 
 def test_a_trial_that_can_never_be_promoted_is_told_pruned_before_the_next_job_starts(sweep):
     search, _, study = sweep(LRS)
-    pruned_at = {n: next((i for i, states in enumerate(search.states_at_launch) if states.get(n) == "PRUNED"), None)
-                 for n in range(9) if study.trials[n].state == optuna.trial.TrialState.PRUNED}
+    pruned_at = {
+        n: next((i for i, states in enumerate(search.states_at_launch) if states.get(n) == "PRUNED"), None)
+        for n in range(9)
+        if study.trials[n].state == optuna.trial.TrialState.PRUNED
+    }
     # launch 4 starts trial 3 (0.1) at rung 0; with 0.5, 0.2, 0.1 better than 0.9 and at most 9 // 3 = 3
     # ever promoted from rung 0, trial 2 is out for good: Optuna hears it before launch 5, not at the end
     assert [(j["trial"], j["epochs"]) for j in search.launches[4]] == [(3, 1)]
@@ -222,8 +265,13 @@ def test_fewer_configurations_than_eta_still_train_one_to_the_full_budget(sweep)
 def test_replicates_promote_and_rank_on_the_mean_over_seeds(sweep):
     # seed 7 makes trial 0 the best of all (0.05), seed 8 the worst (0.55); its mean 0.3 is worse than trial 1's 0.2
     offsets = {(0.3, SEED): -0.25, (0.3, SEED + 1): 0.25}
-    search, run, study = sweep([0.3, 0.2, 0.5], max_epochs=3, seeds=2, batch=4,
-                               objective=lambda lr, seed, epoch: lr + offsets.get((lr, seed), 0.0) + 1.0 / epoch)
+    search, run, study = sweep(
+        [0.3, 0.2, 0.5],
+        max_epochs=3,
+        seeds=2,
+        batch=4,
+        objective=lambda lr, seed, epoch: lr + offsets.get((lr, seed), 0.0) + 1.0 / epoch,
+    )
     assert [len(b) for b in search.launches] == [4, 2, 2]  # a batch of 4 jobs holds 2 configurations x 2 seeds
     assert [(j["trial"], j["seed"]) for j in search.launches[0]] == [(0, SEED), (0, SEED + 1), (1, SEED), (1, SEED + 1)]
     assert [n for n, r in launched(search, run.budgets) if r == 1] == [1]
@@ -251,8 +299,11 @@ def test_a_waiting_trial_is_pruned_once_it_can_never_be_promoted():
 
 def test_the_best_is_the_best_of_the_highest_rung_reached():
     h = Halving([1, 3], 3, n_trials=3)
-    trials = [Trial(0, 0, PRUNED, {0: 0.1}), Trial(1, 1, COMPLETE, {0: 0.5, 1: 0.4}),
-              Trial(2, 0, asha.FAILED, {0: 0.01})]
+    trials = [
+        Trial(0, 0, PRUNED, {0: 0.1}),
+        Trial(1, 1, COMPLETE, {0: 0.5, 1: 0.4}),
+        Trial(2, 0, asha.FAILED, {0: 0.01}),
+    ]
     assert h.best(trials).number == 1
 
 

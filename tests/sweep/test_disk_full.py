@@ -1,5 +1,6 @@
 """A trial stopped by a full disk is not failed for ever: the sweep stops saying so, and once space is freed the same
 command continues the study, training that trial. The trial's folder is a small tmpfs this test mounts."""
+
 from __future__ import annotations
 
 import subprocess

@@ -2,6 +2,7 @@
 a changed space is refused naming the difference, and two sweeps never run one folder at once.
 
 Real sweeps (``tcgexp-train --multirun hydra/sweeper=halving``) in subprocesses on a tiny corpus."""
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,29 @@ from tests.sweep.conftest import job_env, trials
 
 pytestmark = pytest.mark.slow
 
-BASE = ["--multirun", "hydra/sweeper=halving", "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=1",
-        "tracking=off", "dataset.rows_per_day=400", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128",
-        "tbptt.batch_size=64", "dataset.workers=1"]
+BASE = [
+    "--multirun",
+    "hydra/sweeper=halving",
+    "hydra.sweeper.min_epochs=1",
+    "hydra.sweeper.max_epochs=1",
+    "tracking=off",
+    "dataset.rows_per_day=400",
+    "dataset.episodes_per_shard=2",
+    "dataset.row_group_rows=128",
+    "tbptt.batch_size=64",
+    "dataset.workers=1",
+]
 
 
 def sweep(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tcgexp.train", *BASE, f"dataset.root={cwd / 'data'}", *args],
-                          cwd=cwd, env=job_env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *BASE, f"dataset.root={cwd / 'data'}", *args],
+        cwd=cwd,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def ok(res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -59,8 +75,15 @@ def test_a_folder_written_any_way_continues_its_one_study_and_every_result_is_wh
     every reported trial's parameters are what its folder trained (best_params and best_command included)."""
     space = ["model.hidden=choice(8,16,32,48)", "hydra.sweeper.sampler=random", "hydra.sweeper.sampler_seed=3"]
     typed = "multirun/halving/typed"
-    ok(sweep(tmp_path, *space, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={typed}",
-             f"hydra.sweeper.study_name={typed}"))
+    ok(
+        sweep(
+            tmp_path,
+            *space,
+            "hydra.sweeper.n_trials=2",
+            f"hydra.sweep.dir={typed}",
+            f"hydra.sweeper.study_name={typed}",
+        )
+    )
     folder = (tmp_path / typed).resolve()
     for stamp in folder.glob("*/.tcgexp-trial.json"):
         stamp.unlink()  # a folder from before stamps: its recorded overrides prove what it trained
@@ -87,15 +110,27 @@ def test_a_trial_folder_that_trained_other_params_is_refused_never_adopted(tmp_p
     another configuration of the first, and reports nothing."""
     space = ["model.hidden=choice(8,16,32,48)", "hydra.sweeper.sampler=random"]
     folder = tmp_path / "sweep"
-    ok(sweep(tmp_path, *space, "hydra.sweeper.sampler_seed=1", "hydra.sweeper.n_trials=1",
-             f"hydra.sweep.dir={folder}"))
+    ok(sweep(tmp_path, *space, "hydra.sweeper.sampler_seed=1", "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={folder}"))
     first = trials(folder)["trials"][0]["params"]
-    seed = next(s for s in range(2, 50) if optuna.samplers.RandomSampler(seed=s).sample_independent(
-        None, None, "model.hidden", optuna.distributions.CategoricalDistribution([8, 16, 32, 48]))
-        != first["model.hidden"])
+    seed = next(
+        s
+        for s in range(2, 50)
+        if optuna.samplers.RandomSampler(seed=s).sample_independent(
+            None, None, "model.hidden", optuna.distributions.CategoricalDistribution([8, 16, 32, 48])
+        )
+        != first["model.hidden"]
+    )
     # the second study an earlier tcgexp opened: the folder as typed, relative to the launch folder
-    line = refused(sweep(tmp_path, *space, f"hydra.sweeper.sampler_seed={seed}", "hydra.sweeper.n_trials=1",
-                         "hydra.sweep.dir=sweep", "hydra.sweeper.study_name=sweep"))
+    line = refused(
+        sweep(
+            tmp_path,
+            *space,
+            f"hydra.sweeper.sampler_seed={seed}",
+            "hydra.sweeper.n_trials=1",
+            "hydra.sweep.dir=sweep",
+            "hydra.sweeper.study_name=sweep",
+        )
+    )
     assert "holds trial 0 of study" in line and "nothing was adopted" in line and "model.hidden" in line, line
     assert trained(folder / "0", first) == first
     assert sorted(studies(folder / "optuna.db")) == sorted([str(folder.resolve()), "sweep"])
@@ -115,11 +150,22 @@ def test_a_changed_space_in_a_named_folder_is_refused_naming_the_difference(tmp_
 def test_a_second_start_of_a_running_study_is_refused_naming_its_process(tmp_path):
     """Two identical commands at once: the second is refused in one line naming the first's pid, and the first
     records every trial as its folder trained it."""
-    args = ["model.hidden=choice(8,16)", "hydra.sweeper.sampler=grid", "hydra.sweeper.n_trials=2",
-            "dataset.rows_per_day=1500", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    args = [
+        "model.hidden=choice(8,16)",
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=2",
+        "dataset.rows_per_day=1500",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
     ok(sweep(tmp_path, *args[:-1], "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'warm'}"))  # the corpus
-    first = subprocess.Popen([sys.executable, "-m", "tcgexp.train", *BASE, f"dataset.root={tmp_path / 'data'}", *args],
-                             cwd=tmp_path, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tcgexp.train", *BASE, f"dataset.root={tmp_path / 'data'}", *args],
+        cwd=tmp_path,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lock = tmp_path / "sweep" / ".tcgexp-sweep.lock"
     deadline = time.monotonic() + 120
     while not (lock.exists() and lock.read_text()):
@@ -127,7 +173,7 @@ def test_a_second_start_of_a_running_study_is_refused_naming_its_process(tmp_pat
         time.sleep(0.05)
     line = refused(sweep(tmp_path, *args))
     assert f"pid {first.pid}" in line and "is running" in line, line
-    out, err = first.communicate(timeout=600)
+    _out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     rows = trials(tmp_path / "sweep")["trials"]
     assert [t["state"] for t in rows] == ["complete", "complete"], rows  # one rung: every trial completes

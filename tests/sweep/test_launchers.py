@@ -1,7 +1,9 @@
 """Sweeps on the joblib launcher: a halving sweep's rung runs its trials in parallel, one batch at a
 time; a grid sweep whose job is stopped in its worker ends as the job does. (SLURM and Ray: tests/launch/.)"""
+
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -28,24 +30,50 @@ def spans(doc: dict) -> list[tuple[float, float]]:
 
 
 def test_joblib_runs_a_rungs_trials_in_parallel(tmp_path):
-    res = halving(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_trials=4",
-                  "hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=3", "tracking=off", *SPACE)
+    res = halving(
+        tmp_path,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.min_epochs=1",
+        "hydra.sweeper.max_epochs=3",
+        "tracking=off",
+        *SPACE,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "is launching 2 jobs" in res.stdout + res.stderr  # batches of the launcher's n_jobs
     doc = trials(tmp_path / "sweep")
     assert sorted(t["state"] for t in doc["trials"]) == ["complete", "pruned", "pruned", "pruned"]
     s = spans(doc)
-    assert any(b[0] < a[1] for a, b in zip(s, s[1:])), f"no two trials overlapped: {s}"
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(s)), f"no two trials overlapped: {s}"
 
 
 def grid_sweep_training(tmp_path) -> subprocess.Popen:
     """A 2-job grid sweep on joblib's workers, in a session of its own, once both jobs have a latest/."""
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "tcgexp.train", "--multirun", *TRIAL, f"dataset.root={tmp_path / 'data'}",
-           f"hydra.sweep.dir={sweep}", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "tracking=off",
-           "model.hidden=8,16", "trainer.epochs=100"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        "--multirun",
+        *TRIAL,
+        f"dataset.root={tmp_path / 'data'}",
+        f"hydra.sweep.dir={sweep}",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "tracking=off",
+        "model.hidden=8,16",
+        "trainer.epochs=100",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while not all((sweep / j / "checkpoints" / "latest" / "state.json").exists() for j in ("0", "1")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
@@ -57,8 +85,11 @@ def workers(pid: int) -> list:
     """joblib's worker processes under the sweep `pid` (loky's, not its resource tracker)."""
     import psutil
 
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if "popen_loky" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
+    return [
+        p
+        for p in psutil.Process(pid).children(recursive=True)
+        if "popen_loky" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())
+    ]
 
 
 def test_a_job_stopped_in_its_joblib_worker_ends_the_grid_sweep_with_its_line_and_130(tmp_path):

@@ -1,5 +1,6 @@
 """The study on a real database server (PostgreSQL, MariaDB: private instances on loopback, started here) and in
 a journal file: a sweep stores its study there, and the same command with more trials continues it."""
+
 from __future__ import annotations
 
 import glob
@@ -39,8 +40,20 @@ def postgres():
     bindir, data, port = Path(bins[-1]).parent, private_dir("postgres"), free_port()
     res = as_owner("postgres", [str(bindir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "tcgexp"])
     assert res.returncode == 0, res.stderr
-    res = as_owner("postgres", [str(bindir / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "-o",
-                                f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"])
+    res = as_owner(
+        "postgres",
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data / "db"),
+            "-l",
+            str(data / "log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
+            "start",
+        ],
+    )
     assert res.returncode == 0, res.stderr + (data / "log").read_text()
     try:
         createdb = str(bindir / "createdb") if (bindir / "createdb").exists() else "createdb"
@@ -60,13 +73,26 @@ def mariadb():
     if not Path(server).exists() or install is None:
         pytest.skip("MariaDB is not installed (apt-get install mariadb-server)")
     data, port = private_dir("mysql"), free_port()
-    res = as_owner("mysql", [install, f"--datadir={data / 'db'}", "--auth-root-authentication-method=normal",
-                             "--skip-test-db"])
+    res = as_owner(
+        "mysql", [install, f"--datadir={data / 'db'}", "--auth-root-authentication-method=normal", "--skip-test-db"]
+    )
     assert res.returncode == 0, res.stderr
     prefix = ["runuser", "-u", "mysql", "--"] if os.geteuid() == 0 else []
-    proc = subprocess.Popen([*prefix, server, "--no-defaults", f"--datadir={data / 'db'}", f"--port={port}",
-                             "--bind-address=127.0.0.1", f"--socket={data / 'sock'}", f"--pid-file={data / 'pid'}",
-                             "--skip-grant-tables"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            *prefix,
+            server,
+            "--no-defaults",
+            f"--datadir={data / 'db'}",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={data / 'sock'}",
+            f"--pid-file={data / 'pid'}",
+            "--skip-grant-tables",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_listening(port, proc, "MariaDB")
         import pymysql
@@ -80,8 +106,13 @@ def mariadb():
         shutil.rmtree(data, ignore_errors=True)
 
 
-ONE_RUNG = ["hydra.sweeper.min_epochs=1", "hydra.sweeper.max_epochs=1", "tracking=off", "hydra.sweeper.sampler=random",
-            "hydra.sweeper.sampler_seed=0"]
+ONE_RUNG = [
+    "hydra.sweeper.min_epochs=1",
+    "hydra.sweeper.max_epochs=1",
+    "tracking=off",
+    "hydra.sweeper.sampler=random",
+    "hydra.sweeper.sampler_seed=0",
+]
 
 
 @pytest.mark.parametrize("server", ["postgres", "mariadb", "journal"])

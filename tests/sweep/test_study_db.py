@@ -1,4 +1,5 @@
 """The study database: every wait on it bounded, every failure of it named as what it is."""
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,17 @@ def test_a_damaged_optuna_db_is_named_damaged_with_the_fix(monkeypatch, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.extra("sweep")
-@pytest.mark.parametrize("scheme, bound", [("mysql+pymysql", dbbounds.CONNECT_TIMEOUT_S + dbbounds.READ_TIMEOUT_S),
-                                           ("postgresql+psycopg", dbbounds.CONNECT_TIMEOUT_S)],
-                         ids=["mysql", "postgresql"])
-def test_a_database_server_that_accepts_and_never_answers_is_one_line_within_its_bound(monkeypatch, tmp_path, scheme,
-                                                                                       bound):
+@pytest.mark.parametrize(
+    "scheme, bound",
+    [
+        ("mysql+pymysql", dbbounds.CONNECT_TIMEOUT_S + dbbounds.READ_TIMEOUT_S),
+        ("postgresql+psycopg", dbbounds.CONNECT_TIMEOUT_S),
+    ],
+    ids=["mysql", "postgresql"],
+)
+def test_a_database_server_that_accepts_and_never_answers_is_one_line_within_its_bound(
+    monkeypatch, tmp_path, scheme, bound
+):
     with silent_server() as endpoint:
         host = endpoint.split("://", 1)[1]
         t0 = time.monotonic()
@@ -49,12 +56,16 @@ def test_a_call_the_driver_does_not_bound_is_ended_by_the_deadline():
     with silent_server() as endpoint:
         host, port = endpoint.split("://", 1)[1].split(":")
         t0 = time.monotonic()
-        with pytest.raises(dbbounds.StudyUnanswered, match="did not answer a call within 1 s") as err:
-            with dbbounds.deadline(1, "hydra.sweeper.storage=mysql://..."):
-                pymysql.connect(host=host, port=int(port), connect_timeout=5)
+        with (
+            pytest.raises(dbbounds.StudyUnanswered, match="did not answer a call within 1 s") as err,
+            dbbounds.deadline(1, "hydra.sweeper.storage=mysql://..."),
+        ):
+            pymysql.connect(host=host, port=int(port), connect_timeout=5)
         assert time.monotonic() - t0 < 3
     assert "\n" not in str(err.value) and "the same command" in str(err.value)
     import signal
 
     assert signal.getitimer(signal.ITIMER_REAL)[0] == 0 and signal.getsignal(signal.SIGALRM) in (
-        signal.SIG_DFL, None), "the alarm and its handler are put back"
+        signal.SIG_DFL,
+        None,
+    ), "the alarm and its handler are put back"

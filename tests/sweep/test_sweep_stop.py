@@ -7,6 +7,7 @@ continue (CI saw the second end the process by SIGINT, exit -2). The real joblib
 ``test_sweeps.py::test_ctrl_c_stops_a_joblib_sweep_and_the_same_command_continues_it``; this pins each
 answer deterministically with a launcher that gives exactly it.
 """
+
 from __future__ import annotations
 
 import signal
@@ -36,15 +37,25 @@ def search_with(launcher, tmp_path) -> HalvingSearch:
     return search
 
 
-@pytest.mark.parametrize("signals, outcome, code", [
-    ([signal.SIGINT], KeyboardInterrupt(), 130),
-    ([signal.SIGINT], RuntimeError("pool broken"), 130),
-    ([signal.SIGINT], None, 130),
-    ([signal.SIGTERM], KeyboardInterrupt(), 143),
-    ([signal.SIGTERM], OSError("worker died"), 143),
-    ([signal.SIGINT, signal.SIGINT], None, 130),
-], ids=["worker-keyboardinterrupt", "broken-pool", "batch-finished", "sigterm-worker-keyboardinterrupt",
-        "sigterm-broken-pool", "second-ctrl-c"])
+@pytest.mark.parametrize(
+    "signals, outcome, code",
+    [
+        ([signal.SIGINT], KeyboardInterrupt(), 130),
+        ([signal.SIGINT], RuntimeError("pool broken"), 130),
+        ([signal.SIGINT], None, 130),
+        ([signal.SIGTERM], KeyboardInterrupt(), 143),
+        ([signal.SIGTERM], OSError("worker died"), 143),
+        ([signal.SIGINT, signal.SIGINT], None, 130),
+    ],
+    ids=[
+        "worker-keyboardinterrupt",
+        "broken-pool",
+        "batch-finished",
+        "sigterm-worker-keyboardinterrupt",
+        "sigterm-broken-pool",
+        "second-ctrl-c",
+    ],
+)
 def test_a_signalled_batch_ends_the_sweep_with_128_plus_the_signal(tmp_path, capsys, signals, outcome, code):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stopped:

@@ -1,5 +1,6 @@
 """Real halving sweeps: exact continuation, Aim runs per trial, the study, replicates, a diverging trial, and
 a sweep stopped (SIGINT, SIGKILL) and run again."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,16 @@ def test_a_promoted_trial_ends_bit_identical_to_training_straight(tmp_path):
     result = json.loads((run_dir / "result.json").read_text())
     assert result["resumed_from"] and result["status"] == "completed"  # rung 2 continued rung 1's latest/
 
-    straight = train(compose_config(f"dataset.root={tmp_path / 'data'}", *TRIAL, "tracking=off",
-                                    *overrides_of(done["params"]), "trainer.epochs=3"), run_dir=tmp_path / "straight")
+    straight = train(
+        compose_config(
+            f"dataset.root={tmp_path / 'data'}",
+            *TRIAL,
+            "tracking=off",
+            *overrides_of(done["params"]),
+            "trainer.epochs=3",
+        ),
+        run_dir=tmp_path / "straight",
+    )
     assert weights(run_dir) == weights(tmp_path / "straight")  # bit for bit
     assert done["value"] == straight["final"]["loss"] == result["final"]["loss"]
 
@@ -67,7 +76,11 @@ def test_a_promoted_trial_ends_bit_identical_to_training_straight(tmp_path):
     # there), one seed, so no interval and the command that re-runs the study with three in a new folder
     [row] = json.loads((tmp_path / "sweep" / "findings.json").read_text())
     assert (row["configuration"], row["epochs"], row["n"], row["verdict"]) == (
-        "best vs runner-up at 1 epoch", 1, 1, "no interval")
+        "best vs runner-up at 1 epoch",
+        1,
+        1,
+        "no interval",
+    )
     assert row["best"].startswith(f"trial {done['number']} (") and row["metric"] == "val/loss"
     assert row["difference"] == pytest.approx(done["seed_values"]["1"][0] - float(row["vs_value"]))
     assert "hydra.sweeper.seeds=3" in row["rerun"] and f"hydra.sweep.dir={tmp_path / 'sweep'}-seeds3" in row["rerun"]
@@ -98,13 +111,19 @@ def test_replicates_rank_on_the_mean_and_report_its_interval(tmp_path):
 
 
 def test_a_diverging_trial_fails_and_the_study_goes_on(tmp_path):
-    res = halving(tmp_path, *BUDGET, "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler=grid", "tracking=off",
-                  "optimizer.lr=choice(1e-3,1e6,3e-3)")
+    res = halving(
+        tmp_path,
+        *BUDGET,
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler=grid",
+        "tracking=off",
+        "optimizer.lr=choice(1e-3,1e6,3e-3)",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     doc = trials(tmp_path / "sweep")
     failed = [t for t in doc["trials"] if t["state"] == "failed"]
     assert [t["params"]["optimizer.lr"] for t in failed] == [1e6] and "diverged" in failed[0]["error"]
-    assert "trial %d failed" % failed[0]["number"] in res.stderr
+    assert f"trial {failed[0]['number']} failed" in res.stderr
     assert {t["state"] for t in doc["trials"]} == {"failed", "complete", "pruned"}
     assert "## Failed jobs" in (tmp_path / "sweep" / "summary.md").read_text()
     assert [t.state.name for t in study_of(tmp_path / "sweep").trials if t.params["optimizer.lr"] == 1e6] == ["FAIL"]
@@ -115,13 +134,24 @@ def test_the_same_command_without_a_sweep_dir_continues_its_study(tmp_path):
     command again (with more trials, here) continues the same study; another search space is another study."""
     import sys
 
-    base = [sys.executable, "-m", "tcgexp.train", "--multirun", "hydra/sweeper=halving", *BUDGET, "tracking=off",
-            "hydra.sweeper.sampler=grid", f"dataset.root={tmp_path / 'data'}", "dataset.rows_per_day=500",
-            "dataset.episodes_per_shard=2", "dataset.row_group_rows=128", "tbptt.batch_size=64"]
+    base = [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        "--multirun",
+        "hydra/sweeper=halving",
+        *BUDGET,
+        "tracking=off",
+        "hydra.sweeper.sampler=grid",
+        f"dataset.root={tmp_path / 'data'}",
+        "dataset.rows_per_day=500",
+        "dataset.episodes_per_shard=2",
+        "dataset.row_group_rows=128",
+        "tbptt.batch_size=64",
+    ]
 
     def sweep(*args: str) -> subprocess.CompletedProcess:
-        res = subprocess.run([*base, *args], cwd=tmp_path, env=job_env(), capture_output=True, text=True,
-                             timeout=600)
+        res = subprocess.run([*base, *args], cwd=tmp_path, env=job_env(), capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         return res
 
@@ -143,8 +173,15 @@ def launched(output: str) -> list[str]:
 
 def stopped_inside_trial_1(tmp_path, args: list[str], how: signal.Signals) -> tuple[int, str]:
     """Start the sweep, send `how` to its process group once trial 1 has a latest/; (exit code, output)."""
-    proc = subprocess.Popen(halving_cmd(tmp_path, *args), cwd=ROOT, env=job_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        halving_cmd(tmp_path, *args),
+        cwd=ROOT,
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     latest = tmp_path / "sweep" / "1" / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 300
     while not latest.exists():
@@ -159,8 +196,14 @@ def stopped_inside_trial_1(tmp_path, args: list[str], how: signal.Signals) -> tu
 def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):  # (joblib: the test below)
     """Stop the sweep inside trial 1's first rung; the same command continues it: trial 0's finished job is not
     run again, trial 1 resumes from its latest/, and the results equal an uninterrupted sweep's."""
-    args = [*BUDGET, "hydra.sweeper.n_trials=3", "hydra.sweeper.sampler=grid", "tracking=off",
-            "model.hidden=choice(8,16,32)", "trainer.aux_weight=0.25"]
+    args = [
+        *BUDGET,
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler=grid",
+        "tracking=off",
+        "model.hidden=choice(8,16,32)",
+        "trainer.aux_weight=0.25",
+    ]
     slow = ["dataset.rows_per_day=3000"]  # a first rung long enough to stop inside
     code, out = stopped_inside_trial_1(tmp_path, [*args, *slow], how)
     assert code != 0
@@ -174,22 +217,33 @@ def test_a_stopped_sweep_continues_where_it_was(tmp_path, how):  # (joblib: the 
     assert again.returncode == 0, again.stderr[-3000:]
     jobs = launched(again.stdout + again.stderr)
     assert not any(done in j and "stop_at_epoch=1" in j for j in jobs), jobs  # finished: not run again
-    assert [j for j in jobs if stopped in j and "stop_at_epoch=1" in j][0].endswith(f"resume={tmp_path / 'sweep' / '1'}")
+    assert next(j for j in jobs if stopped in j and "stop_at_epoch=1" in j).endswith(
+        f"resume={tmp_path / 'sweep' / '1'}"
+    )
     resumed = json.loads((tmp_path / "sweep" / "1" / "result.json").read_text())
     assert resumed["resumed_from"]
 
     whole = halving(tmp_path, *args, *slow, sweep="whole")
     assert whole.returncode == 0, whole.stderr[-3000:]
-    a, b = ({str(t["params"]): (t["state"], t["value"]) for t in trials(tmp_path / d)["trials"]}
-            for d in ("sweep", "whole"))
+    a, b = (
+        {str(t["params"]): (t["state"], t["value"]) for t in trials(tmp_path / d)["trials"]} for d in ("sweep", "whole")
+    )
     assert a == b and all(math.isfinite(v) for _, v in a.values())  # the same study, to the bit
 
 
 def test_ctrl_c_stops_a_joblib_sweep_and_the_same_command_continues_it(tmp_path):
     """joblib's workers get the Ctrl-C too and its pool breaks: the sweep stops all the same, once its jobs
     have written their latest/, and the same command resumes them."""
-    args = [*BUDGET, "hydra.sweeper.n_trials=4", "tracking=off", "dataset.rows_per_day=3000",
-            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model.hidden=choice(8,16)", "tbptt.chunk=choice(4,8)"]
+    args = [
+        *BUDGET,
+        "hydra.sweeper.n_trials=4",
+        "tracking=off",
+        "dataset.rows_per_day=3000",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "model.hidden=choice(8,16)",
+        "tbptt.chunk=choice(4,8)",
+    ]
     code, out = stopped_inside_trial_1(tmp_path, args, signal.SIGINT)
     assert code == 128 + signal.SIGINT and "to continue the study" in out, out[-3000:]
     again = halving(tmp_path, *args)

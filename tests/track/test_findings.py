@@ -1,5 +1,6 @@
 """The findings' statistics on constructed results: the verdict rule, pairing by seed, factorial averaging,
 the default option's row, failed jobs, a halving sweep's equal budget; the re-run command and the Aim link."""
+
 from __future__ import annotations
 
 import base64
@@ -49,8 +50,9 @@ def test_bit_identical_values_that_vary_by_seed_are_identical_and_need_no_interv
 
 
 def test_a_counter_the_same_in_every_seed_is_exact_even_when_both_options_agree():
-    row = compare(Metric("cache_train_mib_decoded", False, "MiB"), "plan", {0: [0.7], 1: [0.7]}, "off",
-                  {0: [5.8], 1: [5.8]})
+    row = compare(
+        Metric("cache_train_mib_decoded", False, "MiB"), "plan", {0: [0.7], 1: [0.7]}, "off", {0: [5.8], 1: [5.8]}
+    )
     assert row["verdict"] == EXACT and row["difference"] == pytest.approx(-5.1) and row["interval"] is None
     assert compare(ROWS_S, "a", {0: [3.0], 1: [3.0]}, "b", {0: [3.0], 1: [3.0]})["verdict"] == EXACT
 
@@ -67,9 +69,17 @@ def job(params: dict, seed, loss, status="COMPLETED", **columns) -> dict:
 
 def test_a_grid_key_is_averaged_over_the_other_keys_and_paired_by_seed():
     # cache changes nothing; the chunk lowers the loss by 0.1 in every seed, more at one cache than another
-    rows = [job({"cache": c, "tbptt.chunk": k}, s, 1.0 + 0.01 * s - (0.1 if k == 32 else 0)
-                - (0.02 if (c, k) == ("lru", 32) else 0), rows_per_s=1000.0 + s) for c in ("lru", "off")
-            for k in (16, 32) for s in (0, 1, 2)]
+    rows = [
+        job(
+            {"cache": c, "tbptt.chunk": k},
+            s,
+            1.0 + 0.01 * s - (0.1 if k == 32 else 0) - (0.02 if (c, k) == ("lru", 32) else 0),
+            rows_per_s=1000.0 + s,
+        )
+        for c in ("lru", "off")
+        for k in (16, 32)
+        for s in (0, 1, 2)
+    ]
     found = grid_findings(rows, ["cache", "tbptt.chunk"], {"cache": "hot60"}, LOSS)
     chunk = next(f for f in found if f["key"] == "tbptt.chunk" and f["metric"] == "val/loss")
     assert (chunk["best"], chunk["vs"]) == ("32", "16")
@@ -81,16 +91,23 @@ def test_a_grid_key_is_averaged_over_the_other_keys_and_paired_by_seed():
 
 
 def test_the_default_option_gets_its_own_row_when_swept_and_neither_best_nor_runner_up():
-    rows = [job({"cache": c}, s, 1.0, rows_per_s=r + s) for c, r in (("plan", 900.0), ("lru", 800.0),
-                                                                     ("hot60", 700.0)) for s in (0, 1)]
+    rows = [
+        job({"cache": c}, s, 1.0, rows_per_s=r + s)
+        for c, r in (("plan", 900.0), ("lru", 800.0), ("hot60", 700.0))
+        for s in (0, 1)
+    ]
     found = [f for f in grid_findings(rows, ["cache"], {"cache": "hot60"}, LOSS) if f["metric"] == "rows_per_s"]
-    assert [(f["best"], f["vs"], f["vs_is"]) for f in found] == [("plan", "lru", "runner-up"),
-                                                                ("plan", "hot60", "default")]
+    assert [(f["best"], f["vs"], f["vs_is"]) for f in found] == [
+        ("plan", "lru", "runner-up"),
+        ("plan", "hot60", "default"),
+    ]
     assert [f["difference"] for f in found] == pytest.approx([100.0, 200.0])
 
 
 def test_a_seed_a_failed_job_took_away_is_said():
-    rows = [job({"optimizer.lr": lr}, s, loss + 0.01 * s) for lr, loss in ((0.003, 1.0), (1e-6, 1.5)) for s in (0, 1, 2)]
+    rows = [
+        job({"optimizer.lr": lr}, s, loss + 0.01 * s) for lr, loss in ((0.003, 1.0), (1e-6, 1.5)) for s in (0, 1, 2)
+    ]
     rows[4] = job({"optimizer.lr": 1e-6}, 1, None, status="FAILED")
     [row] = grid_findings(rows, ["optimizer.lr"], {}, LOSS)
     assert row["n"] == 2 and row["removed"] == 1 and row["seeds"] == 3
@@ -99,9 +116,18 @@ def test_a_seed_a_failed_job_took_away_is_said():
 
 def test_a_combination_where_every_job_failed_is_left_out_and_named_not_every_seed_taken_away():
     # model.hidden=0 fails in every job (an impossible value): the cache is still compared at hidden 8
-    rows = [job({"cache": c, "model.hidden": h}, s, None if h == 0 else 1.0 + 0.01 * s,
-                status="FAILED" if h == 0 else "COMPLETED", rows_per_s=None if h == 0 else r + s)
-            for c, r in (("off", 900.0), ("plan", 1000.0)) for h in (8, 0) for s in (0, 1)]
+    rows = [
+        job(
+            {"cache": c, "model.hidden": h},
+            s,
+            None if h == 0 else 1.0 + 0.01 * s,
+            status="FAILED" if h == 0 else "COMPLETED",
+            rows_per_s=None if h == 0 else r + s,
+        )
+        for c, r in (("off", 900.0), ("plan", 1000.0))
+        for h in (8, 0)
+        for s in (0, 1)
+    ]
     found = grid_findings(rows, ["cache", "model.hidden"], {}, LOSS)
     speed = next(f for f in found if f["metric"] == "rows_per_s")
     assert (speed["best"], speed["vs"], speed["n"], speed["removed"]) == ("plan", "off", 2, 0)
@@ -118,11 +144,18 @@ def test_a_halving_sweep_compares_the_best_with_the_runner_up_at_the_rung_both_r
     def trial(number, state, values):
         return {"number": number, "state": state, "seed_values": values, "params": {"lr": number}}
 
-    trials = {"best": 0, "direction": "minimize", "seeds": 2, "space": {"optimizer.lr": {}},
-              "trials": [trial(0, "complete", {"1": [1.2, 1.3], "3": [1.0, 1.1], "9": [0.9, 0.95]}),
-                         trial(1, "pruned", {"1": [1.25, 1.32], "3": [1.06, 1.16]}),
-                         trial(2, "pruned", {"1": [1.1, 1.2]}),  # better at 1 epoch, never measured later
-                         trial(3, "failed", {"1": [0.1, 0.1], "3": [0.1, 0.1]})]}
+    trials = {
+        "best": 0,
+        "direction": "minimize",
+        "seeds": 2,
+        "space": {"optimizer.lr": {}},
+        "trials": [
+            trial(0, "complete", {"1": [1.2, 1.3], "3": [1.0, 1.1], "9": [0.9, 0.95]}),
+            trial(1, "pruned", {"1": [1.25, 1.32], "3": [1.06, 1.16]}),
+            trial(2, "pruned", {"1": [1.1, 1.2]}),  # better at 1 epoch, never measured later
+            trial(3, "failed", {"1": [0.1, 0.1], "3": [0.1, 0.1]}),
+        ],
+    }
     rows = [{"job": t["number"], "overrides": f"lr={t['number']}"} for t in trials["trials"]]
     [row] = halving_findings(trials, rows, objective("val/loss"))
     assert row["epochs"] == 3 and row["vs"] == "trial 1 (lr=1)" and row["best"] == "trial 0 (lr=0)"
@@ -134,33 +167,59 @@ def decode(state: str) -> dict:
     return json.loads(urllib.parse.unquote(base64.b64decode(raw + "=" * (-len(raw) % 4)).decode()))
 
 
-def sweep_dir(tmp_path, task, hydra=("hydra.sweep.dir=/x/sweep", "hydra.mode=MULTIRUN"), tracking=None,
-              sweeper="hydra._internal.core_plugins.basic_sweeper.BasicSweeper", seed=0):
-    cfg = {"seed": seed, "cache": {"capacity": 8}, "tbptt": {"chunk": 16}, "optimized_metric": "val/loss",
-           "tracking": tracking or {"_target_": "tcgexp.track.NullTracker"},
-           "hydra": {"sweeper": {"_target_": sweeper}, "overrides": {"task": list(task), "hydra": list(hydra)},
-                     "sweep": {"dir": "multirun/x"}, "runtime": {"cwd": "/work", "choices": {"cache": "hot60"}}}}
+def sweep_dir(
+    tmp_path,
+    task,
+    hydra=("hydra.sweep.dir=/x/sweep", "hydra.mode=MULTIRUN"),
+    tracking=None,
+    sweeper="hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+    seed=0,
+):
+    cfg = {
+        "seed": seed,
+        "cache": {"capacity": 8},
+        "tbptt": {"chunk": 16},
+        "optimized_metric": "val/loss",
+        "tracking": tracking or {"_target_": "tcgexp.track.NullTracker"},
+        "hydra": {
+            "sweeper": {"_target_": sweeper},
+            "overrides": {"task": list(task), "hydra": list(hydra)},
+            "sweep": {"dir": "multirun/x"},
+            "runtime": {"cwd": "/work", "choices": {"cache": "hot60"}},
+        },
+    }
     OmegaConf.save(OmegaConf.create(cfg), tmp_path / "multirun.yaml")
     return tmp_path
 
 
 def test_the_rerun_command_adds_seeds_to_a_grid_and_a_new_folder_to_a_halving_sweep(tmp_path):
     grid = sweep_dir(tmp_path, ["cache=off,plan", "seed=5"], seed=5)
-    assert multirun.rerun_command(grid) == ("tcgexp-train --multirun hydra.sweep.dir=/x/sweep-seeds3 cache=off,plan "
-                                            "seed=5,6,7")
-    halving = sweep_dir(tmp_path, ["optimizer.lr=tag(log, interval(1e-4, 1e-2))"],
-                        hydra=["hydra/sweeper=halving", "hydra.sweeper.seeds=1", "hydra.mode=MULTIRUN"],
-                        sweeper=multirun.HALVING)
-    assert multirun.rerun_command(halving) == ("tcgexp-train --multirun hydra/sweeper=halving hydra.sweeper.seeds=3 "
-                                               "'optimizer.lr=tag(log, interval(1e-4, 1e-2))'")
-    assert multirun.defaults(multirun.load(grid), ["cache", "tbptt.chunk", "model.hidden"]) == {"cache": "hot60",
-                                                                                                 "tbptt.chunk": 16}
+    assert multirun.rerun_command(grid) == (
+        "tcgexp-train --multirun hydra.sweep.dir=/x/sweep-seeds3 cache=off,plan seed=5,6,7"
+    )
+    halving = sweep_dir(
+        tmp_path,
+        ["optimizer.lr=tag(log, interval(1e-4, 1e-2))"],
+        hydra=["hydra/sweeper=halving", "hydra.sweeper.seeds=1", "hydra.mode=MULTIRUN"],
+        sweeper=multirun.HALVING,
+    )
+    assert multirun.rerun_command(halving) == (
+        "tcgexp-train --multirun hydra/sweeper=halving hydra.sweeper.seeds=3 "
+        "'optimizer.lr=tag(log, interval(1e-4, 1e-2))'"
+    )
+    assert multirun.defaults(multirun.load(grid), ["cache", "tbptt.chunk", "model.hidden"]) == {
+        "cache": "hot60",
+        "tbptt.chunk": 16,
+    }
 
 
 def test_the_aim_link_colours_the_runs_by_the_swept_keys_and_there_is_none_without_tracking(tmp_path):
     assert aim_link.link(sweep_dir(tmp_path, ["cache=off,plan"]), ["cache"]) is None  # tracking=off
-    d = sweep_dir(tmp_path, ["cache=off,plan", "tbptt.chunk=16,32"],
-                  tracking={"_target_": "tcgexp.track.aim_run.AimTracker", "repo": "aim"})
+    d = sweep_dir(
+        tmp_path,
+        ["cache=off,plan", "tbptt.chunk=16,32"],
+        tracking={"_target_": "tcgexp.track.aim_run.AimTracker", "repo": "aim"},
+    )
     start, url = aim_link.link(d, ["cache", "tbptt.chunk"])
     assert start == "aim up --repo /work/aim" and url.startswith("http://127.0.0.1:43800/metrics?")
     state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
@@ -168,7 +227,10 @@ def test_the_aim_link_colours_the_runs_by_the_swept_keys_and_there_is_none_witho
     query = decode(state["select"])["advancedQuery"]
     assert f'run.sweep.id == "{multirun.sweep_id(d)}"' in query and '"cache_train/bytes_loaded"' in query
     assert multirun.sweep_id(d) == __import__("hashlib").sha1(b"/work/multirun/x").hexdigest()[:12]
-    remote = sweep_dir(tmp_path, ["cache=off,plan"], tracking={"_target_": "tcgexp.track.remote.RemoteAimTracker",
-                                                               "uri": "aim://tracking-host:53800"})
+    remote = sweep_dir(
+        tmp_path,
+        ["cache=off,plan"],
+        tracking={"_target_": "tcgexp.track.remote.RemoteAimTracker", "uri": "aim://tracking-host:53800"},
+    )
     start, url = aim_link.link(remote, ["cache"])
     assert "aim up" in start and url.startswith("http://tracking-host:43800/metrics?grouping=O-")

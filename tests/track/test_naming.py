@@ -1,4 +1,5 @@
 """Run names, swept columns and metric contexts: fast, no Hydra job, no Aim repo."""
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
@@ -8,14 +9,35 @@ from tcgexp.track.context import JobContext, swept_keys
 
 
 def test_a_sweep_job_is_named_after_what_the_sweep_varies(tmp_path):
-    OmegaConf.save(OmegaConf.create({"hydra": {
-        "sweeper": {"params": {"cache": "off,plan"}},
-        "overrides": {"task": ["+experiment=smoke", "tbptt.chunk=16,32", "dataset.root=/tmp/d",
-                               "tracking.repo=/tmp/aim", "hydra.launcher.n_jobs=2"]}}}), tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        OmegaConf.create(
+            {
+                "hydra": {
+                    "sweeper": {"params": {"cache": "off,plan"}},
+                    "overrides": {
+                        "task": [
+                            "+experiment=smoke",
+                            "tbptt.chunk=16,32",
+                            "dataset.root=/tmp/d",
+                            "tracking.repo=/tmp/aim",
+                            "hydra.launcher.n_jobs=2",
+                        ]
+                    },
+                }
+            }
+        ),
+        tmp_path / "multirun.yaml",
+    )
     keys = swept_keys(tmp_path)
     assert keys == {"cache", "tbptt.chunk"}
-    ctx = JobContext("abc", str(tmp_path), 3, ["+experiment=smoke", "tbptt.chunk=32", "dataset.root=/tmp/d",
-                                               "tracking.repo=/tmp/aim", "cache=plan"], "sweep x", keys)
+    ctx = JobContext(
+        "abc",
+        str(tmp_path),
+        3,
+        ["+experiment=smoke", "tbptt.chunk=32", "dataset.root=/tmp/d", "tracking.repo=/tmp/aim", "cache=plan"],
+        "sweep x",
+        keys,
+    )
     assert ctx.name == "tbptt.chunk=32 cache=plan"
     assert ctx.swept == {"tbptt.chunk": 32, "cache": "plan"}
     attrs = run_attributes({"seed": 0}, ctx)
@@ -24,8 +46,16 @@ def test_a_sweep_job_is_named_after_what_the_sweep_varies(tmp_path):
 
 
 def test_outside_a_sweep_paths_and_hydra_keys_are_not_the_name():
-    ctx = JobContext(overrides=["dataset.root=/data/x", "hydra.run.dir=/tmp/r", "tracking.repo=.",
-                                "resume=runs/a", "cache=off", "optimizer.lr=1e-3"])
+    ctx = JobContext(
+        overrides=[
+            "dataset.root=/data/x",
+            "hydra.run.dir=/tmp/r",
+            "tracking.repo=.",
+            "resume=runs/a",
+            "cache=off",
+            "optimizer.lr=1e-3",
+        ]
+    )
     assert ctx.name == "cache=off optimizer.lr=1e-3"
     assert ctx.swept == {"cache": "off", "optimizer.lr": 0.001}
     assert JobContext(overrides=["dataset.root=/x"]).name == JobContext().name == "defaults"
@@ -37,13 +67,27 @@ def test_without_multirun_yaml_the_name_falls_back_to_the_overrides(tmp_path):
 
 
 def test_metrics_keep_their_names_and_get_a_subset_context():
-    assert [subset_of(n) for n in ("train/loss", "lr", "train/grad_norm", "cache_train/hits", "val/loss",
-                                   "cache_val/misses", "lr_scale", "other")] == \
-        ["train", "train", "train", "train", "val", "val", None, None]
-    groups = dict((c.get("subset"), v) for c, v in by_context({"train/loss": 1, "lr": 0.1, "cache_train/hits": 2,
-                                                                 "val/loss": 3, "cache_val/hits": 4}))
-    assert groups == {"train": {"train/loss": 1.0, "lr": 0.1, "cache_train/hits": 2.0},
-                      "val": {"val/loss": 3.0, "cache_val/hits": 4.0}}
+    assert [
+        subset_of(n)
+        for n in (
+            "train/loss",
+            "lr",
+            "train/grad_norm",
+            "cache_train/hits",
+            "val/loss",
+            "cache_val/misses",
+            "lr_scale",
+            "other",
+        )
+    ] == ["train", "train", "train", "train", "val", "val", None, None]
+    groups = {
+        c.get("subset"): v
+        for c, v in by_context({"train/loss": 1, "lr": 0.1, "cache_train/hits": 2, "val/loss": 3, "cache_val/hits": 4})
+    }
+    assert groups == {
+        "train": {"train/loss": 1.0, "lr": 0.1, "cache_train/hits": 2.0},
+        "val": {"val/loss": 3.0, "cache_val/hits": 4.0},
+    }
 
 
 def test_the_screenshot_tool_needs_a_folder_and_queries_one_sweep(tmp_path, capsys):
@@ -76,21 +120,57 @@ def _decode(state: str) -> str:
 
 
 def test_a_halving_trial_is_named_by_its_draw_to_4_digits_and_not_by_its_seed(tmp_path):
-    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"seeds": 3, "params": None}, "overrides": {
-        "task": ["optimizer.lr=tag(log, interval(1e-4, 1e-2))", "model.hidden=choice(64,128)", "dataset=5d"]}}}),
-        tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        OmegaConf.create(
+            {
+                "hydra": {
+                    "sweeper": {"seeds": 3, "params": None},
+                    "overrides": {
+                        "task": [
+                            "optimizer.lr=tag(log, interval(1e-4, 1e-2))",
+                            "model.hidden=choice(64,128)",
+                            "dataset=5d",
+                        ]
+                    },
+                }
+            }
+        ),
+        tmp_path / "multirun.yaml",
+    )
     keys = swept_keys(tmp_path)
     assert keys == {"optimizer.lr", "model.hidden"}  # seeds are replicates: a configuration's runs share its name
-    ctx = JobContext("a", str(tmp_path), 7, ["dataset=5d", "optimizer.lr=0.0012345678901234567", "model.hidden=64",
-                                             "trainer.epochs=9", "trainer.stop_at_epoch=3", "seed=2",
-                                             f"resume={tmp_path}/3/seed2"], "s", keys)
+    ctx = JobContext(
+        "a",
+        str(tmp_path),
+        7,
+        [
+            "dataset=5d",
+            "optimizer.lr=0.0012345678901234567",
+            "model.hidden=64",
+            "trainer.epochs=9",
+            "trainer.stop_at_epoch=3",
+            "seed=2",
+            f"resume={tmp_path}/3/seed2",
+        ],
+        "s",
+        keys,
+    )
     assert ctx.name == "optimizer.lr=0.001235 model.hidden=64"
     assert ctx.swept == {"optimizer.lr": 0.0012345678901234567, "model.hidden": 64}  # the value in full
 
 
 def test_a_grid_that_sweeps_seeds_names_its_runs_without_them(tmp_path):
-    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"params": {"cache": "off,plan"}}, "overrides": {
-        "task": ["+experiment=smoke", "seed=0,1,2"]}}}), tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        OmegaConf.create(
+            {
+                "hydra": {
+                    "sweeper": {"params": {"cache": "off,plan"}},
+                    "overrides": {"task": ["+experiment=smoke", "seed=0,1,2"]},
+                }
+            }
+        ),
+        tmp_path / "multirun.yaml",
+    )
     assert swept_keys(tmp_path) == {"cache"}
     ctx = JobContext("a", str(tmp_path), 4, ["cache=plan", "+experiment=smoke", "seed=1"], "s", swept_keys(tmp_path))
     assert ctx.name == "cache=plan" and ctx.swept == {"cache": "plan"}

@@ -1,39 +1,54 @@
 """The sweep report fits what the sweep varied (fast: job dirs written by hand, no training)."""
+
 from __future__ import annotations
 
 import json
 
-from omegaconf import OmegaConf
-
 import pytest
+from omegaconf import OmegaConf
 from scipy.stats import t as student
 
 from tcgexp.track.report import lines, main
-from tcgexp.track.summary import grid_params, job_row, job_dirs, write_summary
+from tcgexp.track.summary import grid_params, job_dirs, job_row, write_summary
 
 
 def fake_sweep(tmp_path, task: list[str], jobs: list[tuple[list[str], float]], params=None):
     """A grid sweep's dir as Hydra and the jobs leave it: multirun.yaml, and per job its overrides,
     job_status.json and a completed result.json with `loss`."""
-    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": {"params": params}, "overrides": {"task": task}}}),
-                   tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"sweeper": {"params": params}, "overrides": {"task": task}}}),
+        tmp_path / "multirun.yaml",
+    )
     for i, (overrides, loss) in enumerate(jobs):
         d = tmp_path / str(i)
         d.mkdir()
-        (d / "job_status.json").write_text(json.dumps({"status": "COMPLETED", "error": None, "job_num": i,
-                                                       "overrides": overrides}))
+        (d / "job_status.json").write_text(
+            json.dumps({"status": "COMPLETED", "error": None, "job_num": i, "overrides": overrides})
+        )
         cache = {"hit_rate_pct": 90.0, "misses": 3, "evictions": 1, "ssd_hits": 0, "bytes_loaded": 2**20}
-        (d / "result.json").write_text(json.dumps({
-            "status": "completed", "final": {"loss": loss, "accuracy": 0.5}, "best": {"val_loss": loss},
-            "rows_per_second": 1000.0, "data_stall_share": 0.01, "wall_seconds": 3.0,
-            "cache": {"train": cache, "val": cache}}))
+        (d / "result.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "final": {"loss": loss, "accuracy": 0.5},
+                    "best": {"val_loss": loss},
+                    "rows_per_second": 1000.0,
+                    "data_stall_share": 0.01,
+                    "wall_seconds": 3.0,
+                    "cache": {"train": cache, "val": cache},
+                }
+            )
+        )
     return tmp_path
 
 
 def test_a_sweep_that_never_touched_the_cache_has_no_cache_columns_panels_or_sentence(tmp_path):
     lrs = [0.0012345678901234567, 0.004, 0.012, 0.05]
-    sweep = fake_sweep(tmp_path, ["optimizer.lr=" + ",".join(map(str, lrs)), "dataset=5d"],
-                       [([f"optimizer.lr={lr}", "dataset=5d"], 1.25 + k / 100) for k, lr in enumerate(lrs)])
+    sweep = fake_sweep(
+        tmp_path,
+        ["optimizer.lr=" + ",".join(map(str, lrs)), "dataset=5d"],
+        [([f"optimizer.lr={lr}", "dataset=5d"], 1.25 + k / 100) for k, lr in enumerate(lrs)],
+    )
     rows = write_summary(sweep)
     md = (sweep / "summary.md").read_text()
     assert "cache" not in md.lower() and "same validation loss" not in md
@@ -45,9 +60,11 @@ def test_a_sweep_that_never_touched_the_cache_has_no_cache_columns_panels_or_sen
 
 
 def test_a_cache_sweep_keeps_its_cache_columns_and_the_sentence(tmp_path):
-    sweep = fake_sweep(tmp_path, ["cache=off,lru", "tbptt.chunk=16,32"],
-                       [([f"cache={c}", f"tbptt.chunk={k}"], 1.3 if k == 16 else 1.4)
-                        for c in ("off", "lru") for k in (16, 32)])
+    sweep = fake_sweep(
+        tmp_path,
+        ["cache=off,lru", "tbptt.chunk=16,32"],
+        [([f"cache={c}", f"tbptt.chunk={k}"], 1.3 if k == 16 else 1.4) for c in ("off", "lru") for k in (16, 32)],
+    )
     rows = write_summary(sweep)
     md = (sweep / "summary.md").read_text()
     assert "cache_train_hit_pct" in md and "same validation loss" in md
@@ -60,8 +77,9 @@ def test_a_cache_sweep_keeps_its_cache_columns_and_the_sentence(tmp_path):
 @pytest.mark.parametrize("seeds", [[0, 1, 2], [7]], ids=["three-seeds", "one-seed"])
 def test_a_sweep_of_seeds_alone_says_what_its_replicates_measured_not_none_yet(tmp_path, seeds):
     losses = [1.2 + 0.1 * i for i in range(len(seeds))]
-    sweep = fake_sweep(tmp_path, ["seed=" + ",".join(map(str, seeds))],
-                       [([f"seed={s}"], loss) for s, loss in zip(seeds, losses)])
+    sweep = fake_sweep(
+        tmp_path, ["seed=" + ",".join(map(str, seeds))], [([f"seed={s}"], loss) for s, loss in zip(seeds, losses)]
+    )
     write_summary(sweep)
     assert json.loads((sweep / "findings.json").read_text()) == []  # nothing compared
     said = lines(sweep)[0]
@@ -109,7 +127,8 @@ def test_tcgexp_report_on_the_parent_of_sweeps_names_the_newest_ones(tmp_path):
     day = tmp_path / "multirun" / "2026-12-03"  # the line Python prints as the process exits (status 1)
     assert stopped.value.code == (
         f"error: {tmp_path / 'multirun'}: not a sweep dir (no job folders 0, 1, ... and no trials.json); the newest "
-        f"sweeps below it: {day / '12-00-00'}, {day / '11-00-00'}, {day / '10-00-00'}")
+        f"sweeps below it: {day / '12-00-00'}, {day / '11-00-00'}, {day / '10-00-00'}"
+    )
 
 
 def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
@@ -120,8 +139,13 @@ def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
     from tcgexp.ownership import HeldLock
 
     rows = {}
-    for name, result in (("0", {"status": "failed", "error": "CheckpointWriteError: disk full"}),
-                         ("1", {"status": "completed", "final": {"loss": 1.0}}), ("2", None), ("3", None), ("4", None)):
+    for name, result in (
+        ("0", {"status": "failed", "error": "CheckpointWriteError: disk full"}),
+        ("1", {"status": "completed", "final": {"loss": 1.0}}),
+        ("2", None),
+        ("3", None),
+        ("4", None),
+    ):
         job = tmp_path / name
         job.mkdir()
         if result is not None:

@@ -6,6 +6,7 @@ Slow: a planted effect (a learning rate far too small, three seeds: better), a p
 (two policies that behave the same when the cache holds every row group, three seeds: the counters exact,
 rows/s judged by the rule), and that sweep's Aim link opened in headless Chromium (one colour per option).
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,7 +47,9 @@ def test_a_grid_without_seeds_says_no_interval_and_how_to_get_one(tmp_path):
     assert md[0].startswith("# Sweep ") and md[4] == "## Findings" and md.index("## Jobs") > md.index("## Findings")
     assert rerun in md
     lines = sweep_lines(res.stderr)
-    assert lines[0].startswith("[sweep] findings (") and any("cache, val/loss: " in x and "identical" in x for x in lines)
+    assert lines[0].startswith("[sweep] findings (") and any(
+        "cache, val/loss: " in x and "identical" in x for x in lines
+    )
     assert any(x.startswith("[sweep] no interval from one seed: re-run") and x.endswith(rerun) for x in lines)
     assert not any("Aim" in x for x in lines), "tracking=off: no Aim link"
     assert lines[-1] == f"[sweep] rebuild this report any time: tcgexp-report {tmp_path / 'sweep'}"
@@ -54,15 +57,26 @@ def test_a_grid_without_seeds_says_no_interval_and_how_to_get_one(tmp_path):
 
     for name in ("findings.json", "summary.md", "summary.png"):
         (tmp_path / "sweep" / name).unlink()
-    again = subprocess.run([sys.executable, "-m", "tcgexp.track.report", str(tmp_path / "sweep")], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "tcgexp.track.report", str(tmp_path / "sweep")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert findings(tmp_path) == found and sweep_lines(again.stderr) == lines
-    bad = subprocess.run([sys.executable, "-m", "tcgexp.track.report", str(tmp_path / "data")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tcgexp.track.report", str(tmp_path / "data")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'data'}: not a sweep dir (no job folders 0, 1, ... and no trials.json); "
-        "give the folder a --multirun wrote (hydra.sweep.dir)"]
+        "give the folder a --multirun wrote (hydra.sweep.dir)"
+    ]
 
 
 def test_tcgexp_report_is_a_console_script():
@@ -80,15 +94,22 @@ def test_a_learning_rate_far_too_small_is_worse_with_an_interval_that_excludes_z
     row = found[("optimizer.lr", "val/loss")]
     assert (row["best"], row["vs"], row["n"], row["verdict"]) == ("0.003", "1e-06", 3, BETTER)
     assert row["interval"][0] < row["difference"] < row["interval"][1] < 0
-    assert any("optimizer.lr, val/loss: 0.003 vs 1e-06: -" in x and x.endswith(": better")
-               for x in sweep_lines(res.stderr))
+    assert any(
+        "optimizer.lr, val/loss: 0.003 vs 1e-06: -" in x and x.endswith(": better") for x in sweep_lines(res.stderr)
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("chromium"), reason="needs Debian's chromium (apt-get install chromium)")
 def test_two_policies_that_behave_the_same_are_exact_on_counters_and_the_aim_link_colours_them(tmp_path):
-    res = sweep(tmp_path, f"tracking.repo={tmp_path / 'aim'}", "cache=lru,fifo", "cache.capacity=64",
-                "trainer.epochs=2", "seed=0,1,2")
+    res = sweep(
+        tmp_path,
+        f"tracking.repo={tmp_path / 'aim'}",
+        "cache=lru,fifo",
+        "cache.capacity=64",
+        "trainer.epochs=2",
+        "seed=0,1,2",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     found = findings(tmp_path)
     assert found[("cache", "val/loss")]["verdict"] == IDENTICAL
@@ -96,7 +117,7 @@ def test_two_policies_that_behave_the_same_are_exact_on_counters_and_the_aim_lin
     assert (mib["verdict"], mib["difference"], mib["interval"], mib["n"]) == (EXACT, 0, None, 3)
     # the hit rate is the same for both policies, seed by seed; it is exact only if the seeds' access counts
     # agree too (the planner's draws decide them)
-    rows = list(csv.DictReader(open(tmp_path / "sweep" / "summary.csv")))
+    rows = list(csv.DictReader((tmp_path / "sweep" / "summary.csv").read_text().splitlines()))
     per_seed = {r["cache_train_hit_pct"] for r in rows}
     assert found[("cache", "cache_train_hit_pct")]["verdict"] == (EXACT if len(per_seed) == 1 else IDENTICAL)
     for noisy in ("rows_per_s", "data_stall_pct"):  # the rule, not the luck of this machine
@@ -107,9 +128,25 @@ def test_two_policies_that_behave_the_same_are_exact_on_counters_and_the_aim_lin
     [link] = [x for x in sweep_lines(res.stderr) if x.startswith("[sweep] Aim, ")]
     assert f"aim up --repo {tmp_path / 'aim'}, then open http://127.0.0.1:43800/metrics?grouping=O-" in link
 
-    shot = subprocess.run([sys.executable, "-m", "tcgexp.track.screenshot", "--repo", str(tmp_path / "aim"),
-                           "--sweep", str(tmp_path / "sweep"), "--out", str(tmp_path / "shots"), "--settle", "10"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    shot = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.track.screenshot",
+            "--repo",
+            str(tmp_path / "aim"),
+            "--sweep",
+            str(tmp_path / "sweep"),
+            "--out",
+            str(tmp_path / "shots"),
+            "--settle",
+            "10",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert shot.returncode == 0, shot.stderr[-3000:]
     drawn = json.loads((tmp_path / "shots" / "aim_metrics.json").read_text())
     assert drawn["legend"].split("\n")[:4] == ["COLORS", "run.swept.cache", '"fifo"', '"lru"'], drawn

@@ -1,4 +1,5 @@
 """A tiny but real training config: real corpus, planner, caches, MLX steps; tracking off."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,9 +7,18 @@ import pytest
 from tests.conftest import TINY, compose_config
 from tests.train.launched import LONGER, launch, rank_failures, single
 
-TINY_TRAIN = [*TINY, "dataset.rows_per_day=1200", "dataset.row_group_rows=256", "tbptt.chunk=8",
-              "tbptt.batch_size=64", "model.hidden=16", "trainer.epochs=2", "tracking=off",
-              "checkpoint.latest_every_steps=4", "scheduler.warmup_steps=3"]
+TINY_TRAIN = [
+    *TINY,
+    "dataset.rows_per_day=1200",
+    "dataset.row_group_rows=256",
+    "tbptt.chunk=8",
+    "tbptt.batch_size=64",
+    "model.hidden=16",
+    "trainer.epochs=2",
+    "tracking=off",
+    "checkpoint.latest_every_steps=4",
+    "scheduler.warmup_steps=3",
+]
 
 
 @pytest.fixture(params=["pure", "fused"])

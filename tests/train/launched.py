@@ -1,5 +1,6 @@
 """What the distributed tests share: launching ranks through ``tcgexp-launch`` or ``mlx.launch``
 on loopback, reading a run's weights, finding a launch's processes (tests/train/test_distributed*.py)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,20 @@ LONGER = ["dataset.rows_per_day=3000", "tbptt.batch_size=32", "trainer.epochs=3"
 def launch_cmd(overrides: list[str], run_dir: Path, ranks: int = 2, via: str = "tcgexp-launch") -> list[str]:
     """`via`: tcgexp-launch (mlx.launch, exiting with the ranks' status), or mlx.launch itself."""
     launcher = [sys.executable, "-m", "tcgexp.train.launcher"] if via == "tcgexp-launch" else [MLX_LAUNCH]
-    return [*launcher, "-n", str(ranks), "--backend", "ring", "--starting-port", str(free_port(ranks)),
-            sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"]
+    return [
+        *launcher,
+        "-n",
+        str(ranks),
+        "--backend",
+        "ring",
+        "--starting-port",
+        str(free_port(ranks)),
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def launch(overrides: list[str], run_dir: Path, timeout: float = 300, ranks: int = 2) -> subprocess.CompletedProcess:
@@ -33,8 +46,12 @@ def launch(overrides: list[str], run_dir: Path, timeout: float = 300, ranks: int
 
 
 def single(overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *overrides, f"hydra.run.dir={run_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def weights(run_dir: Path, name: str = "latest", file: str = "model.safetensors") -> dict:
@@ -50,7 +67,6 @@ def assert_bit_identical(a: dict, b: dict) -> None:
 def rank_failures(output: str) -> list[str]:
     """mlx.launch's own lines about ranks that ended badly (it exits 0 whatever its ranks did)."""
     return [line for line in output.splitlines() if "Node with rank" in line]
-
 
 
 def rank_pid(run_dir: Path, rank: int) -> int | None:
@@ -70,8 +86,9 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
 
 def start_and_wait_mid_epoch(overrides: list[str], run_dir: Path, via: str = "tcgexp-launch") -> subprocess.Popen:
     """A 2-rank launch, returned once rank 0 has written latest/ a few optimizer steps into epoch 0."""
-    proc = subprocess.Popen(launch_cmd(overrides, run_dir, via=via), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        launch_cmd(overrides, run_dir, via=via), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     state = run_dir / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 240  # a bound on a loaded machine (CI's took more than 120 s once), not a timing
     seen = None
@@ -85,8 +102,10 @@ def start_and_wait_mid_epoch(overrides: list[str], run_dir: Path, via: str = "tc
         time.sleep(0.01)
     proc.kill()
     _, err = proc.communicate()
-    pytest.fail(f"the 2-rank run wrote no latest/ 4 steps into epoch 0 (last seen: {seen}; exit {proc.returncode}): "
-                f"{err[-3000:]}")
+    pytest.fail(
+        f"the 2-rank run wrote no latest/ 4 steps into epoch 0 (last seen: {seen}; exit {proc.returncode}): "
+        f"{err[-3000:]}"
+    )
 
 
 def resume_matches_whole(base: Path, stopped: Path, name: str) -> None:
@@ -96,5 +115,7 @@ def resume_matches_whole(base: Path, stopped: Path, name: str) -> None:
     res = json.loads((base / name / "result.json").read_text())
     assert res["status"] == "completed" and res["world_size"] == 2 and res["resumed_from"]
     assert_bit_identical(weights(base / name), weights(base / "whole"))
-    assert_bit_identical(weights(base / name, "latest", "optimizer.safetensors"),
-                         weights(base / "whole", "latest", "optimizer.safetensors"))
+    assert_bit_identical(
+        weights(base / name, "latest", "optimizer.safetensors"),
+        weights(base / "whole", "latest", "optimizer.safetensors"),
+    )

@@ -4,12 +4,13 @@ On real prepared microbatches at chunks of one block, several blocks and several
 padding, with and without memory, from a non-zero incoming memory: the loss, every reported value
 and every parameter's gradient agree to float32 rounding (1e-5 relative to the gradient's scale).
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx import nn
 from mlx.utils import tree_flatten
 
 from tcgexp.train.backprop import loss_and_grads
@@ -34,13 +35,17 @@ def written(path: str):
 
 
 def targets_for(rng, R):
-    return {"action_mask": mx.array(rng.random((R, A)) < 0.7) | mx.array(np.eye(A, dtype=bool)[np.zeros(R, int)]),
-            "label": mx.zeros(R, dtype=mx.int32), "row_weight": mx.array((rng.random(R) < 0.9).astype(np.float32)),
-            "row_early": mx.zeros(R), "aux_valid": mx.array((rng.random(R) < 0.6).astype(np.float32)),
-            "aux_ko": mx.array((rng.random(R) < 0.3).astype(np.float32)),
-            "aux_prize_delta": mx.array(rng.integers(-3, 4, R).astype(np.float32)),
-            "aux_terminal": mx.array((rng.random(R) < 0.1).astype(np.float32)),
-            "aux_return": mx.array(rng.uniform(-1, 1, R).astype(np.float32))}
+    return {
+        "action_mask": mx.array(rng.random((R, A)) < 0.7) | mx.array(np.eye(A, dtype=bool)[np.zeros(R, int)]),
+        "label": mx.zeros(R, dtype=mx.int32),
+        "row_weight": mx.array((rng.random(R) < 0.9).astype(np.float32)),
+        "row_early": mx.zeros(R),
+        "aux_valid": mx.array((rng.random(R) < 0.6).astype(np.float32)),
+        "aux_ko": mx.array((rng.random(R) < 0.3).astype(np.float32)),
+        "aux_prize_delta": mx.array(rng.integers(-3, 4, R).astype(np.float32)),
+        "aux_terminal": mx.array((rng.random(R) < 0.1).astype(np.float32)),
+        "aux_return": mx.array(rng.uniform(-1, 1, R).astype(np.float32)),
+    }
 
 
 @pytest.mark.parametrize("decisions", [5, 16, 40, 64])
@@ -54,7 +59,7 @@ def test_gradients_equal_autodiff(decisions, memory, step_path):
     h0 = mx.array(rng.uniform(-1, 1, (1, 16)).astype(np.float32))
 
     def reference(model, inputs, t, h0):
-        logits, aux, carry = model(h0=h0, **inputs)
+        logits, aux, _carry = model(h0=h0, **inputs)
         return losses(logits, aux, t, 0.25)
 
     (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
@@ -68,11 +73,11 @@ def test_gradients_equal_autodiff(decisions, memory, step_path):
         assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
 
 
-
 def compare(model, inputs, t, h0, aux_weight, path="pure"):
     """The written-out pass (of step `path`) against autodiff: loss, values, carry and every gradient (TOL of its scale)."""
+
     def reference(model, inputs, t, h0):
-        logits, aux, carry = model(h0=h0, **inputs)
+        logits, aux, _carry = model(h0=h0, **inputs)
         return losses(logits, aux, t, aux_weight)
 
     (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
@@ -181,6 +186,6 @@ def test_only_the_models_own_class_uses_the_written_backward():
     rng = np.random.default_rng(0)
     inp, _ = lane_inputs(rng, 20, [1, 2])
     inputs, t = to_mx(inp), targets_for(rng, len(inp["x"]))
-    values, carry, g = stepper(deeper).grads(inputs, t, mx.zeros((1, 16)))
+    _values, _carry, g = stepper(deeper).grads(inputs, t, mx.zeros((1, 16)))
     names = [k for k, _ in tree_flatten(g)]
     assert "trunk.layers.2.weight" in names and names == [k for k, _ in tree_flatten(deeper.trainable_parameters())]

@@ -1,4 +1,5 @@
 """The days a run trains on are recorded (result.json, checkpoint) and a resume on other days is refused."""
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,5 @@ def test_selected_days_recorded_and_resume_on_other_days_refused(train_cfg, tmp_
     with pytest.raises(CheckpointError) as err:
         train(train_cfg(f"dataset.dates=[{days[0]}]", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b")
     assert f"trained on but not selected now: {days[1]}" in str(err.value)
-    again = train(train_cfg(f"dataset.dates=[{days[0]},{days[1]}]", f"resume={tmp_path / 'a'}"),
-                  run_dir=tmp_path / "c")
+    again = train(train_cfg(f"dataset.dates=[{days[0]},{days[1]}]", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "c")
     assert again["dates"] == days and again["processed"]["optimizer_steps"] == again["planned"]["optimizer_steps"]

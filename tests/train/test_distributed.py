@@ -5,6 +5,7 @@ counters), globally exact counts, weights bit-identical to one process running b
 (``tbptt.shards=2 tbptt.accum_steps=2``), every spill gone. How a launched run stops, resumes and dies
 as one: test_distributed_lifetime.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,10 @@ def test_two_ranks_are_one_run_with_exact_global_counts(cli, two_ranks):
     assert r["cache"]["train"]["misses"] == sum(c["misses"] for c in per_rank)
     # one result.json and one job log per rank; both ranks' spill removed
     assert sorted(p.name for p in run_dir.glob("*.json") if not p.name.startswith(".")) == [
-        "job_status.json", "job_status.rank1.json", "result.json"]  # (beside tcgexp's own dotfiles: the Aim run's)
+        "job_status.json",
+        "job_status.rank1.json",
+        "result.json",
+    ]  # (beside tcgexp's own dotfiles: the Aim run's)
     assert (run_dir / "train.log").exists() and (run_dir / "train.rank1.log").exists()
     assert not list(run_dir.glob(".cache_spill*")), "a rank's spill dir was left behind"
 
@@ -72,13 +76,14 @@ def test_one_aim_run_with_world_size_and_rank_contexts(cli, two_ranks):
     from tcgexp.track.aim_repo import open_repo
 
     base, _ = cli
-    run_dir, res = two_ranks
+    run_dir, _res = two_ranks
     r = json.loads((run_dir / "result.json").read_text())
     repo = open_repo(base / "aim")
     runs = [run for run in repo.iter_runs() if run.hash == r["aim_hash"]]
     assert len(runs) == 1 and runs[0]["hparams"]["world_size"] == 2
-    contexts = {json.dumps(m.context.to_dict(), sort_keys=True) for m in runs[0].metrics()
-                if m.name == "cache_train/accesses"}
+    contexts = {
+        json.dumps(m.context.to_dict(), sort_keys=True) for m in runs[0].metrics() if m.name == "cache_train/accesses"
+    }
     assert {'{"rank": 0, "subset": "train"}', '{"rank": 1, "subset": "train"}', '{"subset": "train"}'} <= contexts
     all_runs = list(repo.iter_runs())
     assert sum(1 for run in all_runs if run.get("hparams", {}).get("world_size") == 2) == 1  # rank 1 tracks nothing
@@ -94,8 +99,9 @@ def test_two_ranks_equal_one_process_running_both_shards_in_turn(cli, two_ranks)
     assert one.returncode == 0, one.stderr[-3000:]
     for name in ("latest", "epoch_0001", "epoch_0002"):
         assert_bit_identical(weights(run_dir, name), weights(base / "shards", name))
-    assert_bit_identical(weights(run_dir, "latest", "optimizer.safetensors"),
-                         weights(base / "shards", "latest", "optimizer.safetensors"))
+    assert_bit_identical(
+        weights(run_dir, "latest", "optimizer.safetensors"), weights(base / "shards", "latest", "optimizer.safetensors")
+    )
     a, b = (json.loads((d / "result.json").read_text()) for d in (run_dir, base / "shards"))
     assert a["processed"]["optimizer_steps"] == b["processed"]["optimizer_steps"]
     assert a["processed"]["microbatches"] == b["processed"]["microbatches"]
@@ -133,16 +139,19 @@ def test_resume_with_another_world_size_is_refused_by_name(cli, two_ranks, tmp_p
         train(cfg, run_dir=tmp_path / "again")
 
 
-@pytest.mark.parametrize("shards,accum,match", [(2, 1, "multiple of 2"), (3, 4, "multiple of 3")],
-                         ids=["accum-1", "accum-not-multiple"])
+@pytest.mark.parametrize(
+    "shards,accum,match", [(2, 1, "multiple of 2"), (3, 4, "multiple of 3")], ids=["accum-1", "accum-not-multiple"]
+)
 def test_shards_on_one_process_need_whole_turns_per_window(train_cfg, tmp_path, shards, accum, match):
     with pytest.raises(ConfigError, match=match):
         train(train_cfg(f"tbptt.shards={shards}", f"tbptt.accum_steps={accum}"), run_dir=tmp_path / "run")
 
 
-@pytest.mark.parametrize("hosts,rank,local", [([["127.0.0.1:5000"], ["127.0.0.1:5001"]], 1, 2),
-                                               ([["10.0.0.1:5000"], ["10.0.0.2:5000"]], 0, 1)],
-                         ids=["two-on-one-host", "one-per-host"])
+@pytest.mark.parametrize(
+    "hosts,rank,local",
+    [([["127.0.0.1:5000"], ["127.0.0.1:5001"]], 1, 2), ([["10.0.0.1:5000"], ["10.0.0.2:5000"]], 0, 1)],
+    ids=["two-on-one-host", "one-per-host"],
+)
 def test_ranks_on_one_host_split_its_cores_between_their_blas_threads(tmp_path, monkeypatch, hosts, rank, local):
     from tcgexp.launch import local_ranks, share_cores
 
@@ -182,8 +191,9 @@ time.sleep(float(sys.argv[2]))
 """
 
 
-@pytest.mark.parametrize("holds, grace, dead", [(0.4, 3.0, [1]), (30.0, 0.3, [])],
-                         ids=["lock-freed-after-the-socket", "peer-alive"])
+@pytest.mark.parametrize(
+    "holds, grace, dead", [(0.4, 3.0, [1]), (30.0, 0.3, [])], ids=["lock-freed-after-the-socket", "peer-alive"]
+)
 def test_a_lost_peer_is_named_once_its_lock_is_free(tmp_path, holds, grace, dead):
     """A killed rank's sockets close before its lock does (its files are closed one by one as it
     exits): the survivor waits a moment for the lock before saying it cannot tell who died (CI saw
@@ -195,8 +205,9 @@ def test_a_lost_peer_is_named_once_its_lock_is_free(tmp_path, holds, grace, dead
     from tcgexp.train.distributed import World
     from tcgexp.train.rundir import lock_name
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path / lock_name(1)), str(holds)],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / lock_name(1)), str(holds)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert World(rank=0, size=2, run_dir=tmp_path).dead_ranks(grace=grace) == dead

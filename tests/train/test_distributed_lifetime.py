@@ -3,6 +3,7 @@ seconds naming it, SIGTERM stops both at the same step, and a 2-rank resume ends
 uninterrupted run; the launcher killed stops every rank, rank 0 killed leaves a failed result, ranks
 whose configs differ refuse at start, and the launcher exits with the ranks' status.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.launched import (launch_cmd, needs_launch, rank_failures, rank_pid, resume_matches_whole,
-                                  start_and_wait_mid_epoch)
+from tests.train.launched import (
+    launch_cmd,
+    needs_launch,
+    rank_failures,
+    rank_pid,
+    resume_matches_whole,
+    start_and_wait_mid_epoch,
+)
 
 pytestmark = needs_launch
 
@@ -70,6 +77,7 @@ def test_sigterm_stops_both_ranks_at_the_same_step_and_resumes_exactly(longer, r
 
 # -- a run lives and dies as one: the launcher killed, rank 0 killed, configs that differ, the exit status ----
 
+
 def launch_pids(run_dir: Path) -> list[int]:
     """Every process of the launch writing to `run_dir` (launchers and ranks)."""
     return [pid for pid in (rank_pid(run_dir, r) for r in (0, 1)) if pid is not None]
@@ -95,10 +103,16 @@ def launcher_pid(proc: subprocess.Popen, via: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("via, target, signum", [
-    ("mlx.launch", "launcher", signal.SIGKILL), ("mlx.launch", "launcher", signal.SIGTERM),
-    ("tcgexp-launch", "launcher", signal.SIGKILL), ("tcgexp-launch", "tcgexp-launch", signal.SIGKILL),
-], ids=["mlx.launch-SIGKILL", "mlx.launch-SIGTERM", "its-mlx.launch-SIGKILL", "tcgexp-launch-SIGKILL"])
+@pytest.mark.parametrize(
+    "via, target, signum",
+    [
+        ("mlx.launch", "launcher", signal.SIGKILL),
+        ("mlx.launch", "launcher", signal.SIGTERM),
+        ("tcgexp-launch", "launcher", signal.SIGKILL),
+        ("tcgexp-launch", "tcgexp-launch", signal.SIGKILL),
+    ],
+    ids=["mlx.launch-SIGKILL", "mlx.launch-SIGTERM", "its-mlx.launch-SIGKILL", "tcgexp-launch-SIGKILL"],
+)
 def test_killing_the_launcher_stops_every_rank_within_seconds(longer, via, target, signum):
     """MLX's launcher neither forwards a signal nor takes its ranks with it (they trained on as orphans):
     every rank now stops within seconds at the same step, latest/ and result.json written (interrupted,
@@ -150,7 +164,7 @@ def test_rank_0_killed_leaves_a_failed_result_and_a_non_zero_exit(longer):
     proc = start_and_wait_mid_epoch(overrides, run_dir)
     os.kill(rank_pid(run_dir, 0), signal.SIGKILL)
     try:
-        out, err = proc.communicate(timeout=90)
+        _out, err = proc.communicate(timeout=90)
     finally:
         kill_leftovers(run_dir)
     r = json.loads((run_dir / "result.json").read_text())
@@ -180,8 +194,9 @@ def test_ranks_whose_configs_differ_refuse_at_start_naming_the_keys(cli, key, tm
     if not override:
         cmd.remove(f"hydra.run.dir={run_dir}")
     t0 = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "TCGEXP_RANK1_VALUE": value or ""})
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=240, env={**os.environ, "TCGEXP_RANK1_VALUE": value or ""}
+    )
     took = time.monotonic() - t0
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
     assert len(lines) == 2 and all("the ranks composed different configs" in ln for ln in lines), res.stderr[-3000:]

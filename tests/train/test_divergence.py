@@ -1,4 +1,5 @@
 """The divergence guard: garbage numbers stop the run loudly, never a quiet NaN result."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def strict_load(path):
     """json.loads that refuses NaN/Infinity tokens, as strict parsers (JavaScript, jq) do."""
+
     def refuse(token):
         raise ValueError(f"non-standard JSON token {token} in {path}")
+
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
@@ -45,8 +48,16 @@ def test_huge_learning_rate_stops_within_the_first_epoch(train_cfg, tmp_path):
     assert not (run_dir / ".cache_spill").exists()
 
 
-@pytest.mark.parametrize("override", ["optimizer.lr=inf", "optimizer.lr=nan", "trainer.aux_weight=nan",
-                                      "trainer.grad_clip=-1", "trainer.aux_weight=-inf"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "optimizer.lr=inf",
+        "optimizer.lr=nan",
+        "trainer.aux_weight=nan",
+        "trainer.grad_clip=-1",
+        "trainer.aux_weight=-inf",
+    ],
+)
 def test_non_finite_or_negative_knobs_are_refused_before_any_work(train_cfg, override):
     with pytest.raises(ConfigError, match=override.split("=")[0].replace(".", r"\.")):
         validate(train_cfg(override))
@@ -54,10 +65,26 @@ def test_non_finite_or_negative_knobs_are_refused_before_any_work(train_cfg, ove
 
 def test_the_cli_exits_non_zero_with_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train", f"dataset.root={tmp_path / 'data'}",
-                          "dataset.rows_per_day=600", "dataset.row_group_rows=128", "tbptt.batch_size=64",
-                          "model.hidden=16", "trainer.epochs=1", "tracking=off", "optimizer.lr=1e6",
-                          f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={tmp_path / 'data'}",
+            "dataset.rows_per_day=600",
+            "dataset.row_group_rows=128",
+            "tbptt.batch_size=64",
+            "model.hidden=16",
+            "trainer.epochs=1",
+            "tracking=off",
+            "optimizer.lr=1e6",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("error: training diverged at epoch 1") and "Traceback" not in res.stderr
@@ -70,8 +97,9 @@ def test_a_diverged_run_is_marked_failed_in_aim(train_cfg, tmp_path):
     cfg = train_cfg("optimizer.lr=1e6", "tracking=aim", f"tracking.repo={tmp_path / 'aim'}")
     with pytest.raises(DivergenceError):
         train(cfg, run_dir=tmp_path / "run")
-    ok = train(train_cfg("tracking=aim", f"tracking.repo={tmp_path / 'aim'}", "trainer.epochs=1"),
-               run_dir=tmp_path / "ok")
+    ok = train(
+        train_cfg("tracking=aim", f"tracking.repo={tmp_path / 'aim'}", "trainer.epochs=1"), run_dir=tmp_path / "ok"
+    )
     runs = {r.hash: r for r in open_repo(tmp_path / "aim").iter_runs()}
     good = runs.pop(ok["aim_hash"])
     (bad,) = runs.values()
@@ -101,6 +129,7 @@ def test_reading_results_a_step_late_blames_the_same_step_and_saves_nothing_non_
     first non-finite step (the same as reading every step at once: latest_every_steps=1 settles them
     all) and no checkpoint holds the weights of a step after it. The run diverges at optimizer step 2, so
     with latest_every_steps=2 a latest/ falls due at the very step that diverged: it must not be written."""
+
     def blamed(run_dir, latest_every):
         cfg = train_cfg("optimizer.lr=1e6", f"checkpoint.latest_every_steps={latest_every}")
         with pytest.raises(DivergenceError) as err:

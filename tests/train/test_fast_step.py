@@ -9,13 +9,14 @@ One epoch of the demo corpus (default tbptt and model), on either step path (``t
   (Not the weights: a weight whose gradient sums to almost nothing takes Adam steps of the learning
   rate's size in the direction float32 rounding picks, so two correct implementations part there.)
 """
+
 from __future__ import annotations
 
 from functools import partial
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
+from mlx import nn
 from mlx.utils import tree_flatten
 
 from tcgexp import sim
@@ -44,8 +45,12 @@ def demo_epoch(tmp_path):
     index = LaneIndex.of(corpus)
     tb = cfg.tbptt
     plan = planner_of(index, chunk=tb.chunk, batch_size=tb.batch_size).epoch_plan(0)
-    loader = Loader(DirectSource(corpus.files), TRAIN_COLUMNS, workers=0,
-                    transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=tb.chunk))
+    loader = Loader(
+        DirectSource(corpus.files),
+        TRAIN_COLUMNS,
+        workers=0,
+        transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=tb.chunk),
+    )
     batches = list(loader.iterate(plan))
     assert len(batches) == len(plan) > 50
     return cfg, batches, len(index.lanes)
@@ -72,7 +77,7 @@ def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(t
     memory = LaneMemory(lanes, hidden)
 
     def former(model, inputs, targets, h0):
-        logits, aux, carry = model(h0=h0, **inputs)
+        logits, aux, _carry = model(h0=h0, **inputs)
         return reference_losses(logits, aux, targets, aux_weight)[0]
 
     worst = {"values": 0.0, "accuracy": 0.0, "memory": 0.0, "gradient": 0.0}
@@ -91,7 +96,7 @@ def test_each_step_of_a_demo_epoch_matches_the_former_step_from_the_same_state(t
         rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-6)
         worst["values"] = max(worst["values"], float(np.delete(rel, acc).max()))
         worst["accuracy"] = max(worst["accuracy"], abs(got[acc] - want[acc]) * prep.rows)  # in rows
-        worst["memory"] = max(worst["memory"], float(np.abs(np.array(carry) - np.array(carry_new))[:prep.lanes].max()))
+        worst["memory"] = max(worst["memory"], float(np.abs(np.array(carry) - np.array(carry_new))[: prep.lanes].max()))
         for name, g in tree_flatten(g_new):
             a, b = np.array(g), np.array(g_old[name])
             worst["gradient"] = max(worst["gradient"], float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12)))

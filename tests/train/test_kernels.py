@@ -11,6 +11,7 @@ order (tcgexp/kernels/csrc), and the matrix products are MLX's own. Shown
 and cache-policy invariance on both paths.) And where the kernels cannot be had: ``auto`` runs the pure
 step saying why in one line, ``fused`` is one error naming the key.
 """
+
 from __future__ import annotations
 
 import json
@@ -127,8 +128,11 @@ def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions
     h0 = mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))
     want = loss_and_grads(model, inputs, t, h0, 0.25)
     helper, split_min = THREADS[threads]
-    step = FusedStep(kernels, model, None, helper=helper) if split_min is None else \
-        FusedStep(kernels, model, None, helper=helper, split_min=split_min)
+    step = (
+        FusedStep(kernels, model, None, helper=helper)
+        if split_min is None
+        else FusedStep(kernels, model, None, helper=helper, split_min=split_min)
+    )
     got = step.loss_and_grads(inputs, t, h0, 0.25)
     for a, b in zip(want[:3], got[:3]):
         assert np.array_equal(np.array(a), np.array(b))
@@ -140,8 +144,15 @@ def run_without_compiler(tmp_path, *overrides: str) -> subprocess.CompletedProce
     from .conftest import TINY_TRAIN
 
     env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TCGEXP_KERNELS_CACHE": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "tcgexp.train", f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN,
-           "trainer.epochs=1", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        f"dataset.root={tmp_path / 'data'}",
+        *TINY_TRAIN,
+        "trainer.epochs=1",
+        *overrides,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
 
 
@@ -149,8 +160,9 @@ def test_without_a_compiler_auto_runs_the_pure_step_and_says_why_in_one_line(tmp
     done = run_without_compiler(tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 0, done.stderr[-2000:]
     said = [ln for ln in done.stdout.splitlines() if "trainer.kernels" in ln]
-    assert said == [f"[train] pure MLX step (trainer.kernels=auto: no C++ compiler "
-                    f"(CXX={tmp_path / 'no-such-compiler'} not found))"], done.stdout
+    assert said == [
+        f"[train] pure MLX step (trainer.kernels=auto: no C++ compiler (CXX={tmp_path / 'no-such-compiler'} not found))"
+    ], done.stdout
     assert json.loads((tmp_path / "run" / "result.json").read_text())["kernels"] == "pure"
 
 
@@ -158,8 +170,10 @@ def test_fused_without_a_compiler_is_one_error_naming_the_key(tmp_path):
     done = run_without_compiler(tmp_path, "trainer.kernels=fused", f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode != 0
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert lines == [f"error: trainer.kernels=fused, but no C++ compiler (CXX={tmp_path / 'no-such-compiler'} "
-                     "not found); use trainer.kernels=auto or pure"], done.stderr[-2000:]
+    assert lines == [
+        f"error: trainer.kernels=fused, but no C++ compiler (CXX={tmp_path / 'no-such-compiler'} "
+        "not found); use trainer.kernels=auto or pure"
+    ], done.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
 
@@ -178,15 +192,40 @@ def test_the_readme_install_without_a_compiler_trains_on_the_pure_step(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(CC=missing, CXX=missing, TCGEXP_KERNELS_CACHE=str(tmp_path / "cache"))
     py = str(venv / "bin" / "python")
-    done = subprocess.run([py, "-m", "pip", "install", "-q", "-e", f"{repo}[test]"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "-e", f"{repo}[test]"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    where = subprocess.run([py, "-c", "import tcgexp; print(tcgexp.__file__)"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60)
+    where = subprocess.run(
+        [py, "-c", "import tcgexp; print(tcgexp.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert where.stdout.strip() == str(repo / "tcgexp" / "__init__.py")
-    run = subprocess.run([py, "-m", "tcgexp.train", f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN,
-                          "trainer.epochs=1", f"hydra.run.dir={tmp_path / 'run'}"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            py,
+            "-m",
+            "tcgexp.train",
+            f"dataset.root={tmp_path / 'data'}",
+            *TINY_TRAIN,
+            "trainer.epochs=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"[train] pure MLX step (trainer.kernels=auto: no C++ compiler (CXX={missing} not found))" in run.stdout
     assert json.loads((tmp_path / "run" / "result.json").read_text())["kernels"] == "pure"

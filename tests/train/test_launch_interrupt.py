@@ -1,5 +1,6 @@
 """A SIGINT sent to ``tcgexp-launch`` alone (not to its process group) reaches each rank once: both stop at the same
 step as after their own Ctrl-C, exit 130, and the 2-rank resume ends bit-identical to an uninterrupted run."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def test_a_sigint_to_the_launcher_alone_reaches_each_rank_once_and_resumes_exact
     ranks = [rank_pid(stopped, r) for r in (0, 1)]
     assert None not in ranks and os.getpgid(proc.pid) != os.getpgid(ranks[0])  # the ranks: another group
     os.kill(proc.pid, signal.SIGINT)  # the launcher alone, as `kill -INT <pid>` does
-    out, err = proc.communicate(timeout=90)
+    _out, err = proc.communicate(timeout=90)
     r = json.loads((stopped / "result.json").read_text())
     assert r["status"] == "interrupted" and r["signal"] == "SIGINT", err[-3000:]
     assert proc.returncode == 130, (proc.returncode, err[-3000:])
@@ -35,9 +36,25 @@ def test_ranks_on_hosts_ssh_cannot_reach_are_named_with_ssh_s_own_reason(tmp_pat
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "tcgexp.train.launcher", "--hosts", "127.0.0.2,127.0.0.3", "--backend",
-                          "ring", sys.executable, "-m", "tcgexp.train", "tracking=off",
-                          f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train.launcher",
+            "--hosts",
+            "127.0.0.2,127.0.0.3",
+            "--backend",
+            "ring",
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "tracking=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("[launch] no rank started: ssh cannot reach 127.0.0.2: ") and "127.0.0.3: " in last, last

@@ -3,20 +3,30 @@
 The values users type, across their range: TBPTT horizons from 1 to 128 decisions, gradient
 accumulation, memory on and off, both lane orders, TBPTT off, every scheduler.
 """
+
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from tests.train.conftest import TINY_TRAIN
-from tests.conftest import compose_config
 from tcgexp.train import train
+from tests.conftest import compose_config
+from tests.train.conftest import TINY_TRAIN
 
-MATRIX = [(f"tbptt.chunk={c}", f"tbptt.accum_steps={a}", f"model.memory={m}")
-          for c in (1, 8, 32, 128) for a in (1, 3) for m in ("true", "false")]
-EXTRA = [("tbptt.lane_order=naive",), ("tbptt.enabled=false",), ("scheduler=cosine",), ("scheduler=linear",),
-         ("scheduler=constant",)]
+MATRIX = [
+    (f"tbptt.chunk={c}", f"tbptt.accum_steps={a}", f"model.memory={m}")
+    for c in (1, 8, 32, 128)
+    for a in (1, 3)
+    for m in ("true", "false")
+]
+EXTRA = [
+    ("tbptt.lane_order=naive",),
+    ("tbptt.enabled=false",),
+    ("scheduler=cosine",),
+    ("scheduler=linear",),
+    ("scheduler=constant",),
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +37,14 @@ def data_root(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", MATRIX + EXTRA, ids=lambda o: " ".join(o))
 def test_every_setting_trains_to_a_finite_improving_loss(overrides, data_root, tmp_path):
-    cfg = compose_config(f"dataset.root={data_root}", *TINY_TRAIN, "trainer.epochs=3", "optimizer.lr=3e-3",
-                         "tbptt.batch_size=128", *overrides)
+    cfg = compose_config(
+        f"dataset.root={data_root}",
+        *TINY_TRAIN,
+        "trainer.epochs=3",
+        "optimizer.lr=3e-3",
+        "tbptt.batch_size=128",
+        *overrides,
+    )
     result = train(cfg, run_dir=tmp_path / "run")
     history = result["history"]
     assert result["status"] == "completed" and len(history) == 3

@@ -1,4 +1,5 @@
 """Model semantics: memory carry and its cut, shared incoming memory per decision, FP32."""
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -21,8 +22,14 @@ def lane_inputs(rng, decisions, rows_per_decision, label_seed=0):
     labels = np.random.default_rng(label_seed).integers(0, A, R)
     hot = np.zeros((1, decisions, A), np.float32)
     np.add.at(hot, (0, row_dec, labels), 1.0)
-    return {"x": x, "row_lane": np.zeros(R, np.int32), "row_dec": row_dec, "first_row": first[None],
-            "label_hot": hot, "lane_decisions": np.array([decisions], np.int32)}, sizes
+    return {
+        "x": x,
+        "row_lane": np.zeros(R, np.int32),
+        "row_dec": row_dec,
+        "first_row": first[None],
+        "label_hot": hot,
+        "lane_decisions": np.array([decisions], np.int32),
+    }, sizes
 
 
 def run(model, inp, h0):
@@ -32,9 +39,14 @@ def run(model, inp, h0):
 def split_chunk(inp, sizes, d0, d1):
     r0, r1 = sum(sizes[:d0]), sum(sizes[:d1])
     first = inp["first_row"][0, d0:d1] - r0
-    return {"x": inp["x"][r0:r1], "row_lane": inp["row_lane"][r0:r1], "row_dec": inp["row_dec"][r0:r1] - d0,
-            "first_row": first[None], "label_hot": inp["label_hot"][:, d0:d1],
-            "lane_decisions": np.array([d1 - d0], np.int32)}
+    return {
+        "x": inp["x"][r0:r1],
+        "row_lane": inp["row_lane"][r0:r1],
+        "row_dec": inp["row_dec"][r0:r1] - d0,
+        "first_row": first[None],
+        "label_hot": inp["label_hot"][:, d0:d1],
+        "lane_decisions": np.array([d1 - d0], np.int32),
+    }
 
 
 @pytest.fixture
@@ -76,7 +88,7 @@ def test_gradients_do_not_cross_the_chunk_boundary(model):
 
 
 def test_rows_of_one_decision_share_incoming_memory(model):
-    inp, sizes = lane_inputs(np.random.default_rng(3), 6, [3])
+    inp, _sizes = lane_inputs(np.random.default_rng(3), 6, [3])
     base, _, _ = run(model, inp, np.zeros((1, H), np.float32))
     # change what decision 2 chose (its label one-hots): rows of decision 2 must not change,
     # rows of later decisions must (memory advances once per decision, after it)
@@ -89,8 +101,9 @@ def test_rows_of_one_decision_share_incoming_memory(model):
     # the middle of its block, which the change moves; mathematically it cancels); later rows: really moved
     assert (diff[dec <= 2] <= 1e-6).all() and (diff[dec > 2] > 1e-3).all(), diff
     # and the rows of one decision read one memory: h_row is identical within a decision
-    h = model.scan(model.encoder(mx.array(inp["x"])), mx.array(inp["first_row"]), mx.array(inp["label_hot"]),
-                   mx.zeros((1, H)))
+    h = model.scan(
+        model.encoder(mx.array(inp["x"])), mx.array(inp["first_row"]), mx.array(inp["label_hot"]), mx.zeros((1, H))
+    )
     h_row = np.array(h[mx.array(inp["row_lane"]), mx.array(dec)])
     for d in range(6):
         rows = h_row[dec == d]
@@ -98,7 +111,7 @@ def test_rows_of_one_decision_share_incoming_memory(model):
 
 
 def test_memory_false_is_stateless(model):
-    inp, sizes = lane_inputs(np.random.default_rng(4), 5, [2])
+    inp, _sizes = lane_inputs(np.random.default_rng(4), 5, [2])
     model.memory = False
     a, _, _ = run(model, inp, np.zeros((1, H), np.float32))
     b, _, _ = run(model, inp, np.ones((1, H), np.float32))
@@ -125,9 +138,14 @@ def test_stepper_checks_gradients_and_moments(model):
 
     inp, _ = lane_inputs(np.random.default_rng(6), 4, [1])
     R = len(inp["x"])
-    targets = {"action_mask": mx.ones((R, A), dtype=mx.bool_), "label": mx.zeros(R, dtype=mx.int32),
-               "row_weight": mx.ones(R), "row_early": mx.ones(R), "aux_valid": mx.ones(R),
-               **{k: mx.zeros(R) for k in ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")}}
+    targets = {
+        "action_mask": mx.ones((R, A), dtype=mx.bool_),
+        "label": mx.zeros(R, dtype=mx.int32),
+        "row_weight": mx.ones(R),
+        "row_early": mx.ones(R),
+        "aux_valid": mx.ones(R),
+        **{k: mx.zeros(R) for k in ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")},
+    }
     opt = optim.AdamW(1e-3)
     opt.init(model.trainable_parameters())
     stepper = Stepper(model, opt, aux_weight=0.25, grad_clip=1.0)

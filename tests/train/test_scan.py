@@ -6,6 +6,7 @@ per-decision recurrence h[t+1] = (1 - z[t]) h[t] + z[t] c[t] and its adjoint, in
 Tolerance: |got - ref| <= 2e-4 * (1 + |ref|) elementwise, for values and gradients (float32
 accumulates ~1e-7 relative error per decision along a 512-decision chain).
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -74,7 +75,8 @@ def test_scan_and_its_gradient_match_float64(T, kind):
     W = mx.array(w)
     hs = linear_scan(mx.array(z), mx.array(c), mx.array(h0))
     gz, gc, gh = mx.grad(lambda z_, c_, h_: (linear_scan(z_, c_, h_) * W).sum(), argnums=(0, 1, 2))(
-        mx.array(z), mx.array(c), mx.array(h0))
+        mx.array(z), mx.array(c), mx.array(h0)
+    )
     ref_h, ref_gz, ref_gc, ref_gh = reference(z, c, h0, w)
     for name, got in (("h", hs), ("dz", gz), ("dc", gc), ("dh0", gh)):
         assert np.isfinite(np.array(got)).all(), f"{name} not finite at chunk {T}, {kind} gates"
@@ -102,11 +104,14 @@ def test_model_loss_gradient_matches_the_per_decision_recurrence(T, gate_bias):
     if gate_bias:
         model.gates.bias = mx.concatenate([mx.full((Hm,), gate_bias), mx.zeros((Hm,))])
     R = T  # one row per decision, one lane
-    inputs = {"x": mx.array(rng.normal(size=(R, F + A + 1)).astype(np.float32)),
-              "row_lane": mx.zeros(R, dtype=mx.int32), "row_dec": mx.arange(R, dtype=mx.int32),
-              "first_row": mx.arange(R, dtype=mx.int32)[None],
-              "label_hot": mx.array(np.eye(A, dtype=np.float32)[rng.integers(0, A, T)][None]),
-              "lane_decisions": mx.array([T], dtype=mx.int32)}
+    inputs = {
+        "x": mx.array(rng.normal(size=(R, F + A + 1)).astype(np.float32)),
+        "row_lane": mx.zeros(R, dtype=mx.int32),
+        "row_dec": mx.arange(R, dtype=mx.int32),
+        "first_row": mx.arange(R, dtype=mx.int32)[None],
+        "label_hot": mx.array(np.eye(A, dtype=np.float32)[rng.integers(0, A, T)][None]),
+        "lane_decisions": mx.array([T], dtype=mx.int32),
+    }
     label = mx.array(rng.integers(0, A, R).astype(np.int32))
     h0 = mx.array(rng.uniform(-1, 1, (1, Hm)).astype(np.float32))
 
@@ -115,15 +120,16 @@ def test_model_loss_gradient_matches_the_per_decision_recurrence(T, gate_bias):
         model.scan_fn = scan
         logits, aux, carry = model(h0=h0, **inputs)
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return -mx.take_along_axis(logp, label[:, None], axis=-1).mean() + (aux ** 2).mean() + carry.sum()
+        return -mx.take_along_axis(logp, label[:, None], axis=-1).mean() + (aux**2).mean() + carry.sum()
 
     params = model.trainable_parameters()
     from mlx.utils import tree_flatten
 
     got = dict(tree_flatten(mx.grad(lambda p: loss(p, linear_scan))(params)))
     ref = dict(tree_flatten(mx.grad(lambda p: loss(p, loop_scan))(params)))
-    for name in ref:
-        g, r = np.array(got[name]), np.array(ref[name])
+    for name, want in ref.items():
+        g, r = np.array(got[name]), np.array(want)
         assert np.isfinite(g).all(), f"gradient of {name} not finite at chunk {T}"
         assert np.all(np.abs(g - r) <= TOL * (1 + np.abs(r))), (
-            f"{name}: max diff {np.abs(g - r).max():.2e} at chunk {T}")
+            f"{name}: max diff {np.abs(g - r).max():.2e} at chunk {T}"
+        )

@@ -1,5 +1,6 @@
 """Scheduler rules: optimizer-step horizon, warmup clamp, resume keeps the horizon or refuses; MLX = Python;
 a schedule's state is its class and constructor settings, saved and set back with no code of its own."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,14 @@ from tcgexp.train.schedule import ScheduleError
 
 
 def sched(name="cosine", warmup=0, total=0, run=100, min_ratio=0.0, start=0, *more):
-    node = option("scheduler", name, f"scheduler.warmup_steps={warmup}", f"scheduler.total_steps={total}",
-                  f"scheduler.min_lr_ratio={min_ratio}", *more)
+    node = option(
+        "scheduler",
+        name,
+        f"scheduler.warmup_steps={warmup}",
+        f"scheduler.total_steps={total}",
+        f"scheduler.min_lr_ratio={min_ratio}",
+        *more,
+    )
     return build(node)(run_steps=run, start=start)
 
 
@@ -61,19 +68,31 @@ def test_resume_keeps_the_checkpoint_horizon_and_phase():
     r = resumed(s.state_dict(), step=60, remaining_steps=40)
     assert (type(r), r.total_steps, r.left(60), r.factor(60)) == (type(s), 100, 40, s.factor(60))
     assert r.state_dict() == s.state_dict()
-    assert [float(r(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)] == \
-        [float(s(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)]
+    assert [float(r(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)] == [
+        float(s(mx.array(k, dtype=mx.uint64))) for k in range(60, 100)
+    ]
 
 
 def test_state_is_every_constructor_setting():
     s = sched("linear", 7, 90, 50, 0.25, 3)
-    assert s.state_dict() == {"_target_": "tcgexp.train.schedule.Linear", "warmup_steps": 7, "total_steps": 90,
-                              "min_lr_ratio": 0.25, "reset": False, "start": 3}
+    assert s.state_dict() == {
+        "_target_": "tcgexp.train.schedule.Linear",
+        "warmup_steps": 7,
+        "total_steps": 90,
+        "min_lr_ratio": 0.25,
+        "reset": False,
+        "start": 3,
+    }
 
 
 def test_a_checkpoint_of_before_reset_was_a_setting_still_resumes():
-    old = {"_target_": "tcgexp.train.schedule.Cosine", "total_steps": 100, "warmup_steps": 5, "min_lr_ratio": 0.0,
-           "start": 0}
+    old = {
+        "_target_": "tcgexp.train.schedule.Cosine",
+        "total_steps": 100,
+        "warmup_steps": 5,
+        "min_lr_ratio": 0.0,
+        "start": 0,
+    }
     assert resumed(old, step=60, remaining_steps=40).factor(60) == sched(warmup=5, run=100).factor(60)
 
 
@@ -86,6 +105,9 @@ def test_reset_keeps_the_new_schedule():
 
 def test_resume_past_the_horizon_is_refused_saying_what_remains():
     s = sched(run=100)
-    with pytest.raises(ScheduleError, match=r"needs 45 more optimizer steps .* only 30 of its 100-step horizon "
-                                            r"left .*at most 30 steps remain.*scheduler.reset=true"):
+    with pytest.raises(
+        ScheduleError,
+        match=r"needs 45 more optimizer steps .* only 30 of its 100-step horizon "
+        r"left .*at most 30 steps remain.*scheduler.reset=true",
+    ):
         resumed(s.state_dict(), step=70, remaining_steps=45)

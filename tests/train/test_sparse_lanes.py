@@ -1,4 +1,5 @@
 """Lane memories in checkpoints: only the lanes a resume needs, restored exactly."""
+
 from __future__ import annotations
 
 import mlx.core as mx

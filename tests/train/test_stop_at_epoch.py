@@ -1,6 +1,7 @@
 """``trainer.stop_at_epoch``: a run stopped at an epoch boundary (validated, latest/ written) with the
 schedule's horizon at ``trainer.epochs``, then continued in its own run dir, ends bit-identical to a
 run straight to the end: what a successive-halving rung and its promotion rely on."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def test_stopped_at_epoch_1_then_2_then_continued_is_bit_identical_to_straight(t
     assert weights(trial) == weights(tmp_path / "straight")
     assert last["final"] == straight["final"]  # every validation metric, to the bit
     timing = ("rows_per_second", "data_stall_share")
-    assert [{**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in last["history"]] == \
-        [{**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in straight["history"]]
+    assert [{**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in last["history"]] == [
+        {**h["val"], **{k: v for k, v in h["train"].items() if k not in timing}} for h in straight["history"]
+    ]
     assert last["processed"]["optimizer_steps"] == straight["processed"]["optimizer_steps"]
 
 
@@ -41,8 +43,9 @@ def test_a_stop_outside_the_run_is_refused_before_any_work(train_cfg, tmp_path):
     assert not (tmp_path / "data").exists()
     train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2"), run_dir=tmp_path / "b")
     with pytest.raises(ConfigError, match=r"trainer.stop_at_epoch=2 but the checkpoint has done 2 epoch"):
-        train(train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={tmp_path / 'b'}"),
-              run_dir=tmp_path / "b")
+        train(
+            train_cfg("trainer.epochs=3", "trainer.stop_at_epoch=2", f"resume={tmp_path / 'b'}"), run_dir=tmp_path / "b"
+        )
 
 
 def test_a_resume_already_at_its_max_steps_is_refused_not_run_one_step_more(train_cfg, tmp_path):

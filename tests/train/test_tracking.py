@@ -1,4 +1,5 @@
 """tracking=aim: the run is a real Aim run, read back with Aim's own SDK."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ def steps_of(run, name: str, subset: str) -> list[int]:
 
 
 def test_run_is_tracked_in_aim(train_cfg, tmp_path):
-    cfg = train_cfg("tracking=aim", f"tracking.repo={tmp_path / 'aimrepo'}", "tracking.experiment=unit",
-                    "trainer.epochs=1", "trainer.track_every=1")
+    cfg = train_cfg(
+        "tracking=aim",
+        f"tracking.repo={tmp_path / 'aimrepo'}",
+        "tracking.experiment=unit",
+        "trainer.epochs=1",
+        "trainer.track_every=1",
+    )
     result = train(cfg, run_dir=tmp_path / "run")
     repo = open_repo(tmp_path / "aimrepo")
     runs = list(repo.iter_runs())
@@ -41,8 +47,17 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
     # names as in the README, in Aim context {"subset": "train"} / {"subset": "val"} for grouping
     metrics = {(m.name, m.context.to_dict().get("subset")): m for m in run.metrics()}
     steps = result["processed"]["optimizer_steps"]
-    for name in ("train/loss", "train/policy", "lr", "train/grad_norm", "cache_train/hits", "cache_train/misses",
-                 "cache_train/hit_rate_pct", "cache_train/bytes_loaded", "cache_train/remote_bytes"):
+    for name in (
+        "train/loss",
+        "train/policy",
+        "lr",
+        "train/grad_norm",
+        "cache_train/hits",
+        "cache_train/misses",
+        "cache_train/hit_rate_pct",
+        "cache_train/bytes_loaded",
+        "cache_train/remote_bytes",
+    ):
         assert (name, "train") in metrics, name
         assert len(metrics[name, "train"].values.values_list()) == steps, name
     for name in ("val/loss", "val/accuracy", "val/policy_early", "cache_val/hits"):
@@ -54,8 +69,9 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
 def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
     repo = tmp_path / "aimrepo"
     first = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.max_steps=5"), run_dir=tmp_path / "a")
-    second = train(train_cfg("tracking=aim", f"tracking.repo={repo}", f"resume={tmp_path / 'a'}"),
-                   run_dir=tmp_path / "b")
+    second = train(
+        train_cfg("tracking=aim", f"tracking.repo={repo}", f"resume={tmp_path / 'a'}"), run_dir=tmp_path / "b"
+    )
     assert second["aim_hash"] == first["aim_hash"]
     runs = list(open_repo(repo).iter_runs())
     assert len(runs) == 1
@@ -69,16 +85,19 @@ def test_a_resumed_run_continues_its_aim_run(train_cfg, tmp_path):
 def test_epochs_are_numbered_from_one_everywhere(train_cfg, tmp_path, capsys):
     """History, best epoch, the final line, Aim's epochs and epoch_NNNN/ all say the same epoch: the first is 1."""
     repo, run_dir = tmp_path / "aimrepo", tmp_path / "run"
-    result = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=3", "checkpoint.every_epochs=1"),
-                   run_dir=run_dir)
+    result = train(
+        train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=3", "checkpoint.every_epochs=1"),
+        run_dir=run_dir,
+    )
     assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
     best = result["best"]["epoch"]
     assert result["history"][best - 1]["val"]["loss"] == result["best"]["val_loss"]
     assert f"best {result['best']['val_loss']:.4f} at epoch {best};" in capsys.readouterr().out
     ckpts = run_dir / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["best", "epoch_0001", "epoch_0002", "epoch_0003", "latest"]
-    assert (ckpts / f"epoch_{best:04d}" / "model.safetensors").read_bytes() == \
-        (ckpts / "best" / "model.safetensors").read_bytes(), "best/ is the epoch the result names"
+    assert (ckpts / f"epoch_{best:04d}" / "model.safetensors").read_bytes() == (
+        ckpts / "best" / "model.safetensors"
+    ).read_bytes(), "best/ is the epoch the result names"
     run = next(open_repo(repo).iter_runs())
     epochs = {m.name: sorted(set(m.epochs.values_list())) for m in run.metrics()}
     assert epochs["val/loss"] == [1, 2, 3] and epochs["train/loss"] == [1, 2, 3]
@@ -118,14 +137,27 @@ def test_a_resumed_run_keeps_its_aim_identity_and_reports_its_own_throughput(tmp
     aim_repo = tmp_path / "aimrepo"
 
     def cli(*args: str) -> dict:
-        res = subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=tmp_path, capture_output=True,
-                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(repo_root)})
+        res = subprocess.run(
+            [sys.executable, "-m", "tcgexp.train", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(repo_root)},
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         run_dir = Path(args[-1].split("=", 1)[1])
         return json.loads((run_dir / "result.json").read_text())
 
-    first = cli(*TINY_TRAIN, f"dataset.root={tmp_path / 'data'}", "tracking=aim", f"tracking.repo={aim_repo}",
-                "model.hidden=24", "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'a'}")
+    first = cli(
+        *TINY_TRAIN,
+        f"dataset.root={tmp_path / 'data'}",
+        "tracking=aim",
+        f"tracking.repo={aim_repo}",
+        "model.hidden=24",
+        "trainer.max_steps=6",
+        f"hydra.run.dir={tmp_path / 'a'}",
+    )
     run = next(open_repo(aim_repo).iter_runs())
     name, experiment, overrides = run.name, run.experiment, run["overrides"]
     assert "model.hidden=24" in name and experiment == f"run {tmp_path.name}/a"
@@ -138,7 +170,8 @@ def test_a_resumed_run_keeps_its_aim_identity_and_reports_its_own_throughput(tmp
     segment = second["segment"]
     assert segment["rows"] == second["processed"]["rows"] - first["processed"]["rows"] > 0
     assert second["rows_per_second"] == pytest.approx(
-        segment["rows"] / (second["step_seconds"] + second["data_stall_seconds"]))
+        segment["rows"] / (second["step_seconds"] + second["data_stall_seconds"])
+    )
     assert first["segment"]["rows"] == first["processed"]["rows"]
 
 
@@ -158,11 +191,27 @@ def test_a_signal_to_the_whole_group_still_records_every_step_and_the_status(tmp
 
     repo_root = Path(__file__).resolve().parents[2]
     aim_repo, run_dir = tmp_path / "aimrepo", tmp_path / "run"
-    cmd = [sys.executable, "-m", "tcgexp.train", *TINY_TRAIN, f"dataset.root={tmp_path / 'data'}",
-           "dataset.rows_per_day=6000", "trainer.epochs=50", "tracking=aim", f"tracking.repo={aim_repo}",
-           f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(repo_root)}, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tcgexp.train",
+        *TINY_TRAIN,
+        f"dataset.root={tmp_path / 'data'}",
+        "dataset.rows_per_day=6000",
+        "trainer.epochs=50",
+        "tracking=aim",
+        f"tracking.repo={aim_repo}",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo_root)},
+        start_new_session=True,
+    )
     latest = run_dir / "checkpoints" / "latest" / "state.json"
     deadline = time.monotonic() + 240
     while not latest.exists():
@@ -197,13 +246,25 @@ def test_a_resumed_sweep_leaves_no_aim_repo_where_it_was_started(tmp_path):
     here.mkdir()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        res = subprocess.run([sys.executable, "-m", "tcgexp.train", *args], cwd=here, capture_output=True,
-                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(repo_root)})
+        res = subprocess.run(
+            [sys.executable, "-m", "tcgexp.train", *args],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(repo_root)},
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         return res
 
-    cli(*TINY_TRAIN, f"dataset.root={tmp_path / 'data'}", "tracking=aim", f"tracking.repo={aim_repo}",
-        "trainer.max_steps=3", f"hydra.run.dir={tmp_path / 'a'}")
+    cli(
+        *TINY_TRAIN,
+        f"dataset.root={tmp_path / 'data'}",
+        "tracking=aim",
+        f"tracking.repo={aim_repo}",
+        "trainer.max_steps=3",
+        f"hydra.run.dir={tmp_path / 'a'}",
+    )
     cli("--multirun", f"resume={tmp_path / 'a'}", "trainer.max_steps=0", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert sorted(p.name for p in here.iterdir()) == [], "the command's folder is left as it was"
     done = json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())
@@ -216,8 +277,10 @@ def test_the_cadence_tracks_every_step_it_selects_and_every_epochs_end_exactly(e
     """trainer.track_every=n: the training values of optimizer steps n, 2n, ... and of each epoch's last step,
     nothing else and nothing lost; validation once an epoch; read back from the Aim run itself."""
     repo = tmp_path / "aimrepo"
-    result = train(train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=2",
-                             f"trainer.track_every={every}"), run_dir=tmp_path / "run")
+    result = train(
+        train_cfg("tracking=aim", f"tracking.repo={repo}", "trainer.epochs=2", f"trainer.track_every={every}"),
+        run_dir=tmp_path / "run",
+    )
     [run] = list(open_repo(repo).iter_runs())
     ends = steps_of(run, "val/loss", "val")  # each epoch's last optimizer step
     steps = result["processed"]["optimizer_steps"]
@@ -226,5 +289,6 @@ def test_the_cadence_tracks_every_step_it_selects_and_every_epochs_end_exactly(e
     for name in ("train/loss", "lr", "cache_train/hits"):
         assert steps_of(run, name, "train") == want, name
         assert all(v is not None for v in points_of(run, name, "train")[1])
-    assert [round(v, 6) for v in points_of(run, "val/loss", "val")[1]] == \
-        [round(h["val"]["loss"], 6) for h in result["history"]]
+    assert [round(v, 6) for v in points_of(run, "val/loss", "val")[1]] == [
+        round(h["val"]["loss"], 6) for h in result["history"]
+    ]

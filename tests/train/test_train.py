@@ -1,4 +1,5 @@
 """train(cfg) end to end on a tiny real corpus: accounting, outputs, resume, determinism."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def baseline(tmp_path_factory, data_root):
 
 
 def test_outputs_of_a_run(baseline):
-    result, run_dir = baseline
+    _result, run_dir = baseline
     on_disk = json.loads((run_dir / "result.json").read_text())
     assert on_disk["planned"]["microbatches"] == on_disk["processed"]["microbatches"] > 0
     assert on_disk["planned"]["optimizer_steps"] == on_disk["processed"]["optimizer_steps"]
@@ -48,14 +49,18 @@ def test_outputs_of_a_run(baseline):
     for key in ("loss", "policy", "accuracy", "aux_ko", "policy_early", "policy_late", "accuracy_early"):
         assert np.isfinite(final[key]), key
     for name in ("best", "latest", "epoch_0001", "epoch_0002"):
-        assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted([*ckpt.FILES, ckpt.CHECKSUMS])
+        assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted(
+            [*ckpt.FILES, ckpt.CHECKSUMS]
+        )
     assert not (run_dir / ".cache_spill").exists()
 
 
 @pytest.mark.parametrize("batch, accum", [(64, 1), (64, 3), (96, 2), (48, 5)], ids=lambda v: str(v))
 def test_exact_step_accounting(train_cfg, data_root, tmp_path, batch, accum):
-    r = train(train_cfg(f"tbptt.batch_size={batch}", f"tbptt.accum_steps={accum}", "trainer.epochs=1",
-                        data=data_root), run_dir=tmp_path / "run")
+    r = train(
+        train_cfg(f"tbptt.batch_size={batch}", f"tbptt.accum_steps={accum}", "trainer.epochs=1", data=data_root),
+        run_dir=tmp_path / "run",
+    )
     mb = r["planned"]["per_epoch_microbatches"]
     assert r["processed"]["microbatches"] == sum(mb)
     assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"] == sum(-(-m // accum) for m in mb)
@@ -71,19 +76,24 @@ def test_epoch_snapshots_every_n_and_final_always(train_cfg, data_root, tmp_path
 def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at, step_path):
     """On either step path (trainer.kernels), against the baseline (run with the default, auto)."""
     full, _ = baseline
-    first = train(train_cfg(f"trainer.max_steps={stop_at}", f"trainer.kernels={step_path}", data=data_root),
-                  run_dir=tmp_path / "a")
+    first = train(
+        train_cfg(f"trainer.max_steps={stop_at}", f"trainer.kernels={step_path}", data=data_root),
+        run_dir=tmp_path / "a",
+    )
     assert first["stopped_early"] and first["processed"]["optimizer_steps"] == stop_at
     state = json.loads((tmp_path / "a" / "checkpoints" / "latest" / "state.json").read_text())
     assert state["progress"]["opt_steps"] == stop_at and state["kernels"] == step_path
-    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={step_path}", data=data_root),
-                    run_dir=tmp_path / "b")
+    resumed = train(
+        train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={step_path}", data=data_root), run_dir=tmp_path / "b"
+    )
     assert resumed["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
     assert_continued(resumed, stop_at)
     assert weights(resumed) == weights(full), "final weights equal an uninterrupted run's, bit for bit"
 
 
-@pytest.mark.parametrize("first, then", [("pure", "fused"), ("fused", "pure")], ids=["pure-then-fused", "fused-then-pure"])
+@pytest.mark.parametrize(
+    "first, then", [("pure", "fused"), ("fused", "pure")], ids=["pure-then-fused", "fused-then-pure"]
+)
 def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_path, first, then):
     """The two paths are bit-identical, so trainer.kernels is not pinned: a run stopped on one resumes on the other."""
     from tcgexp.kernels import load
@@ -92,16 +102,26 @@ def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_p
         pytest.skip(f"tcgexp's kernels cannot run here: {load()[1]}")
     full, _ = baseline
     train(train_cfg("trainer.max_steps=7", f"trainer.kernels={first}", data=data_root), run_dir=tmp_path / "a")
-    resumed = train(train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}", data=data_root),
-                    run_dir=tmp_path / "b")
+    resumed = train(
+        train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}", data=data_root), run_dir=tmp_path / "b"
+    )
     assert resumed["kernels"] == then and weights(resumed) == weights(full)
 
 
-@pytest.mark.parametrize("overrides", [["cache=off"], ["cache=plan"], ["cache=plan", "loader.workers=0"],
-                                       ["cache=lru", "loader.workers=3"], ["cache=hot60", "cache.capacity=1"]],
-                         ids=lambda o: ",".join(o))
-def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, data_root, tmp_path, overrides,
-                                                          step_path):
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["cache=off"],
+        ["cache=plan"],
+        ["cache=plan", "loader.workers=0"],
+        ["cache=lru", "loader.workers=3"],
+        ["cache=hot60", "cache.capacity=1"],
+    ],
+    ids=lambda o: ",".join(o),
+)
+def test_cache_policy_and_workers_never_change_the_weights(
+    baseline, train_cfg, data_root, tmp_path, overrides, step_path
+):
     full, _ = baseline
     r = train(train_cfg(*overrides, f"trainer.kernels={step_path}", data=data_root), run_dir=tmp_path / "r")
     assert r["kernels"] == step_path and weights(r) == weights(full)
@@ -110,19 +130,22 @@ def test_cache_policy_and_workers_never_change_the_weights(baseline, train_cfg, 
 def test_resume_past_the_scheduler_horizon_is_refused(train_cfg, data_root, tmp_path):
     train(train_cfg("trainer.epochs=1", data=data_root), run_dir=tmp_path / "a")
     with pytest.raises(ScheduleError, match="only 0 of its"):
-        train(train_cfg("trainer.epochs=2", "scheduler.reset=false", f"resume={tmp_path / 'a'}", data=data_root),
-              run_dir=tmp_path / "b")
+        train(
+            train_cfg("trainer.epochs=2", "scheduler.reset=false", f"resume={tmp_path / 'a'}", data=data_root),
+            run_dir=tmp_path / "b",
+        )
     # a new schedule for the extension is fine
-    r = train(train_cfg("trainer.epochs=2", "scheduler.reset=true", f"resume={tmp_path / 'a'}", data=data_root),
-              run_dir=tmp_path / "c")
+    r = train(
+        train_cfg("trainer.epochs=2", "scheduler.reset=true", f"resume={tmp_path / 'a'}", data=data_root),
+        run_dir=tmp_path / "c",
+    )
     assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"]
 
 
 def test_resume_on_other_data_or_model_is_refused(train_cfg, data_root, tmp_path):
     train(train_cfg("trainer.max_steps=3", data=data_root), run_dir=tmp_path / "a")
     with pytest.raises(CheckpointError, match="other data"):
-        train(train_cfg("dataset.seed=9", f"resume={tmp_path / 'a'}", data=tmp_path / "other"),
-              run_dir=tmp_path / "b")
+        train(train_cfg("dataset.seed=9", f"resume={tmp_path / 'a'}", data=tmp_path / "other"), run_dir=tmp_path / "b")
     with pytest.raises(CheckpointError, match="tbptt.chunk"):
         train(train_cfg("tbptt.chunk=4", f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "c")
 
