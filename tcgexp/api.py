@@ -14,21 +14,43 @@ with its schema beside it and one YAML, in a package on Hydra's search path
 Its tests compose and train with ``compose``/``option``/``train`` and expect ``ConfigError`` for a
 refused value. These names keep this import path whatever moves inside tcgexp (``tests/test_plugins.py``
 imports nothing else); the docs' "Extending" page shows each kind of option.
+
+Importing it loads no MLX and changes nothing in the process. The names built on MLX (``RecurrentPolicy``,
+``Schedule``, ``scaled``) load it when first asked for; ``compose`` and ``train`` set up MKL first when they run
+(MLX binds its BLAS when it loads), so a script or test that needs MLX before either calls ``setup()`` first.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .app import compose, option
 from .cache.policy import Policy, PolicyConfig
 from .cache.rowgroup import CacheConfig
 from .errors import ConfigError
+from .learn.blas import setup
+from .learn.configs import ModelConfig, OptimizerConfig, SchedulerConfig
+from .lifecycle.ckpt_files import CheckpointError
 from .schema import ALL, FLOAT32_MAX, INT32_MAX, schema, validate, within
 from .track import NullTracker, Tracker, TrackingConfig
 from .train import train
-from .train.checkpoint import CheckpointError
-from .train.model import ModelConfig, RecurrentPolicy
-from .train.optim import OptimizerConfig, scaled
-from .train.schedule import Schedule, SchedulerConfig
+
+if TYPE_CHECKING:  # for readers and type checkers; at run time __getattr__ below loads them
+    from .learn.model import RecurrentPolicy
+    from .learn.optim import scaled
+    from .learn.schedule import Schedule
+
+# names whose modules import MLX: loaded when first asked for (``from tcgexp.api import RecurrentPolicy``), so
+# that importing the plug-in surface never binds MLX to a BLAS before ``setup`` could load MKL
+ON_MLX = {"RecurrentPolicy": "tcgexp.learn.model", "Schedule": "tcgexp.learn.schedule", "scaled": "tcgexp.learn.optim"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in ON_MLX:
+        return getattr(importlib.import_module(ON_MLX[name]), name)
+    raise AttributeError(f"module 'tcgexp.api' has no attribute {name!r}")
+
 
 __all__ = [
     # declaring an option's schema and checking values
@@ -52,7 +74,8 @@ __all__ = [
     "TrackingConfig",
     "Tracker",
     "NullTracker",
-    # an option's tests: compose, train, and what a refused resume raises
+    # an option's tests: set up, compose, train, and what a refused resume raises
+    "setup",
     "compose",
     "option",
     "train",

@@ -29,19 +29,21 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-# the modules declaring tcgexp's schemas (each group's, each option's with knobs of its own, the apps' roots)
-import tcgexp.cache.rowgroup  # cache and cache.policy.*
-import tcgexp.data.corpus  # dataset and the data app's root, base_data
+# the modules declaring tcgexp's schemas (each group's, each option's with knobs of its own, the apps' roots),
+# imported for that registration alone; none of them imports MLX (compose sets up MKL first: learn/blas.py)
+import tcgexp.cache.rowgroup
+import tcgexp.data.corpus
 import tcgexp.plan.loader
-import tcgexp.plan.planner  # tbptt
-import tcgexp.track.aim_run  # tracking=aim
-import tcgexp.track.remote  # tracking=aim_remote
-import tcgexp.train.run  # noqa: F401  (the train app's root, base_config, and every group it names)
+import tcgexp.plan.planner
+import tcgexp.track.aim_run
+import tcgexp.track.remote
+import tcgexp.train.configs  # noqa: F401  (the train app's root, base_config; trainer, checkpoint, model, ...)
 from hydra_plugins.tcgexp_sweepers.halving import HalvingSweeper
 
 from .config import CONF_DIR, group_options, primary_defaults
 from .console import one_line_errors
 from .launch import launch_time, rank_suffix
+from .learn.blas import setup
 from .sweep.config import sweep_name
 
 CONFIG_PATH = str(CONF_DIR)  # absolute, so console scripts and `python -m` find the same folder
@@ -112,6 +114,7 @@ def hydra_main(config_name: str, *user_errors: type) -> Callable[[Callable[[Dict
         @one_line_errors(*user_errors)
         @functools.wraps(task)
         def main(*args: Any, **kwargs: Any) -> Any:
+            setup()  # MKL before MLX, which an option's module (imported while Hydra composes) may load
             register()
             return app(*args, **kwargs)
 
@@ -127,6 +130,7 @@ def compose(*overrides: str, config_name: str = "config") -> DictConfig:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    setup()  # before Hydra imports the search path's packages: an option's module may import MLX
     register()
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app: its search path has conf/ already
         return hydra_compose(config_name=config_name, overrides=list(overrides))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-RUN_LOCK = ".tcgexp-run.lock"  # the lock a live run holds in its folder (tcgexp.train.rundir); free once it ended
+RUN_LOCK = ".tcgexp-run.lock"  # the lock a live run holds in its folder (tcgexp.lifecycle.rundir); free once it ended
 SPILL_MARKER = ".tcgexp-spill"  # a spill dir's marker, and its owner's lock file (tcgexp.cache.spill)
 # what a spill store writes in its dir: row groups and their temporary names (tcgexp.cache.spill)
 SPILL_FILE = re.compile(r"rg-[0-9A-Za-z_.-]+\.npz|\.rg-[0-9A-Za-z_.-]+\.tmp")

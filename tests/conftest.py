@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tcgexp.train.blas import load_fast_blas
+from tcgexp.learn.blas import setup
 
 # before any test module imports mlx.core: every test then runs the BLAS a user's run does
-BLAS = load_fast_blas()
+BLAS = setup()
 
 from tcgexp import extras
 from tcgexp.app import compose

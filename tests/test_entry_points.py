@@ -32,7 +32,7 @@ SCRIPTS = {
     "tcgexp-data": "tcgexp.data.__main__",
     "tcgexp-replay": "tcgexp.bench.trace",
     "tcgexp-bench": "tcgexp.bench.__main__",
-    "tcgexp-launch": "tcgexp.train.launcher",
+    "tcgexp-launch": "tcgexp.lifecycle.launcher",
 }
 
 

@@ -22,7 +22,7 @@ import tcgexp
 from tcgexp.data.errors import DataError, StoreInterrupted
 from tcgexp.data.storeproc import Interrupted
 from tcgexp.extras import NEEDS
-from tcgexp.train.signals import ForcedStop, Preempted, RunInterrupted, WaitAbandoned
+from tcgexp.lifecycle.signals import ForcedStop, Preempted, RunInterrupted, WaitAbandoned
 
 SAMPLES = {
     DataError: DataError(

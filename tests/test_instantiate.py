@@ -76,7 +76,7 @@ def test_every_option_builds_a_real_object_of_its_class(group, option, corpus, t
 def _run(cfg, tmp_path):
     from rich.console import Console
 
-    from tcgexp.train.distributed import World
+    from tcgexp.lifecycle.distributed import World
     from tcgexp.train.parts import RunContext
 
     return RunContext(cfg, tmp_path / "run", World(), Console(quiet=True), blas="reference")

@@ -6,9 +6,10 @@ The layers, bottom up (``docs/design.md`` draws them):
 
 - base: the top-level modules every layer may use (errors, console, schema, config, launch, ownership, extras,
   plugins, progress, overrides, memlimit), importing nothing above them;
-- sim < data < plan, cache, track (the planner and the cache never import each other) < train < sweep
-  (with the sweeper's Hydra plugin class in hydra_plugins/); kernels (the step's compiled kernels, built
-  and loaded) beside sim: it imports no other part, and only train uses it;
+- sim < data < plan, cache, track (the planner and the cache never import each other) < learn (the model,
+  its step, optimizers and schedules) < lifecycle (a run's folder, signals, checkpoints, resume, ranks) <
+  train (composes a run) < sweep (with the sweeper's Hydra plugin class in hydra_plugins/); kernels (the
+  step's compiled kernels, built and loaded) beside sim: it imports no other part, and only learn uses it;
 - the entry layer: ``tcgexp/app.py`` (registers schemas, resolvers, the sweeper; composes) and every
   command's ``__main__.py``; then the benchmark tools (``tcgexp/bench``: they compose runs) and the docs'
   generated references (``tcgexp/reference``: they compose every option); then
@@ -44,13 +45,15 @@ RANK = {
     "plan": 3,
     "cache": 3,
     "track": 3,
-    "train": 4,
-    "sweep": 5,
-    "hydra_plugins": 5,
-    "entry": 6,
-    "bench": 7,
-    "reference": 7,
-    "api": 8,
+    "learn": 4,
+    "lifecycle": 5,
+    "train": 6,
+    "sweep": 7,
+    "hydra_plugins": 7,
+    "entry": 8,
+    "bench": 9,
+    "reference": 9,
+    "api": 10,
 }
 APART = {
     ("plan", "cache"),
@@ -128,7 +131,7 @@ def test_the_graph_is_read_whole():
     assert "tcgexp.app" in GRAPH and "hydra_plugins.tcgexp_sweepers.halving" in GRAPH
     assert "tcgexp.sweep.sweeper" in GRAPH["hydra_plugins.tcgexp_sweepers.halving"], "an import inside a method"
     assert "hydra_plugins.tcgexp_sweepers.halving" in GRAPH["tcgexp.app"]
-    assert "tcgexp.train.rundir" in GRAPH["tcgexp.train.__main__"]
+    assert "tcgexp.lifecycle.rundir" in GRAPH["tcgexp.train.__main__"]
     unplaced = sorted(
         n
         for n in GRAPH
@@ -207,8 +210,10 @@ def test_no_module_imports_one_above_it():
         ("tcgexp.errors", "tcgexp.app"),
         ("tcgexp.train.run", "tcgexp.sweep.sweeper"),
         ("tcgexp.plan.planner", "tcgexp.cache.policy"),
+        ("tcgexp.learn.step", "tcgexp.lifecycle.checkpoint"),
+        ("tcgexp.lifecycle.resume", "tcgexp.train.run"),
     ],
-    ids=["base->entry", "train->sweep", "plan->cache"],
+    ids=["base->entry", "train->sweep", "plan->cache", "learn->lifecycle", "lifecycle->train"],
 )
 def test_the_layer_check_refuses_a_planted_upward_import(low, high):
     assert upward({low: {high: 1}}), f"{low} importing {high} must be refused"
@@ -264,8 +269,15 @@ def test_a_readers_path_to_the_first_update(tmp_path):
     assert out.exists(), res.stderr[-3000:]
     frames = out.read_text().splitlines()
     files = list(dict.fromkeys(f.split(":")[0] for f in frames))
-    assert files[0] == "tcgexp/train/__main__.py" and files[-1] == "tcgexp/train/step.py", files
+    assert files[0] == "tcgexp/train/__main__.py" and files[-1] == "tcgexp/learn/step.py", files
     assert len(files) <= 12, files
     documented = (ROOT / "docs" / "design.md").read_text()
     assert f"passes through {len(files)} project files ({len(frames)} frames)" in documented
     assert all(f in documented for f in files), "docs/design.md names every file of the path"
+
+
+def test_the_design_page_lists_the_base_this_test_ranks():
+    """docs/design.md draws the layers; its line of base modules is the set this test ranks lowest."""
+    page = (ROOT / "docs" / "design.md").read_text().splitlines()
+    [line] = [ln for ln in page if ln.rstrip().endswith("(the base)")]
+    assert {n.strip() for n in line.split("(the base)")[0].split(",")} == BASE

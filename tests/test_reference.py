@@ -93,7 +93,7 @@ def test_each_option_lists_what_its_yaml_sets(config_page):
         "| `off` | `tcgexp.cache.RowGroupCache` | `policy._target_=tcgexp.cache.policy.OffPolicy`, `capacity=0`, "
         "`spill=false` |" in config_page
     )
-    assert "| `sgd` | `tcgexp.train.optim.SGD` | `lr=0.05` |" in config_page
+    assert "| `sgd` | `tcgexp.learn.optim.SGD` | `lr=0.05` |" in config_page
     assert "`cache.policy` with `cache=hot60`" in config_page  # an option's own schema, with its knobs
     assert option("cache", "off").capacity == 0 and option("optimizer", "sgd").lr == 0.05
 

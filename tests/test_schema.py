@@ -183,7 +183,7 @@ def test_optimizer_betas_and_eps():
 
 # -- what a resume pins -------------------------------------------------------------------------------
 def test_what_a_resume_pins_is_derived_from_the_schemas():
-    from tcgexp.train.provenance import is_pinned, pinned
+    from tcgexp.lifecycle.provenance import is_pinned, pinned
 
     keys = set(pinned(compose()))
     assert {

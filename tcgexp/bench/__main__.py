@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..console import one_line_errors
+from ..learn.blas import setup
 from ..train.errors import USER_ERRORS
 from . import corpus, distributed, loader, memory, scale, scan, sweep, train
 
@@ -33,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
 
 @one_line_errors(*USER_ERRORS)
 def main(argv: list[str] | None = None) -> None:
+    setup()  # MKL before any benchmark loads MLX (which binds its BLAS when it loads)
     args = parser().parse_args(argv)
     BENCHES[args.name].run(args)
 

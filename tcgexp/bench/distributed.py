@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..app import compose
+from ..config import build
 from .table import markdown_table, root_override
 
 
@@ -86,9 +88,6 @@ def same_weights(a: str, b: str) -> str:
 
 
 def run(args) -> None:
-    from ..app import compose
-    from ..config import build
-
     overrides = [
         f"dataset={args.dataset}",
         *root_override(args),

@@ -1,6 +1,6 @@
 """The same TBPTT model, scan, losses and update in JAX (``jax.jit``, CPU): a speed peer for the MLX step.
 
-A line-by-line port of ``tcgexp.train.model`` and ``step``: row encoder, minGRU memory
+A line-by-line port of ``tcgexp.learn.model`` and ``step``: row encoder, minGRU memory
 with hard gates and the same blocked division-form scan, masked policy head, aux heads,
 the same losses, global-norm clipping and AdamW *as MLX applies it* (no bias correction,
 decoupled weight decay ``p (1 - lr wd)``). Parameters keep MLX's names and layout
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..train.scan import SCAN_BLOCK, Z_MAX
+from ..learn.scan import SCAN_BLOCK, Z_MAX
 from .adamw_rule import AdamWRule
 
 INPUTS = ("x", "row_lane", "row_dec", "first_row", "label_hot", "lane_decisions")
@@ -29,7 +29,7 @@ def linear(p: dict, name: str, x):
 
 
 def linear_scan(z, cand, h0):
-    """tcgexp.train.scan.linear_scan in JAX: division form anchored mid-block, blocks carried."""
+    """tcgexp.learn.scan.linear_scan in JAX: division form anchored mid-block, blocks carried."""
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)

@@ -33,9 +33,11 @@ import pyarrow.parquet as pq
 from ..app import compose, option
 from ..cache import RowGroupCache
 from ..config import build
+from ..data.publish import publish
 from ..data.schema import to_numpy
 from ..plan import LaneIndex
 from ..plan.loader import TRAIN_COLUMNS, Loader
+from .loopback_s3 import loopback_s3
 from .table import markdown_table, root_override
 
 
@@ -182,9 +184,6 @@ class S3Paths(contextlib.ExitStack):
 
     def __enter__(self) -> Self:
         import tempfile
-
-        from ..data.publish import publish
-        from .loopback_s3 import loopback_s3
 
         super().__enter__()
         self.endpoint = self.enter_context(loopback_s3("tcgexp"))

@@ -25,7 +25,7 @@ def mlx_weights(model) -> dict[str, np.ndarray]:
 
 class HostLanes:
     """The peers' lane memory: a numpy [lanes, hidden] array read into h0 and written from carry (as
-    ``tcgexp.train.state.LaneMemory`` did before it kept the memory in MLX)."""
+    ``tcgexp.learn.state.LaneMemory`` did before it kept the memory in MLX)."""
 
     def __init__(self, lanes: int, hidden: int) -> None:
         self.h = np.zeros((lanes, hidden), np.float32)
@@ -43,7 +43,7 @@ class HostLanes:
 def mlx_stepper(weights_from, rule: AdamWRule, *, aux_weight: float = 0.25, kernels: str = "pure"):
     """The trainer's Stepper over a fresh optimizer applying `rule`, on the model `weights_from`, on the
     step path `kernels` (trainer.kernels)."""
-    from ..train.step import Stepper
+    from ..learn.step import Stepper  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     opt = rule.mlx()
     opt.init(weights_from.trainable_parameters())
@@ -54,7 +54,7 @@ def mlx_losses(model, batches: list, lanes: int, rule: AdamWRule, steps: int) ->
     """The MLX step's loss at each of the first `steps` microbatches (one optimizer step each)."""
     import mlx.core as mx
 
-    from ..train.step import to_mx
+    from ..learn.step import to_mx  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     stepper, mem, out = mlx_stepper(model, rule), HostLanes(lanes, model.hidden), []
     for prep in batches[:steps]:

@@ -16,9 +16,9 @@ import mlx.core as mx
 import mlx.optimizers as optim
 from mlx import nn
 
-from ..train.losses import masked_logits
-from ..train.model import RecurrentPolicy
-from ..train.scan import hard_sigmoid
+from ..learn.losses import masked_logits
+from ..learn.model import RecurrentPolicy
+from ..learn.scan import hard_sigmoid
 
 
 class ReferencePolicy(RecurrentPolicy):

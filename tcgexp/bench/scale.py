@@ -33,6 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..app import compose, option
+from ..config import build as instantiate
+from ..plan import LaneIndex
+from . import reference_planner as ref
 from .table import markdown_table
 
 HIDDEN, EPOCHS = 128, 3
@@ -61,8 +65,6 @@ def tiled_columns(files, manifests, days: int):
     """Lane columns of `days` synthetic days: the real days' columns, repeated with new episode ids."""
     import pyarrow.parquet as pq
 
-    from ..plan import LaneIndex
-
     real = []
     for f, m in zip(files, manifests):
         pf = pq.ParquetFile(f)
@@ -87,17 +89,12 @@ def child(spec: dict) -> dict:
     """One size, in its own process: index, step counts, plans, lane checkpoint, peak RSS."""
     import mlx.core as mx
 
-    from ..app import option
-    from ..config import build
-    from ..plan import LaneIndex
-    from ..train.checkpoint import SparseLanes, _lane_tensors
+    from ..lifecycle.checkpoint import SparseLanes, _lane_tensors  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     files = [Path(f) for f in spec["files"]]
     manifests = [json.loads(Path(m).read_text()) for m in spec["manifests"]]
     days, out = spec["days"], {}
     if spec.get("old"):  # its own process: its memory must not count in the new planner's peak RSS
-        from . import reference_planner as ref
-
         out["old_index_s"], old_index = best(lambda: ref.LaneIndex(files, manifests), 1)
         old = ref.Planner(old_index, chunk=16, batch_size=256, seed=0)
         out["old_plan_s"] = float(np.mean([best(lambda: old.epoch_plan(e), 1)[0] for e in range(EPOCHS)]))  # noqa: B023 - called at once
@@ -110,7 +107,7 @@ def child(spec: dict) -> dict:
     else:
         out["index_s"], index = best(lambda: LaneIndex(files, manifests))
         out["read_per_day_s"] = best(lambda: tiled_columns(files, manifests, len(files)))[0] / len(files)
-    planner = build(option("tbptt", "default", "tbptt.chunk=16", "tbptt.batch_size=256", "seed=0"))(index)
+    planner = instantiate(option("tbptt", "default", "tbptt.chunk=16", "tbptt.batch_size=256", "seed=0"))(index)
     out["count_s"] = best(lambda: [planner.microbatches_per_epoch(e) for e in range(EPOCHS)], 1)[0]
     plans = [best(lambda: planner._plan("train", e), 1) for e in range(EPOCHS)]  # noqa: B023 - called at once
     out["plan_s"] = float(np.mean([t for t, _ in plans]))
@@ -148,9 +145,6 @@ def in_child(spec: dict) -> dict:
 
 
 def build(option: str, root: Path, days: int, workers: int) -> tuple[float, object]:
-    from ..app import compose
-    from ..config import build as instantiate
-
     corpus = instantiate(
         compose(
             f"dataset={option}", f"dataset.root={root}", f"dataset.days={days}", f"dataset.workers={workers}"
@@ -176,6 +170,7 @@ def startup_child(spec: dict) -> dict:
     launched = psutil.Process().create_time()  # the kernel's start time of this process (10 ms ticks)
     from rich.console import Console
 
+    # timed from here: a run's imports are part of its start-up
     from ..app import compose
     from ..config import build as instantiate
     from ..plan.loader import Loader

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from ..learn.blas import setup
 from .table import markdown_table
 
 
@@ -101,8 +102,9 @@ def reference(z, c, h0) -> np.ndarray:
 def run(args: argparse.Namespace) -> None:
     import mlx.core as mx
 
-    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
-    from ..train.scan import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan
+    from ..learn.scan import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+
+    setup()  # MKL before mlx.core
 
     variants = [
         ("loop over decisions", loop_scan),

@@ -22,7 +22,15 @@ from functools import partial
 
 import numpy as np
 
+from .. import sim
+from ..app import compose, option
+from ..config import build
 from ..extras import NEEDS, missing
+from ..learn.batch import prepare
+from ..learn.blas import setup
+from ..plan import LaneIndex
+from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
+from . import peers
 from .adamw_rule import AdamWRule
 from .peers import PEER_NAMES as PEERS
 from .table import markdown_table, root_override
@@ -39,11 +47,6 @@ KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_ONE: "mlx:fused
 
 def prepared_batches(args, chunk: int) -> tuple[list, int]:
     """The first ``args.steps`` microbatches of epoch 0's plan at `chunk`, prepared (padded) as the trainer does."""
-    from ..app import compose, option
-    from ..config import build
-    from ..plan import LaneIndex
-    from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
-    from ..train.batch import prepare
 
     cfg = compose(f"dataset={args.dataset}", *root_override(args))
     corpus = build(cfg.dataset)
@@ -85,7 +88,7 @@ def op_cost(framework: str) -> dict:
     if framework == "mlx":
         import mlx.core as mx
 
-        from ..train import BLAS  # noqa: F401
+        setup()  # MKL before mlx.core
 
         def chain(x):
             for _ in range(CHAIN):
@@ -124,10 +127,9 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
         return op_cost(kind[4:])
     import mlx.core as mx
 
-    from .. import sim
-    from ..train import BLAS  # noqa: F401  (MKL before mlx.core)
-    from ..train.model import RecurrentPolicy
-    from . import peers
+    from ..learn.model import RecurrentPolicy  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+
+    setup()  # MKL before mlx.core
 
     batches, lanes = prepared_batches(args, chunk)
     rule = AdamWRule()
@@ -155,8 +157,8 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
         out["compilations"] = peer.compilations
         return out
     # "mlx:<trainer.kernels>": what Loop.dispatch does: lane memory in MLX, results read a microbatch late
-    from ..train.state import LaneMemory
-    from ..train.step import to_mx
+    from ..learn.state import LaneMemory  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..learn.step import to_mx  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     stepper, memory = peers.mlx_stepper(model, rule, kernels=kind[4:]), LaneMemory(lanes, hidden)
     if kind != "mlx:auto" and stepper.path != kind[4:]:

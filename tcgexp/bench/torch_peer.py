@@ -1,6 +1,6 @@
 """The same TBPTT model, scan, losses and update in PyTorch (CPU): eager, and ``torch.compile``d.
 
-Mirrors tcgexp.train.model and step: row encoder, minGRU memory with hard gates as the
+Mirrors tcgexp.learn.model and step: row encoder, minGRU memory with hard gates as the
 same blocked cumprod/cumsum scan, masked policy head, aux heads, the same losses, global-norm
 clipping and AdamW *as MLX applies it* (no bias correction: ``torch.optim.AdamW`` corrects,
 and its trajectory parts from MLX's by 30-40 % in ten steps). Parameters keep MLX's names and
@@ -16,14 +16,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..train.scan import SCAN_BLOCK, Z_MAX
+from ..learn.scan import SCAN_BLOCK, Z_MAX
 from .adamw_rule import AdamWRule
 
 INPUTS = ("x", "row_lane", "row_dec", "first_row", "label_hot", "lane_decisions")
 
 
 def linear_scan(z, cand, h0):
-    """tcgexp.train.scan.linear_scan in PyTorch: division form anchored mid-block, blocks carried."""
+    """tcgexp.learn.scan.linear_scan in PyTorch: division form anchored mid-block, blocks carried."""
     L, T, H = z.shape
     B = min(SCAN_BLOCK, T)
     nb = -(-T // B)
@@ -57,7 +57,7 @@ def forward(p: dict, x, row_lane, row_dec, first_row, label_hot, lane_decisions,
 
 
 def loss_fn(p: dict, inputs: dict, t: dict, h0, aux_weight: float):
-    """tcgexp.train.losses.losses: (total, carry)."""
+    """tcgexp.learn.losses.losses: (total, carry)."""
     logits, aux, carry = forward(p, h0=h0, **inputs)
     w = t["row_weight"]
     n = w.sum().clamp(min=1.0)

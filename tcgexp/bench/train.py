@@ -25,6 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..app import compose
+from ..progress import report_console
+from ..schema import field_default
+from ..train import train
+from ..train.configs import TrainerConfig
 from . import steps
 from .table import markdown_table, root_override
 
@@ -63,9 +68,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def one_run(args, policy: str, tracking: str, aim_repo: Path | None = None, every: int | None = None) -> dict:
     """``train(cfg)`` once, timed from the call: the result dict with "call_seconds" and "called_at"; `every`:
     trainer.track_every (the schema's default when None)."""
-    from ..app import compose
-    from ..progress import report_console
-    from ..train import train
 
     extra = [f"tracking.repo={aim_repo}", "tracking.experiment=bench"] if tracking == "aim" else []
     extra += [f"trainer.track_every={every}"] if every else []
@@ -132,8 +134,6 @@ def split(r: dict) -> dict:
 def run_rows(args, bare: float | None) -> tuple[list[list], list[list]]:
     """(time split per run, warm epoch against the bare step and the untracked run), for the runs part's cache
     policies, Aim at each trainer.track_every (--track-every) and tracking off."""
-    from ..schema import field_default
-    from ..train.trainer import TrainerConfig
 
     cadences = args.track_every or [field_default(TrainerConfig, "track_every")]
     trackings = [("aim", every) for every in cadences] + [("off", None)]

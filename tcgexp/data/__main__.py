@@ -14,14 +14,13 @@ from ..console import job_errors
 from ..progress import report_console, stage_progress
 from .corpus import Corpus, DataAction, refuse_remote
 from .errors import DataError
+from .publish import publish
 
 
 def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
     console = console or report_console()
     corpus: Corpus = build(cfg.dataset)
     if cfg.action == DataAction.publish:
-        from .publish import publish
-
         return publish(
             corpus,
             cfg.target,

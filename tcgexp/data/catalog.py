@@ -21,6 +21,7 @@ from contextlib import closing
 from pathlib import Path
 
 from .errors import DataError
+from .manifest import read_manifest
 
 COLUMNS = (
     "date",
@@ -95,7 +96,6 @@ class Catalog:
 
     def rebuild(self, why: Exception) -> int:
         """Move the damaged database aside (kept for inspection) and index every readable day manifest."""
-        from .manifest import read_manifest
 
         aside = self.path.with_name(self.path.name + ".damaged")
         for suffix in ("", "-journal", "-wal", "-shm"):  # a hot journal belongs to the damaged file

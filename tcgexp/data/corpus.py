@@ -33,6 +33,7 @@ from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
 from .errors import BuildRefused, DataError, listed
 from .parallel import build_days, worker_pool
+from .remote import RemoteFile
 from .schema import SCHEMA_VERSION
 from .select import check_built, check_count, selected_dates
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
@@ -272,7 +273,6 @@ class Corpus:
         Nothing is built in a store: a day that is missing (no manifest) or was built with other settings
         is refused in one line, with the commands that publish it.
         """
-        from .remote import RemoteFile
 
         if self.selected:
             check_count(self.dates, self.catalog)  # one listing: more days than are published, refused at once

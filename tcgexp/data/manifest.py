@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from .errors import DataError
 from .schema import SCHEMA_VERSION, arrow_schema, to_numpy
+from .shards import validate_columns  # shares the per-row rules with the builder
 
 REFIX = "delete the day's .parquet and .manifest.json to rebuild it from its replay ZIP"
 
@@ -58,7 +59,6 @@ def check_day(parquet: Path, manifest: dict, *, feature_dim: int, action_dim: in
     quick: metadata only (size, schema, row counts per row group).
     full: also the checksum and every row group's content (lanes, episodes, values).
     """
-    from .shards import validate_columns  # shares the per-row rules with the builder
 
     if manifest["schema_version"] != SCHEMA_VERSION:
         raise DataError(

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from tcgexp.data.errors import DataError
 from tcgexp.data.remote import FetchStats, RemoteFile, as_file, parquet_file, read_metadata
 from tcgexp.data.schema import to_numpy
 
@@ -49,7 +50,6 @@ def check_values(data: Arrays, *, path: Path, row_group: int) -> None:
     Runs once per decode (a few % of its cost); the day's manifest checksum covers the
     rest, but a file can be rewritten with its manifest, or written by another tool.
     """
-    from tcgexp.data.errors import DataError
 
     fix = "rebuild the day from its replay ZIP (delete its .parquet and .manifest.json)"
     feats = data.get("features")

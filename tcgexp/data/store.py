@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 from ..schema import INT64_MAX, schema, within
 from . import storeproc
+from .catalog import Catalog
 from .errors import DataError, StoreInterrupted
 
 MANIFEST_SUFFIX = ".manifest.json"
@@ -368,7 +369,6 @@ class RemoteCatalog:
 
     def all(self) -> list[dict]:
         """Rows shaped like the SQLite catalog's (``Catalog.row_from``), in date order."""
-        from .catalog import Catalog
 
         dates = [name[: -len(MANIFEST_SUFFIX)] for name in self.store.list("bc_data", MANIFEST_SUFFIX)]
         manifests = self.store.map(self.manifest, dates)  # a year is 365 GETs: not one by one

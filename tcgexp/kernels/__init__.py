@@ -12,7 +12,7 @@ bit-identical.
 
 ``load()`` builds the extension against the MLX installed now (``build.py``: once per MLX version,
 cached) and imports it, or says in one line why it cannot: no compiler, a nanobind that does not
-match MLX's, a device other than the CPU. ``tcgexp.train.fused_step`` composes the step from it;
+match MLX's, a device other than the CPU. ``tcgexp.learn.fused_step`` composes the step from it;
 ``trainer.kernels`` (auto | fused | pure) chooses the path.
 """
 
@@ -22,6 +22,8 @@ import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
+
+from .build import MODULE, BuildError, built
 
 _LOADED: dict[str, tuple[ModuleType | None, str]] = {}
 
@@ -46,7 +48,6 @@ def load(say: Callable[[str], None] | None = None) -> tuple[ModuleType | None, s
     key = mx.__version__
     if key in _LOADED:
         return _LOADED[key]
-    from .build import MODULE, BuildError, built
 
     try:
         folder = built(say)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sys
 
+from ..learn.blas import setup
+from . import load
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in ([], ["build"]):
         print("usage: python -m tcgexp.kernels [build]", file=sys.stderr)
         return 2
-    from ..train import BLAS  # noqa: F401  (MKL before mlx.core, as a run loads it)
-    from . import load
+
+    setup()  # MKL before mlx.core, as a run loads it
 
     module, line = load(say=print)
     print(f"trainer.kernels=auto runs the {'fused' if module else 'pure MLX'} step: {line}")

@@ -19,7 +19,11 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 from omegaconf import MISSING
 
-from ..data.source import Key
+from ..data.source import (
+    Key,
+    ParquetSource,  # per-thread file handles: safe under workers
+    packed_records,
+)
 from ..schema import ALL, schema, within
 from .plan import Microbatch, Plan
 
@@ -58,8 +62,6 @@ class DirectSource:
     """Row groups read straight from Parquet, no cache: the reference every cache must equal."""
 
     def __init__(self, files: Sequence, columns: Sequence[str] = TRAIN_COLUMNS) -> None:
-        from ..data.source import ParquetSource  # per-thread file handles: safe under workers
-
         self._source = ParquetSource(files, columns, name="direct")
 
     def get(self, key: Key, t: int | None = None) -> dict[str, np.ndarray]:
@@ -85,7 +87,6 @@ class Skip:
 
 def assemble(mb: Microbatch, source: RowGroupSource, columns: Sequence[str]) -> Batch:
     """Gather the microbatch's rows from each row group it touches, in microbatch row order."""
-    from ..data.source import packed_records
 
     got = {key: source.get(key, t=mb.index) for key in mb.take}
     packed = [packed_records(arrays) for arrays in got.values()]

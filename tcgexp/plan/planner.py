@@ -11,7 +11,7 @@ never interleaving lanes of far-apart row groups: lanes are admitted in that
 order, so only a few row groups are live at any time and a cache of a few
 row groups suffices. ``naive`` (a global lane shuffle) is kept for comparison.
 
-Shards (data-parallel ranks, ``tcgexp.train.distributed``): the epoch's lane
+Shards (data-parallel ranks, ``tcgexp.lifecycle.distributed``): the epoch's lane
 order is cut into ``shards`` parts, whole row groups at a time in that order
 (each rank's cache holds only its own row groups), each row group going to
 the shard with the fewest rows so far; each shard is packed on its own. A

@@ -6,18 +6,17 @@
 
 from __future__ import annotations
 
+from .config_page import page as config_page
+from .metrics_page import page as metrics_page
+
 PAGES = {"config": "config-reference.md", "metrics": "metrics-reference.md"}  # name -> its path under docs/
 
 
 def page(name: str) -> str:
     """One generated page's Markdown: ``config`` or ``metrics``."""
     if name == "config":
-        from .config_page import page as config_page
-
         return config_page()
     if name == "metrics":
-        from .metrics_page import page as metrics_page
-
         return metrics_page()
     raise ValueError(f"no generated page {name!r}: one of {', '.join(PAGES)}")
 

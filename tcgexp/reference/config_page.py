@@ -18,7 +18,12 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+import tcgexp.app  # every schema a training run composes, the sweeper's
+import tcgexp.bench.trace  # noqa: F401  (tcgexp-replay's root)
+
+from ..app import option
 from ..config import CONF_DIR, group_options, primary_defaults
+from ..schema import REGISTRY
 from .knobs import Knob, knobs, missing_meanings, render_default, show
 
 # (command, its primary config under conf/, its root schema)
@@ -37,10 +42,6 @@ class MissingMeaning(Exception):
 
 def registry() -> dict[str, type]:
     """tcgexp's schemas by their stored names, each module that declares one imported (the apps' roots too)."""
-    import tcgexp.app  # every schema a training run composes, the sweeper's
-    import tcgexp.bench.trace  # noqa: F401  (tcgexp-replay's root)
-
-    from ..schema import REGISTRY
 
     # a plug-in's schemas registered in this process (a test's) are its own docs' business
     return {k: v for k, v in REGISTRY.items() if v.__module__.startswith(("tcgexp.", "hydra_plugins."))}
@@ -147,7 +148,6 @@ def node_schemas(node: DictConfig, prefix: str = "") -> dict[str, type]:
 
 
 def group_section(group: str, schemas: dict[str, type], defaults: dict[str, list[str]]) -> list[str]:
-    from ..app import option
 
     base = schemas[f"schema.{group}"]
     options = group_options(group)

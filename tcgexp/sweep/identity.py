@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..lifecycle.rundir import RUN_MARKER, mark
 from ..ownership import HeldLock, describe
-from ..train.rundir import RUN_MARKER, mark
 from .space import WHERE, overrides_of
 
 STAMP = ".tcgexp-trial.json"

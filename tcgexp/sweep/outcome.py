@@ -44,7 +44,7 @@ def _json(path: Path) -> dict:
 
 def latest_state(run_dir: Path) -> dict | None:
     """The run dir's latest/ state.json (verified), or None when there is no usable checkpoint."""
-    from ..train import checkpoint as ckpt
+    from ..lifecycle import checkpoint as ckpt
 
     try:
         return ckpt.read_state(ckpt.find(str(run_dir)))

@@ -116,7 +116,7 @@ class HalvingSearch:
 
     # -- the sweep ---------------------------------------------------------------------------------------
     def sweep(self, arguments: list[str]) -> None:
-        from ..train.rundir import SWEEP_MARKER, discard
+        from ..lifecycle.rundir import SWEEP_MARKER, discard
 
         try:
             self.start(arguments)

@@ -1,12 +1,25 @@
-"""Training entry: ``python -m tcgexp.train`` composes a run and calls :func:`train`."""
+"""Training: ``python -m tcgexp.train`` composes a run and calls :func:`train`.
 
-from ..launch import share_cores
-from .blas import load_fast_blas
+Importing this package does nothing to the process: ``train`` sets up MKL and the BLAS threads when it runs,
+before the run's modules (which import MLX) are loaded.
+"""
 
-share_cores()  # ranks of one mlx.launch on one host: each its share of the cores' BLAS threads
-# MLX binds its BLAS when mlx.core is first imported, and .run imports it: load MKL first.
-BLAS = load_fast_blas()
+from __future__ import annotations
 
-from .run import train
+from typing import Any
 
-__all__ = ["BLAS", "train"]
+from omegaconf import DictConfig
+
+from ..learn.blas import setup
+
+
+def train(cfg: DictConfig, **kw: Any) -> dict[str, Any]:
+    """Train as `cfg` says (``tcgexp.train.run.train``; its keyword arguments pass through)."""
+    setup()
+    # imported here, after setup(): the run's modules import MLX, which binds its BLAS when it loads
+    from .run import train as run_train
+
+    return run_train(cfg, **kw)
+
+
+__all__ = ["train"]

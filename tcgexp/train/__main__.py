@@ -15,18 +15,23 @@ from omegaconf import DictConfig
 from ..app import compose, hydra_main
 from ..console import job_errors
 from ..launch import launched_rank
-from . import train
+from ..learn.blas import setup
+from ..lifecycle.rank_status import reports_exit
+from ..lifecycle.rundir import claimed, run_dir_of
 from .errors import USER_ERRORS
 from .metric import check_metric, optimized
-from .rank_status import reports_exit
-from .resume import requeued_resume, resume_config
-from .rundir import claimed, run_dir_of
 
 
 @reports_exit  # under tcgexp-launch: this rank's exit code, for the launcher's own
 @hydra_main("config", *USER_ERRORS)
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
+
+    # a launcher's worker (joblib, Ray, SLURM) runs this function without the command's start: MKL first, then
+    # what imports MLX (the resume's checkpoint reader, the run), which binds its BLAS when it loads
+    setup()
+    from ..lifecycle.resume import requeued_resume, resume_config
+    from .run import train
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     again = None if cfg.resume else requeued_resume(run_dir)  # SLURM restarted this job: it goes on

@@ -2,11 +2,11 @@
 
 from ..data.errors import DataError
 from ..errors import ConfigError
-from .checkpoint import CheckpointError, CheckpointWriteError
-from .distributed import DistributedError
-from .diverge import DivergenceError
-from .schedule import ScheduleError
-from .step import PrecisionError
+from ..learn.blas import BlasError
+from ..learn.diverge import DivergenceError
+from ..learn.errors import PrecisionError, ScheduleError
+from ..lifecycle.ckpt_files import CheckpointError, CheckpointWriteError
+from ..lifecycle.errors import DistributedError
 
 USER_ERRORS = (
     ConfigError,
@@ -17,4 +17,5 @@ USER_ERRORS = (
     PrecisionError,
     DivergenceError,
     DistributedError,
+    BlasError,
 )

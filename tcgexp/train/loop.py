@@ -21,11 +21,11 @@ from typing import Protocol
 import mlx.core as mx
 import numpy as np
 
+from ..learn import diverge
+from ..learn.state import LaneMemory, TrainState
+from ..learn.step import METRICS, SUM_KEYS, Stepper, add_grads, to_mx
+from ..lifecycle.distributed import Sync, World
 from ..plan.loader import Skip
-from . import diverge
-from .distributed import Sync, World
-from .state import LaneMemory, TrainState
-from .step import METRICS, SUM_KEYS, Stepper, add_grads, to_mx
 
 VAL_KEYS = (*METRICS, *(f"sum_{k}" for k in SUM_KEYS), "rows")
 

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from .. import sim
 from ..config import build
 from ..errors import ConfigError
+from ..memlimit import room as job_room
 
 # Factors measured by `python -m tcgexp.bench memory` (peak resident memory over the model and batch knobs),
 # each kept above the worst measured so that the sum bounds every measured peak before HEADROOM:
@@ -116,7 +117,6 @@ def check_memory(
     plan's largest microbatch needs. `room`: a
     ``memlimit.Room`` (default: this process's, ``memlimit.room()``); `held`: what the process holds now (default:
     its resident memory; a check made for another process, or a test's, passes that process's)."""
-    from ..memlimit import room as job_room
 
     parts = need(cfg, slots, lanes, rows, held)
     want = total(parts)

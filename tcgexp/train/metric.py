@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import ConfigError
+
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
 
 def check_metric(name: str | None) -> None:
     """Refuse an optimized_metric that no run can produce, before any work."""
-    from ..errors import ConfigError
-    from .step import METRICS
+    from ..learn.step import METRICS  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     if name is None:
         return

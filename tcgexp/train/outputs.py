@@ -8,35 +8,16 @@ the folder): when latest/, epoch_NNNN/ and best/ are written, and where.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
-from omegaconf import MISSING
 from rich.console import Console
 
 from ..cache.report import with_rates
-from ..schema import ALL, INT32_MAX, schema, within
-from . import checkpoint as ckpt
-from .distributed import World
-from .diverge import strict
+from ..learn.diverge import strict
+from ..lifecycle import checkpoint as ckpt
+from ..lifecycle.distributed import World
+from ..lifecycle.result_file import write_result
 from .parts import DataParts, Learner
-from .result_file import write_result
-
-
-@schema("checkpoint")
-class CheckpointConfig:
-    """When a run's checkpoints are written (``Checkpointer``); the trainer supplies the folder."""
-
-    _target_: str = MISSING
-    _partial_: bool = True
-    every_epochs: int = 1  # epoch_NNNN/ snapshots; the final epoch is always kept
-    # rolling latest/ for exact resume; smaller = less lost work after a crash, more I/O; 0 = only at epoch ends
-    latest_every_steps: int = 50
-    UNPINNED: ClassVar[tuple] = ALL
-    CHECKS: ClassVar[tuple] = (
-        ("every_epochs", within(1, INT32_MAX), "in [1, 2**31) epochs"),
-        ("latest_every_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps (0 = only at epoch ends)"),
-    )
 
 
 class Checkpointer:

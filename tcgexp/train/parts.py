@@ -16,12 +16,12 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from ..data import Corpus
+from ..learn.model import RecurrentPolicy
+from ..learn.schedule import Schedule
+from ..learn.state import LaneMemory, TrainState
+from ..lifecycle.distributed import World
+from ..lifecycle.signals import StopSignals
 from ..plan import LaneIndex, Planner
-from .distributed import World
-from .model import RecurrentPolicy
-from .schedule import Schedule
-from .signals import StopSignals
-from .state import LaneMemory, TrainState
 
 
 @dataclass

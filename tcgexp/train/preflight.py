@@ -12,7 +12,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from ..errors import ConfigError
-from .batch import largest_padding
+from ..learn.batch import largest_padding
 from .memneed import check_memory, model_bytes  # noqa: F401 - where callers have found them
 
 

@@ -1,12 +1,9 @@
 """``train(cfg)``: the plain function behind ``python -m tcgexp.train``; tests call it directly.
 
-This module is the run's composition root: every part is built here from the composed config, by
-``instantiate`` of its group (``build``), and nowhere else. ``run`` reads as lightning-hydra-template's
-``train``: the data side (corpus, lane index, planner), the learner (model, scheduler, optimizer: fresh
-or restored from a checkpoint), the caches and loaders, the tracker, the checkpointer and the trainer;
-then the trainer fits and the result comes back. ``train`` around it checks the config and the
-surroundings first and owns the run folder (claimed in ``rundir.py``) and the stopping signals.
-``Config`` is the schema the composed config starts from.
+The run's composition root: every part is built here from the composed config, by ``instantiate`` of its
+group, and nowhere else (docs/design.md, "How a run is built", tells the order). ``train`` checks the config
+and the surroundings first and owns the run folder (``lifecycle/rundir.py``) and the stopping signals; ``run``
+builds the parts and lets the trainer fit.
 """
 
 from __future__ import annotations
@@ -18,36 +15,47 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import mlx.core as mx
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .. import sim
 from ..cache.registry import reclaim
-from ..cache.rowgroup import CacheConfig
 from ..config import build
 from ..console import say_now
-from ..data.corpus import Corpus, DatasetConfig
+from ..data.corpus import Corpus
 from ..data.storeproc import abandon_all
 from ..errors import ConfigError
+from ..learn.batch import prepare
+from ..learn.blas import require
+from ..learn.model import RecurrentPolicy
+from ..learn.state import LaneMemory, TrainState
+from ..lifecycle.distributed import World
+from ..lifecycle.errors import DistributedError
+from ..lifecycle.rank_status import note_rank
+from ..lifecycle.result_file import leave_failed
+from ..lifecycle.resume import Saved
+from ..lifecycle.rundir import claimed, run_dir_of
+from ..lifecycle.signals import (
+    STOP_GRACE_S,
+    ForcedStop,
+    RunInterrupted,
+    StopSignals,
+    WaitAbandoned,
+    exit_code,
+    stop_line,
+)
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
 from ..plan import LaneIndex, Planner
-from ..plan.loader import TRAIN_COLUMNS, LoaderConfig
-from ..plan.planner import TbpttConfig
+from ..plan.loader import TRAIN_COLUMNS
 from ..progress import report_console, stage_progress
-from ..schema import schema, validate, within
-from ..track import NullTracker, TrackingConfig, job_context
+from ..schema import validate
+from ..track import NullTracker, job_context
 from ..track.summary import write_summary
-from .batch import prepare
-from .blas import load_fast_blas
-from .distributed import DistributedError, World
 from .errors import USER_ERRORS
 from .memneed import microbatch_rows, row_budget_line
-from .model import ModelConfig, RecurrentPolicy
-from .optim import OptimizerConfig
-from .outputs import CheckpointConfig
 from .parts import DataParts, Learner, RunContext
 from .preflight import (
     check_memory,
@@ -56,37 +64,7 @@ from .preflight import (
     planned_slots,
     preflight,
 )
-from .rank_status import note_rank
-from .result_file import leave_failed
-from .resume import Saved
-from .rundir import claimed, run_dir_of
-from .schedule import SchedulerConfig
-from .signals import STOP_GRACE_S, ForcedStop, RunInterrupted, StopSignals, WaitAbandoned, exit_code, stop_line
-from .state import LaneMemory, TrainState
-from .trainer import Trainer, TrainerConfig
-
-
-@schema(name="base_config")
-class Config:
-    """The training run (``conf/config.yaml``): one option of every group, and the run's own keys."""
-
-    dataset: DatasetConfig = MISSING
-    cache: CacheConfig = MISSING
-    loader: LoaderConfig = MISSING
-    tbptt: TbpttConfig = MISSING
-    scheduler: SchedulerConfig = MISSING
-    model: ModelConfig = MISSING
-    optimizer: OptimizerConfig = MISSING
-    trainer: TrainerConfig = MISSING
-    checkpoint: CheckpointConfig = MISSING
-    tracking: TrackingConfig = MISSING
-    seed: int = 0  # initial weights and lane shuffles
-    resume: str | None = None  # a run dir or checkpoint dir to continue exactly
-    # what the task returns to a sweeper: val/<metric> (val/loss, val/policy, val/accuracy, ...) | best/val_loss
-    optimized_metric: str | None = "val/loss"
-    UNPINNED: ClassVar[tuple] = ("resume", "optimized_metric")
-    # MLX and numpy seed generators take an unsigned 32-bit seed: anything else is a raw TypeError deep inside
-    CHECKS: ClassVar[tuple] = (("seed", within(0, 2**32, open_hi=True), "in [0, 2**32)"),)
+from .trainer import Trainer
 
 
 def run_dir_from_hydra() -> Path:
@@ -112,6 +90,7 @@ def train(
     result.json (status "interrupted") written, then ``RunInterrupted``, a SystemExit with code
     128 + signum, after one line on stderr.
     """
+    blas = require()  # a process whose MLX was loaded before tcgexp could load MKL is refused here, before any work
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     world = World.init()  # rank and size from mlx.launch; size 1 for a plain run
     world.run_dir = run_dir
@@ -135,7 +114,7 @@ def train(
                 run_dir,
                 world,
                 console,
-                blas=load_fast_blas(),
+                blas=blas,
                 signals=signals,
                 memory_probe=memory_probe,
                 overrides=overrides,

@@ -19,10 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from ..console import flatten, verbose
 from ..errors import ConfigError
 from ..launch import launched_rank
+from ..lifecycle.resume import requeued_resume
+from ..lifecycle.rundir import SWEEP_MARKER, check, check_job_dirs, claim, mark, run_dir_of
 from ..plugins import check_launcher
 from .errors import USER_ERRORS
-from .resume import requeued_resume
-from .rundir import SWEEP_MARKER, check, check_job_dirs, claim, mark, run_dir_of
 
 
 class RunDirRefused(SystemExit):

@@ -11,9 +11,11 @@ holds a real run's tracked names to it both ways.
 
 from __future__ import annotations
 
+from ..cache.policy import LruPolicy
 from ..cache.report import MEANINGS as CACHE_MEANINGS
-from .batch import EARLY_DECISIONS
-from .losses import METRICS
+from ..cache.rowgroup import RowGroupCache
+from ..learn.batch import EARLY_DECISIONS
+from ..learn.losses import METRICS
 
 # each of the loss vector's entries (METRICS), tracked as train/<name> (the optimizer step's rows) and
 # val/<name> (every validation row); all are means over rows, the aux losses over rows with aux targets
@@ -55,8 +57,6 @@ class UnexplainedName(LookupError):
 
 def cache_counters() -> list[str]:
     """The names of a row-group cache's counters: what a real (empty) cache reports."""
-    from ..cache.policy import LruPolicy
-    from ..cache.rowgroup import RowGroupCache
 
     cache = RowGroupCache(
         [],

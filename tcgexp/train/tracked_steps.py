@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from .distributed import World
+from ..lifecycle.distributed import World
 from .outputs import rank_counters, sum_counters
 
 

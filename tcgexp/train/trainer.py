@@ -14,68 +14,27 @@ from __future__ import annotations
 import io
 import time
 from dataclasses import replace
-from typing import ClassVar
 
 import mlx.core as mx
 import numpy as np
-from omegaconf import MISSING, DictConfig
+from omegaconf import DictConfig
 from rich.console import Console
 
 from ..console import user_error
+from ..learn.diverge import DivergenceError
+from ..learn.step import Stepper, to_mx
+from ..lifecycle import checkpoint as ckpt
+from ..lifecycle.errors import DistributedError
+from ..lifecycle.provenance import provenance
+from ..lifecycle.signals import Preempted
 from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
-from ..schema import FLOAT32_MAX, INT32_MAX, schema, within
 from ..track import Tracker
-from . import checkpoint as ckpt
 from .display import RunDisplay
-from .distributed import DistributedError
-from .diverge import DivergenceError
 from .errors import USER_ERRORS
-from .fused_step import CHOICES as KERNELS
 from .loop import Loop
 from .outputs import Checkpointer, rank_counters, report, result_of, sum_counters
 from .parts import DataParts, Learner, RunContext
-from .provenance import provenance
-from .signals import Preempted
-from .step import Stepper, to_mx
 from .tracked_steps import TrackedSteps
-
-
-@schema("trainer")
-class TrainerConfig:
-    """The loop over epochs (``Trainer``); the run supplies its checkpointer, tracker and context."""
-
-    _target_: str = MISSING
-    _partial_: bool = True
-    epochs: int = 3  # each epoch = one full plan over the train split; the final epoch is validated and kept
-    aux_weight: float = (
-        0.25  # weight of the four auxiliary losses (KO, prize delta, terminal, return) beside the policy
-    )
-    grad_clip: float = 1.0  # global-norm clip of every update's gradients; 0 = no clipping
-    max_steps: int = 0  # >0: stop (resumably, latest/ written) after this many optimizer steps; 0 = run all epochs
-    # >0: stop (resumably, validated, latest/ written) once this many epochs are done, while the schedule's
-    # horizon stays `epochs`: what a successive-halving rung trains to; 0 = run all epochs
-    stop_at_epoch: int = 0
-    # the tracker's cadence: every n-th optimizer step's train/*, lr and cache_train/* values are tracked (and every
-    # epoch's last step and validation, exactly); 1 = every step, as the reference system; each tracked step
-    # costs the tracker ~40 values (Aim: ~5 ms of its own process, on the cores the step uses). 50 (Lightning's
-    # log_every_n_steps): Aim added 0.36-0.42 s to a 2-epoch 5d run, 10 added 0.81-1.80 s, 1 added 5 s
-    # (`python -m tcgexp.bench train --parts runs --track-every 1 10 50`, 2026-12-02; docs/benchmarks.md)
-    track_every: int = 50
-    # which step runs: fused = tcgexp's CPU kernels (tcgexp/kernels: built once per MLX version, faster), pure = MLX
-    # operations only, auto = fused where the kernels load, else pure (one line says why). Both compute
-    # bit-identical weights, so a resume may switch
-    kernels: str = "auto"
-    # how long a run goes, what it reports and which (bit-identical) step computes it, not what each step computes
-    UNPINNED: ClassVar[tuple] = ("epochs", "max_steps", "stop_at_epoch", "track_every", "kernels")
-    CHECKS: ClassVar[tuple] = (
-        ("epochs", within(1, 10**6), "in [1, 1e6]"),
-        ("aux_weight", within(0.0, FLOAT32_MAX), ">= 0 (0 = the policy loss alone)"),
-        ("grad_clip", within(0.0, FLOAT32_MAX), ">= 0 (0 = no clipping)"),
-        ("max_steps", within(0, INT32_MAX), "in [0, 2**31) (0 = no limit)"),
-        ("stop_at_epoch", within(0, 10**6), "in [0, 1e6] (0 = at trainer.epochs)"),
-        ("track_every", within(1, INT32_MAX), "in [1, 2**31) optimizer steps (1 = every step)"),
-        ("kernels", lambda v: v in KERNELS, f"one of {', '.join(KERNELS)}"),
-    )
 
 
 class StopRun(Exception):
@@ -252,7 +211,7 @@ class Trainer:
             "world": {"size": world.size, "shards": self.data.planner.shards},
             **provenance(self.run.cfg, self.data.manifests),
         }
-        if self.run.overrides is not None:  # what a resume= composes again (tcgexp.train.resume)
+        if self.run.overrides is not None:  # what a resume= composes again (tcgexp.lifecycle.resume)
             state["overrides"] = list(self.run.overrides)
         self.checkpoints.write(
             self.checkpoints.names(kind, p.epoch, self.epochs),

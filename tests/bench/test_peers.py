@@ -17,10 +17,10 @@ from tcgexp import sim
 from tcgexp.bench import peers
 from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.config import build
+from tcgexp.learn.batch import prepare
+from tcgexp.learn.model import RecurrentPolicy
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
-from tcgexp.train.batch import prepare
-from tcgexp.train.model import RecurrentPolicy
 
 pytestmark = pytest.mark.extra("peers")
 HIDDEN, CHUNK, ROWS, STEPS = 32, 16, 64, 10

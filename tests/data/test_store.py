@@ -303,7 +303,7 @@ def test_a_run_started_on_the_local_copy_resumes_from_s3_bit_exactly(s3, tmp_pat
     """dataset.root and dataset.storage say where the same bytes come from, so a resume may change them."""
     from mlx.utils import tree_flatten
 
-    from tcgexp.train.resume import resume_config
+    from tcgexp.lifecycle.resume import resume_config
     from tcgexp.train.run import train
     from tests.train.conftest import TINY_TRAIN
 

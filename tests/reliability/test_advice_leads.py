@@ -51,7 +51,7 @@ def test_a_catalog_row_pointing_at_a_missing_file_is_fixed_by_the_data_command_i
 @pytest.mark.slow
 def test_a_spill_disk_turned_read_only_mid_run_is_named_read_only(tmp_path, tmpfs, capsys):  # noqa: F811
     """A file system remounted read-only under the spill (ext4's errors=remount-ro) was summed up as "disk full?"."""
-    from tcgexp.train.rundir import mark
+    from tcgexp.lifecycle.rundir import mark
 
     run_dir = tmp_path / "run"
     mark(run_dir)

@@ -8,11 +8,11 @@ import pytest
 
 from tcgexp.data import DataError
 from tcgexp.errors import ConfigError
+from tcgexp.lifecycle.rundir import check
 from tcgexp.memlimit import Room
 from tcgexp.plan import LaneIndex
 from tcgexp.train import train
 from tcgexp.train.preflight import check_memory, model_bytes, planned_slots
-from tcgexp.train.rundir import check
 from tests.conftest import compose_config, make_corpus, planner_of
 from tests.train.conftest import TINY_TRAIN
 
@@ -159,7 +159,7 @@ def test_a_run_dir_that_is_not_a_run_dir_is_refused(where, tmp_path):
 def test_a_dir_hydra_made_or_an_earlier_run_left_is_accepted(tmp_path):
     """Only Hydra's files for this job (.hydra/, the job log), or a folder marked as a run dir of ours,
     which an earlier run of ours left (tests/reliability/test_run_folders.py: a look-alike is refused)."""
-    from tcgexp.train.rundir import mark
+    from tcgexp.lifecycle.rundir import mark
 
     made = tmp_path / "outputs" / "run"
     (made / ".hydra").mkdir(parents=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tcgexp.train import checkpoint as ckpt
+from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 

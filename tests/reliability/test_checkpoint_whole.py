@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from tcgexp.app import compose
-from tcgexp.train import checkpoint as ckpt
+from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.checkpoint import CheckpointError, CheckpointWriteError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError, CheckpointWriteError
 from tests.conftest import assert_continued
 from tests.reliability.test_checkpoint_integrity import cfg, flip, fresh, stopped  # noqa: F401 (fixtures)
 from tests.train.conftest import TINY_TRAIN
@@ -214,7 +214,7 @@ def test_a_folder_replaced_after_its_seal_was_removed_is_read_again(fresh, monke
     """The reader has every file but checksums.json when the writer replaces latest/ and removes the old
     folder: what it holds is a sealed checkpoint without its seal, so it reads the new latest/ instead of
     refusing ("checksums.json is missing") or taking it for an older version's unsealed one."""
-    from tcgexp.train import ckpt_files
+    from tcgexp.lifecycle import ckpt_files
 
     _tmp, latest = fresh
     steps = json.loads((latest / "state.json").read_text())["progress"]["opt_steps"]

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
+from tcgexp.lifecycle.checkpoint import CheckpointWriteError
+from tcgexp.lifecycle.rundir import mark
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointWriteError
-from tcgexp.train.rundir import mark
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 

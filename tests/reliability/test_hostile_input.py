@@ -12,8 +12,8 @@ import pytest
 
 from tcgexp.data import DataError
 from tcgexp.data.manifest import file_sha256
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 

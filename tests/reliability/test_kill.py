@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tcgexp.train import checkpoint as ckpt
+from tcgexp.lifecycle import checkpoint as ckpt
 from tcgexp.train import train
 from tests.conftest import assert_continued, compose_config
 from tests.train.conftest import TINY_TRAIN

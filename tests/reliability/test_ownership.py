@@ -98,7 +98,7 @@ def test_a_live_runs_spill_and_a_foreign_directory_are_never_reclaimed(tmp_path,
 
 
 def test_a_run_deletes_only_the_spill_it_created(tmp_path):
-    from tcgexp.train.rundir import mark
+    from tcgexp.lifecycle.rundir import mark
 
     run_dir = tmp_path / "run"
     mark(run_dir)  # a run dir of ours (an earlier run's), where something else was put into .cache_spill

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
 from tests.conftest import assert_continued, compose_config
 from tests.train.conftest import TINY_TRAIN
 
@@ -38,8 +38,8 @@ def test_a_schedule_change_on_resume_is_refused_by_name_and_runs_with_reset(tmp_
 
 def test_a_checkpoint_written_before_grad_clip_moved_to_the_trainer_resumes(tmp_path):
     """Checkpoints of before the trainer was a class kept ``optimizer.grad_clip`` (config and overrides)."""
-    from tcgexp.train import checkpoint as ckpt
-    from tcgexp.train.resume import resume_config
+    from tcgexp.lifecycle import checkpoint as ckpt
+    from tcgexp.lifecycle.resume import resume_config
 
     args = [
         f"dataset.root={tmp_path / 'data'}",

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tcgexp.errors import ConfigError
+from tcgexp.lifecycle.rundir import RUN_MARKER, SWEEP_MARKER, mark
 from tcgexp.ownership import HeldLock
 from tcgexp.train import train
-from tcgexp.train.rundir import RUN_MARKER, SWEEP_MARKER, mark
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tcgexp.train import checkpoint as ckpt
+from tcgexp.lifecycle import checkpoint as ckpt
 from tcgexp.train import train
 from tests.conftest import assert_continued, compose_config
 from tests.reliability.test_kill import ROOT, weights
@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
     import tcgexp.train.run as composition  # where the run's batch transform is made
-    import tcgexp.train.checkpoint as ckpt
+    import tcgexp.lifecycle.checkpoint as ckpt
     at, second, name, *argv = sys.argv[1:]
     sig = getattr(signal, name)
     calls = {"n": 0}
@@ -170,7 +170,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(baseline, tmp_path):
 
 
 def test_handlers_are_installed_for_the_run_and_restored_after():
-    from tcgexp.train.signals import StopSignals
+    from tcgexp.lifecycle.signals import StopSignals
 
     def theirs(signum, frame):  # e.g. submitit's requeue handler on SIGUSR2
         pass
@@ -212,8 +212,8 @@ def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
 DECIDED = textwrap.dedent("""
     import os, signal, sys, time
     from tcgexp.console import say_now
-    from tcgexp.train.rank_status import reports_exit
-    from tcgexp.train.signals import StopSignals
+    from tcgexp.lifecycle.rank_status import reports_exit
+    from tcgexp.lifecycle.signals import StopSignals
 
     @reports_exit
     def main():

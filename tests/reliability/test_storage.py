@@ -33,7 +33,7 @@ def remount_ro(path) -> bool:
 
 
 def test_spill_storage_turning_read_only_mid_run_costs_spill_not_training(tmp_path, tmpfs):  # noqa: F811
-    from tcgexp.train.rundir import mark
+    from tcgexp.lifecycle.rundir import mark
 
     run_dir = tmp_path / "run"
     mark(run_dir)  # a run dir of ours, with its spill root on a filesystem of its own

@@ -28,6 +28,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from mlx import nn
 from omegaconf import OmegaConf
 
+from tcgexp.learn.state import TrainState
+from tcgexp.lifecycle import checkpoint as ckpt
 from tcgexp.sweep import asha, results
 from tcgexp.sweep import space as spaces
 from tcgexp.sweep import study as studies
@@ -35,9 +37,7 @@ from tcgexp.sweep.asha import COMPLETE, PRUNED, WAITING, Halving, Trial
 from tcgexp.sweep.batches import Run
 from tcgexp.sweep.config import HalvingSweeperConfig
 from tcgexp.sweep.sweeper import HalvingSearch
-from tcgexp.train import checkpoint as ckpt
 from tcgexp.train.metric import higher_is_better
-from tcgexp.train.state import TrainState
 
 from .conftest import study_of
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tcgexp.train.rundir import SWEEP_MARKER, mark
+from tcgexp.lifecycle.rundir import SWEEP_MARKER, mark
 from tests.reliability.test_disk import tmpfs  # noqa: F401 - the fixture
 from tests.sweep.test_identity import sweep, trials
 

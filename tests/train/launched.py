@@ -24,7 +24,7 @@ LONGER = ["dataset.rows_per_day=3000", "tbptt.batch_size=32", "trainer.epochs=3"
 
 def launch_cmd(overrides: list[str], run_dir: Path, ranks: int = 2, via: str = "tcgexp-launch") -> list[str]:
     """`via`: tcgexp-launch (mlx.launch, exiting with the ranks' status), or mlx.launch itself."""
-    launcher = [sys.executable, "-m", "tcgexp.train.launcher"] if via == "tcgexp-launch" else [MLX_LAUNCH]
+    launcher = [sys.executable, "-m", "tcgexp.lifecycle.launcher"] if via == "tcgexp-launch" else [MLX_LAUNCH]
     return [
         *launcher,
         "-n",

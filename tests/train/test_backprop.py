@@ -13,11 +13,11 @@ import pytest
 from mlx import nn
 from mlx.utils import tree_flatten
 
-from tcgexp.train.backprop import loss_and_grads
-from tcgexp.train.losses import losses
-from tcgexp.train.model import RecurrentPolicy
-from tcgexp.train.scan import Z_MAX, affine_scan, linear_scan
-from tcgexp.train.step import to_mx
+from tcgexp.learn.backprop import loss_and_grads
+from tcgexp.learn.losses import losses
+from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.scan import Z_MAX, affine_scan, linear_scan
+from tcgexp.learn.step import to_mx
 
 from .test_model import A, F, lane_inputs
 
@@ -29,7 +29,7 @@ def written(path: str):
     if path == "pure":
         return loss_and_grads
     from tcgexp.kernels import load
-    from tcgexp.train.fused_step import FusedStep
+    from tcgexp.learn.fused_step import FusedStep
 
     return lambda model, *args: FusedStep(load()[0], model, None).loss_and_grads(*args)
 
@@ -164,7 +164,7 @@ def test_only_the_models_own_class_uses_the_written_backward():
     never the backward written for its parent; a scan swapped in for comparison has none either."""
     import mlx.optimizers as optim
 
-    from tcgexp.train.step import Stepper, written_backward
+    from tcgexp.learn.step import Stepper, written_backward
 
     class Deeper(RecurrentPolicy):
         def __init__(self, *a, **k):

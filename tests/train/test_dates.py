@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
 
 
 def test_selected_days_recorded_and_resume_on_other_days_refused(train_cfg, tmp_path):

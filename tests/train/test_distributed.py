@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from tcgexp.errors import ConfigError
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
 from tests.train.conftest import TINY_TRAIN
 from tests.train.launched import (
     assert_bit_identical,
@@ -173,7 +173,7 @@ def test_ranks_on_one_host_split_its_cores_between_their_blas_threads(tmp_path, 
 def test_every_rank_names_the_lowest_signalled_ranks_signal():
     """The stop signal travels as one slot per rank inside an all-reduce: summed, every rank reads the
     same row and names the same signal, the lowest signalled rank's (not a blend of numbers)."""
-    from tcgexp.train.distributed import World
+    from tcgexp.lifecycle.distributed import World
 
     rows = [World(rank=r, size=3).signal_row(name) for r, name in enumerate([None, "SIGINT", "SIGTERM"])]
     assert [list(r) for r in rows] == [[0, 0, 0], [0, int(signal.SIGINT), 0], [0, 0, int(signal.SIGTERM)]]
@@ -202,8 +202,8 @@ def test_a_lost_peer_is_named_once_its_lock_is_free(tmp_path, holds, grace, dead
     import subprocess
     import sys
 
-    from tcgexp.train.distributed import World
-    from tcgexp.train.rundir import lock_name
+    from tcgexp.lifecycle.distributed import World
+    from tcgexp.lifecycle.rundir import lock_name
 
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(tmp_path / lock_name(1)), str(holds)], stdout=subprocess.PIPE, text=True

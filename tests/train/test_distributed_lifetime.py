@@ -210,7 +210,7 @@ def test_ranks_whose_configs_differ_refuse_at_start_naming_the_keys(cli, key, tm
 
 def test_the_launchers_exit_status_is_the_ranks():
     """0 only when every rank of the world exited 0; a rank without a status (killed) fails the run."""
-    from tcgexp.train.launcher import expected_ranks, verdict
+    from tcgexp.lifecycle.launcher import expected_ranks, verdict
 
     assert expected_ranks(["-n", "2", "--backend", "ring", "tcgexp-train"]) == 2
     assert expected_ranks(["--hosts", "10.0.0.1,10.0.0.2", "tcgexp-train", "dataset=5d"]) == 2

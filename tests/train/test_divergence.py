@@ -12,10 +12,10 @@ import mlx.core as mx
 import pytest
 
 from tcgexp.errors import ConfigError
+from tcgexp.learn.diverge import DivergenceError, strict
+from tcgexp.lifecycle.checkpoint import CheckpointError, check_finite_weights
 from tcgexp.schema import validate
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError, check_finite_weights
-from tcgexp.train.diverge import DivergenceError, strict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -108,7 +108,7 @@ def test_a_diverged_run_is_marked_failed_in_aim(train_cfg, tmp_path):
 
 
 def test_checkpoints_refuse_non_finite_weights(tmp_path):
-    from tcgexp.train.model import RecurrentPolicy
+    from tcgexp.learn.model import RecurrentPolicy
 
     model = RecurrentPolicy(4, 3, hidden=8, memory=True)
     check_finite_weights(model, tmp_path)

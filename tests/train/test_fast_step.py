@@ -23,13 +23,13 @@ from tcgexp import sim
 from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.bench.reference_step import ReferencePolicy, ReferenceStepper, reference_losses
 from tcgexp.config import build
+from tcgexp.learn.batch import prepare
+from tcgexp.learn.losses import METRICS
+from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.state import LaneMemory
+from tcgexp.learn.step import Stepper, to_mx
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS, DirectSource, Loader
-from tcgexp.train.batch import prepare
-from tcgexp.train.losses import METRICS
-from tcgexp.train.model import RecurrentPolicy
-from tcgexp.train.state import LaneMemory
-from tcgexp.train.step import Stepper, to_mx
 
 from .test_backprop import written
 

@@ -26,11 +26,11 @@ from mlx.utils import tree_flatten
 
 from tcgexp import sim
 from tcgexp.bench.adamw_rule import AdamWRule
-from tcgexp.train.backprop import loss_and_grads
-from tcgexp.train.fused_step import FusedStep
-from tcgexp.train.model import RecurrentPolicy
-from tcgexp.train.state import LaneMemory
-from tcgexp.train.step import Stepper, add_grads, to_mx
+from tcgexp.learn.backprop import loss_and_grads
+from tcgexp.learn.fused_step import FusedStep
+from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.state import LaneMemory
+from tcgexp.learn.step import Stepper, add_grads, to_mx
 
 from .test_backprop import targets_for
 from .test_fast_step import demo_epoch
@@ -246,8 +246,8 @@ def test_the_fused_pass_shares_two_cores_unless_the_user_set_mkls_threads(kernel
     """On two cores or more, at any width, the fused step shares its pass with a helper thread and MKL runs one
     thread (the kernels split the products themselves); its line says so. The pure path keeps MKL's threads fit to
     the width. Where the user set MKL_NUM_THREADS (fit_threads gives None), the fused pass stays on one thread."""
-    from tcgexp.train import blas
-    from tcgexp.train.fused_step import choose
+    from tcgexp.learn import blas
+    from tcgexp.learn.fused_step import choose
 
     want = len(os.sched_getaffinity(0)) >= 2 and blas._MKL is not None and not blas._USER_THREADS
     assert blas.spare_core() is want

@@ -40,7 +40,7 @@ def test_ranks_on_hosts_ssh_cannot_reach_are_named_with_ssh_s_own_reason(tmp_pat
         [
             sys.executable,
             "-m",
-            "tcgexp.train.launcher",
+            "tcgexp.lifecycle.launcher",
             "--hosts",
             "127.0.0.2,127.0.0.3",
             "--backend",

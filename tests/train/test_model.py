@@ -6,8 +6,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tcgexp.train.model import RecurrentPolicy
-from tcgexp.train.step import PrecisionError, Stepper, check_fp32
+from tcgexp.learn.errors import PrecisionError
+from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.step import Stepper, check_fp32
 
 F, A, H = 6, 5, 8
 

@@ -13,8 +13,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tcgexp.train.model import RecurrentPolicy
-from tcgexp.train.scan import SCAN_BLOCK, Z_MAX, block_length, linear_scan
+from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.scan import SCAN_BLOCK, Z_MAX, block_length, linear_scan
 
 CHUNKS = [1, 16, 32, 64, 128, 512]
 GATES = ["saturated", "near_zero", "zero", "mixed"]

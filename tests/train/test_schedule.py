@@ -10,7 +10,7 @@ import pytest
 
 from tcgexp.app import option
 from tcgexp.config import build
-from tcgexp.train.schedule import ScheduleError
+from tcgexp.learn.errors import ScheduleError
 
 
 def sched(name="cosine", warmup=0, total=0, run=100, min_ratio=0.0, start=0, *more):
@@ -76,7 +76,7 @@ def test_resume_keeps_the_checkpoint_horizon_and_phase():
 def test_state_is_every_constructor_setting():
     s = sched("linear", 7, 90, 50, 0.25, 3)
     assert s.state_dict() == {
-        "_target_": "tcgexp.train.schedule.Linear",
+        "_target_": "tcgexp.learn.schedule.Linear",
         "warmup_steps": 7,
         "total_steps": 90,
         "min_lr_ratio": 0.25,
@@ -87,7 +87,7 @@ def test_state_is_every_constructor_setting():
 
 def test_a_checkpoint_of_before_reset_was_a_setting_still_resumes():
     old = {
-        "_target_": "tcgexp.train.schedule.Cosine",
+        "_target_": "tcgexp.learn.schedule.Cosine",
         "total_steps": 100,
         "warmup_steps": 5,
         "min_lr_ratio": 0.0,

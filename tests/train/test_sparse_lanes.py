@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from tcgexp.train.checkpoint import SparseLanes, _lane_arrays, _lane_tensors
+from tcgexp.lifecycle.checkpoint import SparseLanes, _lane_arrays, _lane_tensors
 
 
 def roundtrip(tmp_path, lanes):

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from tcgexp.schema import field_default
 from tcgexp.track.aim_repo import open_repo
 from tcgexp.train import train
-from tcgexp.train.trainer import TrainerConfig
+from tcgexp.train.configs import TrainerConfig
 from tests.conftest import assert_continued
 
 

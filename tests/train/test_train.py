@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from tcgexp.train import checkpoint as ckpt
+from tcgexp.learn.errors import ScheduleError
+from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.train import train
-from tcgexp.train.checkpoint import CheckpointError
-from tcgexp.train.schedule import ScheduleError
 from tests.conftest import assert_continued
 
 
@@ -180,14 +180,14 @@ def test_the_initial_weights_come_from_the_seed_alone(train_cfg, data_root, tmp_
 
     from tcgexp import sim
     from tcgexp.config import build
-    from tcgexp.train import BLAS
-    from tcgexp.train.distributed import World
+    from tcgexp.learn.blas import setup
+    from tcgexp.lifecycle.distributed import World
     from tcgexp.train.parts import RunContext
     from tcgexp.train.run import make_learner, prepare_data
 
     cfg = train_cfg("seed=7", data=data_root)
     data = prepare_data(cfg, World())
-    learner = make_learner(cfg, data, RunContext(cfg, tmp_path, World(), Console(quiet=True), blas=BLAS))
+    learner = make_learner(cfg, data, RunContext(cfg, tmp_path, World(), Console(quiet=True), blas=setup()))
     mx.random.seed(7)
     alone = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
     assert weights({"model": learner.model}) == weights({"model": alone})

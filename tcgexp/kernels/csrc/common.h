@@ -19,6 +19,6 @@ namespace tcg {
 inline float maxf(float a, float b) { return mx::detail::Maximum{}(a, b); }  // NaN in a wins, as in MLX
 inline float minf(float a, float b) { return mx::detail::Minimum{}(a, b); }
 
-constexpr float Z_MAX = 0.9f;  // tcgexp/train/scan.py Z_MAX, as the float32 MLX compares with
+constexpr float Z_MAX = 0.9f;  // tcgexp/learn/scan.py Z_MAX, as the float32 MLX compares with
 
 }  // namespace tcg

@@ -2,7 +2,7 @@
 // gradients (step.cpp, built from the kernels of scan.cpp and head.cpp) and clipping plus AdamW (adamw.cpp).
 //
 // Every kernel repeats, element by element and in the same order, the MLX operations of the pure
-// step (tcgexp/train/backprop.py, losses.loss_terms, step.py's clip and MLX's AdamW), with the
+// step (tcgexp/learn/backprop.py, losses.loss_terms, step.py's clip and MLX's AdamW), with the
 // functors of MLX's own CPU backend (binary_ops.h, unary_ops.h: maximum's NaN rule, exp, sigmoid,
 // logaddexp) and sequential sums where MLX's CPU reductions and scans are sequential. Built with
 // -ffp-contract=off (no fused multiply-add: MLX's CPU kernels use none), the results are

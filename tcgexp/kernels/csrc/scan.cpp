@@ -1,6 +1,6 @@
 // The memory's gates and its blocked scan, forward (gate_scan, pick) and backward (scan_back).
 //
-// The same arithmetic as tcgexp/train/scan.py affine_scan (division form anchored at each block's
+// The same arithmetic as tcgexp/learn/scan.py affine_scan (division form anchored at each block's
 // middle, the state carried block to block) and backprop.py, per lane, in MLX's order: cumprod and
 // cumsum run sequentially along the block, scatter-adds in the order of their updates.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The whole loss-and-gradients pass as one task: tcgexp/train/fused_step.py's composition, in C++.
+// The whole loss-and-gradients pass as one task: tcgexp/learn/fused_step.py's composition, in C++.
 //
 // The matrix products are the very BLAS calls MLX's Matmul and AddMM make for the same operands
 // (mlx/backend/cpu/matmul.cpp: a row-contiguous operand goes as it is, a transposed view of one as

@@ -42,6 +42,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..data.manifest import file_sha256
+from ..learn.diverge import strict
 from .ckpt_files import (  # some re-exported
     CHECKSUMS,
     FILES,
@@ -52,7 +53,6 @@ from .ckpt_files import (  # some re-exported
     read_files,
     replace,
 )
-from .diverge import strict
 
 FORMAT = 2  # state.json's checkpoint_format: 2 = sealed by checksums.json (1: before it was recorded)
 SEALED_ONLY = ("world",)  # state.json keys that only versions sealing their checkpoints wrote

@@ -22,10 +22,10 @@ from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
 
 from ..kernels import load
 from ..schema import ConfigError
+from .configs import KERNELS
 from .model import RecurrentPolicy
 from .scan import SCAN_BLOCK, linear_scan
 
-CHOICES = ("auto", "fused", "pure")
 # with a helper thread: work of at least this many multiply-adds (a product, the scan) is split over both threads,
 # ~15 us of a product on one core; smaller work costs more to hand over than it saves
 SPLIT_MIN = 1 << 19
@@ -64,8 +64,8 @@ def fits(model) -> str | None:
 def choose(kernels: str, model, optimizer, say=None, helper: bool = False) -> tuple[FusedStep | None, str]:
     """(the fused step or None, one line: which path and why) for ``trainer.kernels``; `helper`: a second
     thread shares the pass (``blas.spare_core``)."""
-    if kernels not in CHOICES:
-        raise ValueError(f"trainer.kernels={kernels} is not one of {', '.join(CHOICES)}")
+    if kernels not in KERNELS:
+        raise ValueError(f"trainer.kernels={kernels} is not one of {', '.join(KERNELS)}")
     if kernels == "pure":
         return None, "pure MLX step (trainer.kernels=pure)"
     why = fits(model)

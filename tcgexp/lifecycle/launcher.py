@@ -1,4 +1,4 @@
-"""``tcgexp-launch`` (``python -m tcgexp.train.launcher``): ``mlx.launch`` that exits with its ranks' status.
+"""``tcgexp-launch`` (``python -m tcgexp.lifecycle.launcher``): ``mlx.launch`` that exits with its ranks' status.
 
 Why: MLX 0.32's ``mlx.launch`` exits 0 whatever its ranks did (it prints ``[WARN] Node with rank N
 exited with code C``), so a script, a CI job or a scheduler running it could not tell a failed run
@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..data.parallel import die_with_parent
 from ..ownership import pid_alive
 from .parent_watch import GRACE_S
 from .rank_status import STATUS_VAR
@@ -187,8 +188,6 @@ class Interrupts:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..data.parallel import die_with_parent
-
     argv = list(sys.argv[1:] if argv is None else argv)
     launcher = shutil.which("mlx.launch")
     if launcher is None:

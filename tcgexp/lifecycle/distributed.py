@@ -39,11 +39,9 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..console import say_now
 from ..launch import launch_time, launched
 from ..ownership import HeldLock, read_info
+from .errors import DistributedError
+from .parent_watch import watch_launcher
 from .rundir import lock_name
-
-
-class DistributedError(RuntimeError):
-    """The ranks can no longer train together: printed as one line, the run exits non-zero."""
 
 
 class PeerLost(DistributedError):
@@ -77,7 +75,6 @@ class World:
                 f"are set) but mx.distributed could not start ({exc}); launch with "
                 "mlx.launch -n N --backend ring tcgexp-train ..., or unset those variables"
             ) from exc
-        from .parent_watch import watch_launcher
 
         watch_launcher(group.rank())  # the launcher killed: this rank stops too
         # every rank exchanges the launch clock exactly once before any other collective, whether or not

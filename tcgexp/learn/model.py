@@ -29,28 +29,14 @@ h[t+1]. ``memory=False`` is the same network reading zeros instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
 
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
-from omegaconf import MISSING
 
-from ..schema import schema, within
 from .backprop import loss_and_grads
 from .losses import AUX_NAMES
 from .scan import hard_sigmoid, linear_scan
-
-
-@schema("model")
-class ModelConfig:
-    """The recurrent policy (``RecurrentPolicy``); the trainer supplies the feature and action sizes."""
-
-    _target_: str = MISSING
-    _partial_: bool = True
-    hidden: int = 128  # memory width; compute grows ~quadratically
-    memory: bool = True  # false: the same network without memory, reading zeros (the ablation)
-    CHECKS: ClassVar[tuple] = (("hidden", within(1, 1_000_000), "in [1, 1e6]"),)
 
 
 class RecurrentPolicy(nn.Module):

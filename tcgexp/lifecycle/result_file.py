@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from .diverge import strict
+from ..learn.diverge import strict
 
 NAME = "result.json"
 

@@ -1,4 +1,4 @@
-"""A fast BLAS for MLX on Linux CPUs, loaded before MLX is first imported.
+"""A fast BLAS for MLX on Linux CPUs, loaded before MLX is first imported (``setup``, by the entry points).
 
 The ``mlx[cpu]`` Linux wheel links a reference BLAS: float32 matmul runs at a
 few GFLOP/s, ~50x below what the same cores do with an optimised BLAS. MLX
@@ -28,6 +28,8 @@ import ctypes
 import glob
 import os
 import sys
+
+from ..launch import share_cores
 
 _LOADED: str | None = None
 
@@ -68,26 +70,51 @@ def spare_core() -> bool:
     return _MKL is not None and not _USER_THREADS and cores >= 2
 
 
-def load_fast_blas() -> str:
-    """Load MKL if available and allowed; return what MLX will use ("mkl: <path>" or why not)."""
-    global _LOADED
+def setup() -> str:
+    """Set this process up for training, once, before anything imports MLX: each launched rank's share of the
+    cores' BLAS threads (``launch.share_cores``), then MKL loaded (unless TCGEXP_BLAS=reference, another OS, or
+    no MKL). Returns what MLX will use ("mkl: <path>" or why not). The entry points call it when they run
+    (``tcgexp-train``'s task, ``tcgexp-bench``, ``tcgexp.app.compose``, ``tcgexp.api.train``); importing a
+    tcgexp module never does."""
+    global _LOADED, _MKL, _USER_THREADS
     if _LOADED is not None:
         return _LOADED
+    share_cores()  # ranks of one mlx.launch on one host: each its share of the cores' BLAS threads
     choice = os.environ.get("TCGEXP_BLAS", "mkl").lower()
     if sys.platform != "linux":
         _LOADED = "platform BLAS (not Linux)"
     elif choice in ("reference", "off", "0", "none"):
         _LOADED = "reference BLAS (TCGEXP_BLAS=reference)"
     elif mlx_imported():
-        _LOADED = "reference BLAS (mlx.core was imported before tcgexp could load MKL)"
+        _LOADED = LATE
     else:
         candidates = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
         if not candidates:
             _LOADED = "reference BLAS (libmkl_rt not found: pip install mkl)"
         else:
-            os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-            global _MKL, _USER_THREADS
+            os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")  # read by MKL when it starts, here and in children
             _USER_THREADS = "MKL_NUM_THREADS" in os.environ
             _MKL = ctypes.CDLL(candidates[0], mode=ctypes.RTLD_GLOBAL)
             _LOADED = f"mkl: {candidates[0]}"
     return _LOADED
+
+
+LATE = "reference BLAS (mlx.core was imported before tcgexp could load MKL)"
+
+
+class BlasError(RuntimeError):
+    """MLX was loaded before tcgexp's set-up, so it is bound to its bundled reference BLAS for good."""
+
+
+def require() -> str:
+    """``setup()``, refusing a process whose MLX was loaded before it could load MKL: MLX binds its BLAS when
+    mlx.core is first imported, so such a process would train on the reference BLAS (~50x slower matrix
+    products, and other bits than a run set up first computes)."""
+    loaded = setup()
+    if loaded == LATE:
+        raise BlasError(
+            "mlx.core was imported before tcgexp set up MKL, so MLX is bound to its bundled reference BLAS: call "
+            "tcgexp.api.setup() before anything imports mlx (first thing in the script, or in conftest.py), or "
+            "set TCGEXP_BLAS=reference to train on that BLAS anyway"
+        )
+    return loaded

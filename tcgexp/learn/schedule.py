@@ -23,34 +23,10 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import ClassVar
 
 import mlx.core as mx
-from omegaconf import MISSING
 
-from ..schema import INT32_MAX, schema, within
-
-
-class ScheduleError(ValueError):
-    pass
-
-
-@schema("scheduler")
-class SchedulerConfig:
-    """A learning-rate schedule in optimizer updates (``Schedule``); the trainer supplies the horizon."""
-
-    _target_: str = MISSING
-    _partial_: bool = True
-    warmup_steps: int = 0  # linear warmup, clamped to the horizon
-    total_steps: int = 0  # 0 = this run's real optimizer-step horizon (epochs x optimizer steps per epoch)
-    min_lr_ratio: float = 0.0  # the schedule's floor, as a share of optimizer.lr
-    reset: bool = False  # on resume: false = keep the checkpoint's schedule (exact continuation); true = start anew
-    UNPINNED: ClassVar[tuple] = ("reset",)  # (and, with reset=true, the whole schedule: provenance.pinned)
-    CHECKS: ClassVar[tuple] = (
-        ("warmup_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps"),
-        ("total_steps", within(0, INT32_MAX), "in [0, 2**31) optimizer steps (0 = this run's horizon)"),
-        ("min_lr_ratio", within(0.0, 1.0), "in [0, 1]"),
-    )
+from .errors import ScheduleError
 
 
 class Schedule:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from ..errors import ConfigError
+from ..learn.state import LaneMemory, TrainState
 from ..overrides import override
 from ..track.aim_run import OPEN_SECONDS, recorded_run
 from . import checkpoint as ckpt
@@ -37,7 +38,6 @@ from .provenance import (
     upgrade_override,
     value_at,
 )
-from .state import LaneMemory, TrainState
 
 
 def _key(parsed) -> str:
