@@ -48,7 +48,8 @@ CORPUS = [
 ]
 CHILD = textwrap.dedent("""
     import json, resource, sys
-    from tcgexp.train import train  # first: MKL before mlx.core, as every run
+    from tcgexp.api import setup; setup()  # MKL before mlx.core (imported below), as every entry point does
+    from tcgexp.train import train
     from tcgexp.app import compose
     from tcgexp.train import memneed
     import tcgexp.train.run as setup  # where the run composes its parts (prepare_data calls check_memory)

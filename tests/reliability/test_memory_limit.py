@@ -204,6 +204,7 @@ def inside(group: Path, args: list[str], **kw) -> tuple[int, str, int]:
 # the largest value of `knob` this job's check accepts, found in the cgroup by the check itself
 EDGE = textwrap.dedent("""
     import json, sys
+    from tcgexp.api import setup; setup()  # MKL before mlx.core (imported below), as every entry point does
     from tcgexp.train import train  # noqa: F401 - as a run imports it, before measuring what it holds
     from tcgexp.app import compose
     from tcgexp.errors import ConfigError
@@ -289,6 +290,7 @@ def test_at_the_refusal_edge_an_accepted_run_survives_and_the_next_is_refused(
 # the parts of a run's estimate after planning, as its check saw them
 PARTS = textwrap.dedent("""
     import json, sys
+    from tcgexp.api import setup; setup()  # MKL before mlx.core (imported below), as every entry point does
     from tcgexp.train import memneed
     import tcgexp.train.run as setup
     from tcgexp.app import compose

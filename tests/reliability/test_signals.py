@@ -30,7 +30,8 @@ OVERRIDES = [*TINY_TRAIN, "checkpoint.latest_every_steps=2", "tbptt.accum_steps=
 # signal name, then the CLI's arguments
 CHILD = textwrap.dedent("""
     import os, signal, sys
-    from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
+    from tcgexp.api import setup; setup()  # MKL before mlx.core (imported below), as every entry point does
+    from tcgexp.train import train
     import tcgexp.train.run as composition  # where the run's batch transform is made
     import tcgexp.lifecycle.checkpoint as ckpt
     at, second, name, *argv = sys.argv[1:]
