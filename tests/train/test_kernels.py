@@ -6,7 +6,10 @@ order (tcgexp/kernels/csrc), and the matrix products are MLX's own. Shown
   every step's values, and at the end every weight, optimizer moment and lane memory;
 - on the accumulation path (``Stepper.grads`` + ``Stepper.apply``, accum_steps > 1);
 - for the gradients alone across the scan's block layouts (one block, several, padded), widths from
-  1, with and without memory, with gates driven into their clipped ranges.
+  1, with and without memory, with gates driven into their clipped ranges;
+- with a scheduled learning rate, on a fresh optimizer and on one whose state was set whole (a resume).
+The kernels' contract is by name: each wrong field of a call (misnamed, missing, unexpected, of another dtype
+or shape, not an array) is refused naming it, and the same fields in another order give the same bits.
 (tests/train/test_backprop.py holds both paths' gradients to MLX's autodiff; test_train.py holds resume
 and cache-policy invariance on both paths.) And where the kernels cannot be had: ``auto`` runs the pure
 step saying why in one line, ``fused`` is one error naming the key.
