@@ -2,13 +2,15 @@
 
 MLX's CPU backend runs every primitive of a compiled graph as its own task (a few microseconds
 each, README "Training throughput"), and the pure step is ~250 of them besides its matrix
-products. ``csrc/`` holds one ``mlx::core::Primitive`` (MLX's supported extension mechanism, as
-in MLX's ``examples/extensions``) of two kinds, each one task on the CPU stream: the whole loss and
+products. ``csrc/`` holds two ``mlx::core::Primitive`` (MLX's supported extension mechanism, one per operation
+as in MLX's ``examples/extensions``), each one task on the CPU stream: the whole loss and
 written-out backward pass (the same BLAS calls MLX makes, and between them kernels for the gates
 and blocked scan, the rows' memory gather, the loss head and its gradient, the ReLU layers'
 backward, the scan's adjoint with its scatter-adds), and global-norm clipping with AdamW over
 every parameter. Each repeats the pure step's arithmetic in MLX's order, so the two paths are
-bit-identical.
+bit-identical. Their contract is by name: every array in a dict keyed by its name, every setting a
+keyword argument, each field checked at the call (``csrc/primitive.cpp``: a missing, unexpected, mis-typed or
+mis-shaped one is one ValueError naming it); results come back as dicts keyed the same way.
 
 ``load()`` builds the extension against the MLX installed now (``build.py``: once per MLX version,
 cached) and imports it, or says in one line why it cannot: no compiler, a nanobind that does not
@@ -60,9 +62,9 @@ def load(say: Callable[[str], None] | None = None) -> tuple[ModuleType | None, s
         got = (module, f"tcgexp's fused CPU kernels, built for mlx {mx.__version__} ({folder})")
     except BuildError as exc:
         got = (None, str(exc))
-    except (ImportError, OSError, TypeError, RuntimeError) as exc:
+    except (ImportError, OSError, TypeError, ValueError, RuntimeError) as exc:
         # a build that does not load (another libstdc++, a moved MLX) or whose calls do not take MLX's
-        # arrays (a nanobind ABI that differs although the tags matched)
+        # arrays (a nanobind ABI that differs although the tags matched) or refuse the smoke call's fields
         got = (None, f"the built kernels do not load: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     _LOADED[key] = got
     return got
@@ -74,14 +76,17 @@ def smoke(module: ModuleType) -> None:
 
     # one parameter at 1, gradient 2, no clipping, lr 0.5, no decay, b1 = b2 = 0: p - 0.5 * 2 / (2 + 0) = 0.5
     out = module.clip_adamw(
-        [mx.array([2.0])],
-        [mx.array([1.0])],
-        [mx.array([0.0])],
-        [mx.array([0.0])],
-        mx.array(0.5),
-        None,
-        [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0],
+        grads={"p": mx.array([2.0])},
+        params={"p": mx.array([1.0])},
+        m={"p": mx.array([0.0])},
+        v={"p": mx.array([0.0])},
+        learning_rate=mx.array(0.5),
+        grad_clip=0.0,
+        beta1=0.0,
+        beta2=0.0,
+        eps=0.0,
+        weight_decay=0.0,
     )
-    mx.eval(out)
-    if [x.tolist() for x in out] != [2.0, [0.5], [2.0], [4.0]]:
-        raise RuntimeError(f"the smoke test computed {[x.tolist() for x in out]}")
+    got = [out["norm"].tolist(), *(out[k]["p"].tolist() for k in ("params", "m", "v"))]
+    if got != [2.0, [0.5], [2.0], [4.0]]:
+        raise RuntimeError(f"the smoke test computed {got}")

@@ -23,28 +23,13 @@ from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
 from ..kernels import load
 from ..schema import ConfigError
 from .configs import KERNELS
+from .losses import METRICS
 from .model import RecurrentPolicy
 from .scan import SCAN_BLOCK, linear_scan
 
 # with a helper thread: work of at least this many multiply-adds (a product, the scan) is split over both threads,
 # ~15 us of a product on one core; smaller work costs more to hand over than it saves
 SPLIT_MIN = 1 << 19
-# what the loss-and-gradients kernel takes, in its order (csrc/fused.h GradsIn)
-TARGETS = ("action_mask", "label", "row_weight", "aux_valid", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
-PARAMS = (
-    "encoder.layers.0.weight",
-    "encoder.layers.0.bias",
-    "encoder.layers.2.weight",
-    "encoder.layers.2.bias",
-    "gates.weight",
-    "gates.bias",
-    "trunk.layers.0.weight",
-    "trunk.layers.0.bias",
-    "policy.weight",
-    "policy.bias",
-    "aux.weight",
-    "aux.bias",
-)
 
 
 class KernelsUnavailable(ConfigError):
@@ -91,67 +76,62 @@ class FusedStep:
     ) -> None:
         self.k, self.model, self.optimizer, self.helper, self.split_min = module, model, optimizer, helper, split_min
         self.adamw = isinstance(optimizer, optim.AdamW) and not getattr(optimizer, "bias_correction", False)
+        # the targets the loss reads, as the kernels declare them (a batch's hold more: what only evaluation reads)
+        self.reads = frozenset(module.grads_contract()["targets"])
 
     # -- loss and gradients: backprop.loss_and_grads as one task (csrc/step.cpp) ----------------------
     def loss_and_grads(self, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
         """(loss, values in METRICS order, carry [L, H], gradients shaped like the trainable parameters)."""
-        p = dict(tree_flatten(self.model.trainable_parameters()))
-        x, first_row, label_hot = inputs["x"], inputs["first_row"], inputs["label_hot"]
-        L, T = first_row.shape
         out = self.k.grads(
-            [
-                x,
-                inputs["row_lane"],
-                inputs["row_dec"],
-                first_row,
-                label_hot.reshape(L * T, label_hot.shape[-1]),
-                inputs["lane_decisions"],
-                h0,
-            ],
-            [targets[k] for k in TARGETS],
-            [p[name] for name in PARAMS],
-            self.model.memory,
-            SCAN_BLOCK,
-            float(aux_weight),
-            self.helper,
-            self.split_min,
+            inputs={**inputs, "h0": h0},
+            targets={name: t for name, t in targets.items() if name in self.reads},
+            params=dict(tree_flatten(self.model.trainable_parameters())),
+            metrics=METRICS,
+            memory=self.model.memory,
+            block=SCAN_BLOCK,
+            aux_weight=float(aux_weight),
+            helper=self.helper,
+            split_min=self.split_min,
         )
-        g = dict(zip(PARAMS, out[2:]))
+        g = out["grads"]
         grads = tree_map_with_path(lambda name, _: g[name], self.model.trainable_parameters())
-        return out[0][0], out[0], mx.stop_gradient(out[1]), grads
+        values = out["values"]
+        return values[METRICS.index("loss")], values, mx.stop_gradient(out["carry"]), grads
 
     # -- clip and update ------------------------------------------------------------------------
     def update(self, g, grad_clip: float, scale: mx.array | None = None) -> mx.array:
         """Scale (by `scale`, when given), clip and apply `g` to the model with MLX's AdamW (no bias
         correction; ``self.adamw``) as one kernel over every parameter, after what
-        ``Optimizer.apply_gradients`` does first (the schedule, then the step counter): the norm."""
+        ``Optimizer.apply_gradients`` does first (the moments where there are none yet, the schedules, then
+        the step counter): the norm. MLX's optimizer through its public API only."""
         opt = self.optimizer
-        if not opt._initialized:
-            opt.init(g)
-        for param, scheduler in opt._schedulers.items():
-            opt.state[param] = scheduler(opt.step)
-        opt.state["step"] = opt.step + 1
-        names = [name for name, _ in tree_flatten(g)]
+        grads = dict(tree_flatten(g))
+        state = dict(tree_flatten(opt.state))
+        if any(f"{name}.m" not in state or f"{name}.v" not in state for name in grads):
+            opt.init(g)  # what MLX's first update does (init keeps any moments already there)
+        # MLX's own bookkeeping before an update, on no gradients: each scheduled setting (learning_rate) set for
+        # this step, then the step counter advanced; it updates no parameter
+        opt.apply_gradients({}, {})
+        state = dict(tree_flatten(opt.state))
         params = dict(tree_flatten(self.model.trainable_parameters()))
-        states = dict(tree_flatten(opt.state))
         b1, b2 = opt.betas
-        consts = [grad_clip, b1, 1 - b1, b2, 1 - b2, opt.eps, opt.weight_decay]  # as MLX casts them: float32
-        grads = [x for _, x in tree_flatten(g)]
         out = self.k.clip_adamw(
-            grads,
-            [params[n] for n in names],
-            [states[f"{n}.m"] for n in names],
-            [states[f"{n}.v"] for n in names],
-            opt.learning_rate.astype(mx.float32),
-            scale,
-            consts,
+            grads=grads,
+            params={name: params[name] for name in grads},
+            m={name: state[f"{name}.m"] for name in grads},
+            v={name: state[f"{name}.v"] for name in grads},
+            learning_rate=opt.learning_rate.astype(mx.float32),
+            scale=scale,
+            grad_clip=grad_clip,
+            beta1=b1,
+            beta2=b2,
+            eps=opt.eps,
+            weight_decay=opt.weight_decay,
         )
-        n = len(names)
-        new_p, new_m, new_v = out[1 : 1 + n], out[1 + n : 1 + 2 * n], out[1 + 2 * n :]
-        self.model.update(tree_unflatten(list(zip(names, new_p))))
-        for name, m, v in zip(names, new_m, new_v):
+        self.model.update(tree_unflatten(list(out["params"].items())))
+        for name in grads:
             node = opt.state
             for part in name.split("."):
                 node = node[int(part)] if isinstance(node, list) else node[part]
-            node["m"], node["v"] = m, v
-        return out[0]
+            node["m"], node["v"] = out["m"][name], out["v"][name]
+        return out["norm"]

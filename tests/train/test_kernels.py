@@ -6,7 +6,10 @@ order (tcgexp/kernels/csrc), and the matrix products are MLX's own. Shown
   every step's values, and at the end every weight, optimizer moment and lane memory;
 - on the accumulation path (``Stepper.grads`` + ``Stepper.apply``, accum_steps > 1);
 - for the gradients alone across the scan's block layouts (one block, several, padded), widths from
-  1, with and without memory, with gates driven into their clipped ranges.
+  1, with and without memory, with gates driven into their clipped ranges;
+- with a scheduled learning rate, on a fresh optimizer and on one whose state was set whole (a resume).
+The kernels' contract is by name: each wrong field of a call (misnamed, missing, unexpected, of another dtype
+or shape, not an array) is refused naming it, and the same fields in another order give the same bits.
 (tests/train/test_backprop.py holds both paths' gradients to MLX's autodiff; test_train.py holds resume
 and cache-policy invariance on both paths.) And where the kernels cannot be had: ``auto`` runs the pure
 step saying why in one line, ``fused`` is one error naming the key.
@@ -22,13 +25,17 @@ import sys
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 
 from tcgexp import sim
 from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.learn.backprop import loss_and_grads
 from tcgexp.learn.fused_step import FusedStep
+from tcgexp.learn.losses import METRICS
 from tcgexp.learn.model import RecurrentPolicy
+from tcgexp.learn.optim import AdamW
+from tcgexp.learn.scan import SCAN_BLOCK
+from tcgexp.learn.schedule import Cosine
 from tcgexp.learn.state import LaneMemory
 from tcgexp.learn.step import Stepper, add_grads, to_mx
 
@@ -137,6 +144,223 @@ def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions
     for a, b in zip(want[:3], got[:3]):
         assert np.array_equal(np.array(a), np.array(b))
     assert_same({k: np.array(v) for k, v in tree_flatten(want[3])}, {k: np.array(v) for k, v in tree_flatten(got[3])})
+
+
+@pytest.mark.parametrize("restored", [False, True], ids=["fresh-optimizer", "restored-optimizer"])
+def test_a_scheduled_learning_rate_is_bit_identical_on_both_paths(kernels, tmp_path, restored):
+    """The fused update does what Optimizer.apply_gradients does first, through MLX's public API only: the moments
+    of an optimizer never initialised, each step's scheduled learning rate (warmup, then cosine), the step counter;
+    likewise for an optimizer whose state was set whole (as a resume sets it), mid-warmup."""
+    cfg, batches, lanes = demo_epoch(tmp_path)
+    hidden, rule, runs = int(cfg.model.hidden), AdamWRule(), {}
+    for path in ("pure", "fused"):
+        mx.random.seed(0)
+        model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
+        schedule = Cosine(run_steps=10, warmup_steps=3, total_steps=0, min_lr_ratio=0.1, reset=False)
+        opt = AdamW(schedule, lr=rule.lr, weight_decay=rule.weight_decay, betas=list(rule.betas), eps=rule.eps)
+        if restored:
+            opt.init(model.trainable_parameters())
+            saved = dict(tree_flatten(opt.state))
+            opt.state = tree_unflatten(list({**saved, "step": mx.array(1, dtype=mx.uint64)}.items()))
+        s = Stepper(model, opt, aux_weight=0.25, grad_clip=rule.grad_clip, kernels=path)
+        assert s.path == path, s.path_line
+        mem, values = LaneMemory(lanes, hidden), []
+        for prep in batches[:8]:
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            out, carry = s.step(inputs, targets, mem.read(prep, inputs["lane_decisions"].shape[0]))
+            mem.write(prep, carry)
+            mx.eval(out, mem.table, s.state)
+            values.append(np.array(out))
+        runs[path] = (np.array(values), state_of(s, mem))
+    lr = runs["pure"][0][:, -1]
+    assert len(set(lr.tolist())) >= 6, f"the learning rate warms up, then decays: {lr}"
+    assert np.array_equal(runs["pure"][0], runs["fused"][0]), "every step's loss parts, norm and learning rate"
+    assert_same(runs["pure"][1], runs["fused"][1])
+
+
+# -- the kernels' contract: every field by name, checked at the call ---------------------------------------------
+
+
+def grads_call(hidden: int = 16, decisions: int = 7) -> dict:
+    """A valid grads() call's keyword arguments."""
+    rng = np.random.default_rng(0)
+    inp, _ = lane_inputs(rng, decisions, [1, 2, 1, 3])
+    mx.random.seed(0)
+    model = RecurrentPolicy(F, A, hidden=hidden, memory=True)
+    targets = targets_for(rng, len(inp["x"]))
+    del targets["row_early"]  # what only evaluation reads
+    return {
+        "inputs": {**to_mx(inp), "h0": mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))},
+        "targets": targets,
+        "params": dict(tree_flatten(model.trainable_parameters())),
+        "metrics": METRICS,
+        "memory": True,
+        "block": SCAN_BLOCK,
+        "aux_weight": 0.25,
+    }
+
+
+def numbers(out: dict) -> dict:
+    return {
+        "values": np.array(out["values"]),
+        "carry": np.array(out["carry"]),
+        **{f"grads {k}": np.array(v) for k, v in out["grads"].items()},
+    }
+
+
+def test_the_kernels_declare_what_grads_reads_and_the_fused_step_passes_exactly_that(kernels):
+    contract = kernels.grads_contract()
+    call = grads_call()
+    assert set(contract) == {"inputs", "targets", "params", "outputs"}
+    assert set(contract["inputs"]) == set(call["inputs"]) and set(contract["targets"]) == set(call["targets"])
+    assert set(contract["params"]) == set(call["params"])
+    assert contract["targets"]["action_mask"] == "bool [R, A]" and contract["params"]["gates.weight"] == (
+        "float32 [2H, H+A]"
+    )
+
+
+def test_the_same_fields_in_any_order_give_the_same_bits(kernels):
+    """By name, not by position: each dict reversed, the metrics asked for in another order."""
+    call = grads_call()
+    want = numbers(kernels.grads(**call))
+    shuffled = {
+        **call,
+        **{k: dict(reversed(list(call[k].items()))) for k in ("inputs", "targets", "params")},
+        "metrics": tuple(reversed(METRICS)),
+    }
+    got = numbers(kernels.grads(**shuffled))
+    assert np.array_equal(got.pop("values"), want.pop("values")[::-1])
+    assert_same(want, got)
+    assert set(kernels.grads(**shuffled)["grads"]) == set(call["params"]), "keyed as the parameters"
+
+
+def _rename(d: dict, old: str, new: str) -> None:
+    d[new] = d.pop(old)
+
+
+# (what is wrong, how, the error it must be refused with: each names the field)
+GRADS_REFUSED = {
+    "a-misnamed-target": (
+        lambda c: _rename(c["targets"], "aux_prize_delta", "aux_prize"),
+        r'grads: targets\["aux_prize"\] is not a field of grads \(targets: action_mask, label, .*\); '
+        r'missing: targets\["aux_prize_delta"\]',
+    ),
+    "a-missing-input": (lambda c: c["inputs"].pop("h0"), r'^grads: inputs\["h0"\] is missing$'),
+    "an-extra-parameter": (
+        lambda c: c["params"].update({"memory.weight": mx.zeros((16, 16))}),
+        r'^grads: params\["memory.weight"\] is not a field of grads \(params: encoder.layers.0.weight, ',
+    ),
+    "a-target-of-the-wrong-dtype": (
+        lambda c: c["targets"].update(label=c["targets"]["label"].astype(mx.float32)),
+        r'^grads: targets\["label"\] is float32, expected int32$',
+    ),
+    "a-mask-of-the-wrong-dtype": (
+        lambda c: c["targets"].update(action_mask=c["targets"]["action_mask"].astype(mx.float32)),
+        r'^grads: targets\["action_mask"\] is float32, expected bool$',
+    ),
+    "a-target-of-the-wrong-length": (
+        lambda c: c["targets"].update(row_weight=mx.ones(c["targets"]["row_weight"].shape[0] + 1)),
+        r'^grads: targets\["row_weight"\] has shape \((\d+),\), expected \[R=\d+\]; R from inputs\["x"\]$',
+    ),
+    "a-flattened-input": (
+        lambda c: c["inputs"].update(label_hot=c["inputs"]["label_hot"].reshape(-1, A)),
+        r'^grads: inputs\["label_hot"\] has shape \(7, \d+\), expected \[L=1, T=7, A\]; L from inputs\["first_row"\]',
+    ),
+    "a-parameter-of-the-wrong-shape": (
+        lambda c: c["params"].update({"gates.weight": c["params"]["gates.weight"][:, 1:]}),
+        r'^grads: params\["gates.weight"\] has shape \(32, \d+\), expected \[2H=32, H\+A=\d+\]',
+    ),
+    "not-an-mx-array": (
+        lambda c: c["targets"].update(label=np.array(c["targets"]["label"])),
+        r'^grads: targets\["label"\] is numpy.ndarray, expected an mx.array$',
+    ),
+    "an-unknown-metric": (
+        lambda c: c.update(metrics=(*METRICS[:-1], "aux_returns")),
+        r'^grads: metrics has "aux_returns", which the loss does not compute \(it computes loss, policy, ',
+    ),
+}
+
+
+@pytest.mark.parametrize("wrong", list(GRADS_REFUSED))
+def test_grads_refuses_a_wrong_field_naming_it(kernels, wrong):
+    call = grads_call()
+    change, message = GRADS_REFUSED[wrong]
+    change(call)
+    with pytest.raises(ValueError, match=message):
+        kernels.grads(**call)
+
+
+def adamw_call() -> dict:
+    """A valid clip_adamw() call's keyword arguments: two parameters, a and b."""
+    shapes = {"a": (2,), "b": (3, 2)}
+    group = {
+        k: {n: mx.full(s, i + 1.0) for n, s in shapes.items()} for i, k in enumerate(("grads", "params", "m", "v"))
+    }
+    return {
+        **group,
+        "learning_rate": mx.array(0.1),
+        "grad_clip": 1.0,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+    }
+
+
+ADAMW_REFUSED = {
+    "a-missing-moment": (lambda c: c["m"].pop("b"), r'^clip_adamw: m\["b"\] is missing$'),
+    "a-parameter-without-a-gradient": (
+        lambda c: c["params"].update(c=mx.zeros(1)),
+        r'^clip_adamw: params\["c"\] is not a field of clip_adamw \(params: a, b\)$',
+    ),
+    "a-moment-of-another-shape": (
+        lambda c: c["v"].update(a=mx.zeros(3)),
+        r'^clip_adamw: v\["a"\] has shape \(3,\), expected \(2,\) \(as grads\["a"\]\)$',
+    ),
+    "a-half-precision-parameter": (
+        lambda c: c["params"].update(b=c["params"]["b"].astype(mx.float16)),
+        r'^clip_adamw: params\["b"\] is float16, expected float32$',
+    ),
+    "two-learning-rates": (
+        lambda c: c.update(learning_rate=mx.array([0.1, 0.2])),
+        r"^clip_adamw: learning_rate has shape \(2,\), expected one value$",
+    ),
+}
+
+
+@pytest.mark.parametrize("wrong", list(ADAMW_REFUSED))
+def test_clip_adamw_refuses_a_wrong_field_naming_it(kernels, wrong):
+    call = adamw_call()
+    mx.eval(kernels.clip_adamw(**call))  # the call as built is accepted
+    change, message = ADAMW_REFUSED[wrong]
+    change(call)
+    with pytest.raises(ValueError, match=message):
+        kernels.clip_adamw(**call)
+
+
+def test_a_setting_is_a_keyword_and_none_is_positional(kernels):
+    call = grads_call()
+    with pytest.raises(TypeError):
+        kernels.grads(call["inputs"], call["targets"], call["params"], METRICS, True, SCAN_BLOCK, 0.25)
+    with pytest.raises(TypeError):
+        kernels.grads(**{k: v for k, v in call.items() if k != "aux_weight"})
+
+
+def test_the_build_key_changes_with_any_source(tmp_path, monkeypatch):
+    """A changed kernel (or contract) is a new build: the cache key hashes every file in csrc/."""
+    import shutil
+
+    from tcgexp.kernels import build
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(build.CSRC, csrc)
+    monkeypatch.setattr(build, "CSRC", csrc)
+    mlx_dir, mlx_version = build._mlx()
+    key = build.build_key("true", mlx_dir, mlx_version, "3")
+    assert build.build_key("true", mlx_dir, mlx_version, "3") == key
+    header = csrc / "fused.h"
+    header.write_text(header.read_text() + "\n")
+    assert build.build_key("true", mlx_dir, mlx_version, "3") != key
 
 
 def run_without_compiler(tmp_path, *overrides: str) -> subprocess.CompletedProcess:

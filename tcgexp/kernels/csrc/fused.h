@@ -1,5 +1,6 @@
-// tcgexp's fused CPU kernels for the training step: one MLX Primitive of two kinds, the loss and
-// gradients (step.cpp, built from the kernels of scan.cpp and head.cpp) and clipping plus AdamW (adamw.cpp).
+// tcgexp's fused CPU kernels for the training step: two MLX Primitives, one per operation (as in MLX's
+// examples/extensions): LossAndGrads, the loss and gradients (step.cpp, built from the kernels of scan.cpp and
+// head.cpp), and ClipAdamW, clipping plus AdamW (adamw.cpp).
 //
 // Every kernel repeats, element by element and in the same order, the MLX operations of the pure
 // step (tcgexp/learn/backprop.py, losses.loss_terms, step.py's clip and MLX's AdamW), with the
@@ -7,9 +8,15 @@
 // logaddexp) and sequential sums where MLX's CPU reductions and scans are sequential. Built with
 // -ffp-contract=off (no fused multiply-add: MLX's CPU kernels use none), the results are
 // bit-identical to the pure step's (tests/train/test_kernels.py holds that).
+//
+// The operations' contract is by name (primitive.cpp): Python passes every array in a dict keyed by its
+// name and every setting as a keyword argument; the call checks each field (present, expected, dtype,
+// shape) and refuses a wrong one naming it. Results come back as dicts keyed the same way.
 #pragma once
 
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mlx/array.h"
@@ -18,24 +25,6 @@
 namespace mx = mlx::core;
 
 namespace tcg {
-
-enum class Kind { Grads, ClipAdamW };
-
-class Fused : public mx::Primitive {
- public:
-  Fused(mx::Stream s, Kind kind, std::vector<int> ints, std::vector<float> floats)
-      : mx::Primitive(s), kind_(kind), ints_(std::move(ints)), floats_(std::move(floats)) {}
-
-  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
-  const char* name() const override;
-  bool is_equivalent(const mx::Primitive& other) const override;
-
- private:
-  Kind kind_;
-  std::vector<int> ints_;
-  std::vector<float> floats_;
-};
 
 // ---- the kernels (each .cpp beside this header); pointers are to row-contiguous data ----
 struct ScanShape {
@@ -53,11 +42,17 @@ void gate_weights(const float* Wg, int H, int A, float* enc_t, float* enc_rows, 
 void pick(const float* enc, const float* hs, const int* row_lane, const int* row_dec, const int* lane_decisions,
           float* u, float* carry, int R, int L, int T, int H);
 
+// the values the loss head computes (losses.METRICS names them; the caller asks for them by name, in its order)
+enum Metric { kLoss, kPolicy, kAccuracy, kAuxKo, kAuxPrizeDelta, kAuxTerminal, kAuxReturn, kMetrics };
+inline constexpr const char* kMetricNames[kMetrics] = {"loss",   "policy",          "accuracy",    "aux_ko",
+                                                       "aux_prize_delta", "aux_terminal", "aux_return"};
+
 struct HeadIn {
   const float *logits, *aux, *w, *aux_valid, *ko, *prize, *terminal, *ret;
   const bool* mask;
   const int* label;
 };
+// values: kMetrics floats, in Metric order
 void loss_head(const HeadIn& in, int R, int A, float aux_weight, float* values, float* d_logits, float* d_aux,
                float* g_policy_bias, float* g_aux_bias);
 void relu_back(const float* first, int first_cols, const float* second, const float* a, int R, int N, float* d,
@@ -65,6 +60,7 @@ void relu_back(const float* first, int first_cols, const float* second, const fl
 
 struct AdamW {
   float grad_clip, b1, one_minus_b1, b2, one_minus_b2, eps, weight_decay;
+  bool operator==(const AdamW&) const = default;
 };
 // grads[i], params[i], m[i], v[i] of sizes[i] floats; writes norm and the new params, m, v
 void clip_adamw(const std::vector<const float*>& grads, const std::vector<const float*>& params,
@@ -73,38 +69,70 @@ void clip_adamw(const std::vector<const float*>& grads, const std::vector<const 
                 const std::vector<float*>& params_out, const std::vector<float*>& m_out,
                 const std::vector<float*>& v_out);
 
-// the whole forward and written-out backward pass (step.cpp); the parameters in PARAMS order (fused_step.py)
+// The whole forward and written-out backward pass (step.cpp). primitive.cpp's grads_fields names every member
+// (the dict key Python passes it under, its dtype and shape); W0 ... ba are the model's parameters
+// encoder.layers.0.weight ... aux.bias, and g_W0 ... g_ba their gradients.
 struct GradsIn {
   const float *x, *label_hot, *h0;
   const int *row_lane, *row_dec, *first_row, *lane_decisions;
-  const bool* mask;
+  const bool* action_mask;
   const int* label;
-  const float *w, *aux_valid, *ko, *prize, *terminal, *ret;
+  const float *row_weight, *aux_valid, *aux_ko, *aux_prize_delta, *aux_terminal, *aux_return;
   const float *W0, *b0, *W2, *b2, *Wg, *bg, *Wt, *bt, *Wp, *bp, *Wa, *ba;
 };
 struct GradsOut {
   float *values, *carry;
   float *g_W0, *g_b0, *g_W2, *g_b2, *g_Wg, *g_bg, *g_Wt, *g_bt, *g_Wp, *g_bp, *g_Wa, *g_ba;
 };
-struct GradsShape {
-  int R, D, H, A, L, T, block;
-  bool memory;
-  float aux_weight;
-  bool helper;     // a second thread shares the pass (helper.h)
-  long split_min;  // with it, work of at least this many multiply-adds is split over both threads
+// rows, features, hidden width, actions, lanes and decisions per lane: read from the arrays' shapes
+struct GradsDims {
+  int R, D, H, A, L, T;
 };
-void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s);
+struct GradsSettings {
+  bool memory;
+  int block;  // the scan's block (scan.py SCAN_BLOCK)
+  float aux_weight;
+  bool helper;                 // a second thread shares the pass (helper.h)
+  long split_min;              // with it, work of at least this many multiply-adds is split over both threads
+  std::vector<Metric> values;  // what out.values holds, in order
+  bool operator==(const GradsSettings&) const = default;
+};
+void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, const GradsSettings& s);
 
-// ---- the operations Python calls (bindings.cpp) ----
-// inputs: x, row_lane, row_dec, first_row, label_hot, lane_decisions, h0, then the targets (action_mask, label,
-// row_weight, aux_valid, aux_ko, aux_prize_delta, aux_terminal, aux_return), then the 12 parameters;
-// outputs: values [7], carry [L, H], then the 12 gradients
-std::vector<mx::array> grads_op(const std::vector<mx::array>& inputs, const std::vector<mx::array>& targets,
-                                const std::vector<mx::array>& params, bool memory, int block, float aux_weight,
-                                bool helper, long split_min);
-std::vector<mx::array> clip_adamw_op(const std::vector<mx::array>& grads, const std::vector<mx::array>& params,
-                                     const std::vector<mx::array>& m, const std::vector<mx::array>& v,
-                                     const mx::array& lr, const std::optional<mx::array>& prescale,
-                                     const std::vector<float>& consts);
+// ---- the operations Python calls (bindings.cpp), every array by name ----
+using Named = std::vector<std::pair<std::string, mx::array>>;  // a Python dict of arrays, in its order
+
+struct GradsCall {
+  Named inputs;   // the model's inputs and h0, its incoming memory
+  Named targets;  // what the loss reads of the batch's targets
+  Named params;   // the trainable parameters, named as tree_flatten names them
+  std::vector<std::string> metrics;  // the loss values wanted, by name (losses.METRICS), in their order
+  bool memory;
+  int block;
+  float aux_weight;
+  bool helper;
+  long split_min;
+};
+struct GradsResult {
+  mx::array values, carry;
+  Named grads;  // named as the parameters
+};
+GradsResult grads_op(const GradsCall& call);
+
+struct ClipAdamWCall {
+  Named grads, params, m, v;  // keyed alike; the norm sums the gradients in the order of `grads`
+  mx::array learning_rate;
+  std::optional<mx::array> scale;  // the gradients' prescale (1 / microbatches), or none
+  double grad_clip, beta1, beta2, eps, weight_decay;
+};
+struct ClipAdamWResult {
+  mx::array norm;
+  Named params, m, v;
+};
+ClipAdamWResult clip_adamw_op(const ClipAdamWCall& call);
+
+// grads()'s fields, declared in primitive.cpp: group (inputs, targets, params, outputs) -> [(name, "dtype [dims]")]
+using Contract = std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>;
+Contract grads_contract();
 
 }  // namespace tcg

@@ -69,9 +69,10 @@ TCG_CLONES void loss_head(const HeadIn& in, int R, int A, float aux_weight, floa
   for (int j = 0; j < 4; ++j) aux_means[j] = per_sum[j] / na;
   for (int j = 0; j < 4; ++j) aux_total = aux_total + aux_means[j];
   float policy = pol / n;
-  values[0] = policy + aux_weight * (0.0f + aux_total);
-  values[1] = policy, values[2] = acc / n;
-  for (int j = 0; j < 4; ++j) values[3 + j] = aux_means[j];
+  values[kLoss] = policy + aux_weight * (0.0f + aux_total);
+  values[kPolicy] = policy, values[kAccuracy] = acc / n;
+  values[kAuxKo] = aux_means[0], values[kAuxPrizeDelta] = aux_means[1];  // the aux heads' order (losses.AUX_NAMES)
+  values[kAuxTerminal] = aux_means[2], values[kAuxReturn] = aux_means[3];
   // the heads' gradients and their biases' (column sums over rows, in order)
   for (int k = 0; k < A; ++k) g_policy_bias[k] = 0.0f;
   for (int j = 0; j < 4; ++j) g_aux_bias[j] = 0.0f;

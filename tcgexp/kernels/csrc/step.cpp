@@ -74,21 +74,28 @@ TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n)
   for (size_t e = 0; e < n; ++e) out[e] = maxf(a[e], 0.0f);
 }
 
-// scratch that lives on the stream's thread from step to step (no page faults for fresh buffers). With the
-// helper, a buffer a posted weight gradient reads is never written again in the pass, a split product's
-// halves write disjoint rows and are joined before their output is read, and no buffer is asked for with a
-// larger size while a task that uses it may run (that would move it under the task)
+// scratch that lives on the stream's thread from step to step (no page faults for fresh buffers), one named buffer
+// each. With the helper, a buffer a posted weight gradient reads is never written again in the pass, a split
+// product's halves write disjoint rows and are joined before their output is read, and no buffer is asked for with
+// a larger size while a task that uses it may run (that would move it under the task)
 struct Scratch {
-  std::vector<float> bufs[25];
-  float* get(int i, size_t n) {
-    if (bufs[i].size() < n) bufs[i].resize(n);
-    return bufs[i].data();
-  }
+  // the forward pass: each layer's pre-activation and activation, the trunk's input u = [enc, memory], the heads
+  std::vector<float> a1, e1, a2, enc, u, a3, zt, logits, aux;
+  // the memory: the gate weights' layouts (gate_weights), the rows' and the slots' gate inputs, the lanes' states
+  std::vector<float> wg_enc_t, wg_enc, wg_hot_t, per_row, gh, hs;
+  // the backward pass: the heads' gradients, the products between the layers, each layer's gradient, the gates'
+  std::vector<float> d_logits, d_aux, t1, t2, d_a3, d_u, d_a2, d_a1, d_gd, d_per_row;
 };
+
+// `buf`, at least n floats
+float* get(std::vector<float>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
 
 }  // namespace
 
-void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s) {
+void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, const GradsSettings& s) {
   thread_local Scratch w;
   thread_local Helper* helper = nullptr;  // one per stream thread, made when a pass first asks for it
   if (s.helper && helper == nullptr) helper = new Helper();
@@ -96,35 +103,35 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   auto later = [h](std::function<void()> fn) {  // a weight gradient: on the helper when there is one
     if (h) h->post(std::move(fn)); else fn();
   };
-  const int R = s.R, D = s.D, H = s.H, A = s.A, L = s.L, T = s.T, G = 2 * H, C = H + A;
+  const int R = d.R, D = d.D, H = d.H, A = d.A, L = d.L, T = d.T, G = 2 * H, C = H + A;
   const size_t LT = (size_t)L * T;
   // the scan's lanes over both threads when the scan is worth it (~16 operations per element and decision)
   Helper* scan_helper = h && (double)LT * H * 16 >= (double)s.split_min ? h : nullptr;
-  float* a1 = w.get(0, (size_t)R * H);
-  float* e1 = w.get(1, (size_t)R * H);
-  float* a2 = w.get(2, (size_t)R * H);
-  float* enc = w.get(3, (size_t)R * H);
-  float* u = w.get(4, (size_t)R * G);
-  float* a3 = w.get(5, (size_t)R * H);
-  float* zt = w.get(6, (size_t)R * H);
-  float* logits = w.get(7, (size_t)R * A);
-  float* aux = w.get(8, (size_t)R * 4);
-  float* d_logits = w.get(9, (size_t)R * A);
-  float* d_aux = w.get(10, (size_t)R * 4);
-  float* t1 = w.get(11, (size_t)R * H);
-  float* t2 = w.get(12, (size_t)R * H);
-  float* d_a3 = w.get(13, (size_t)R * H);
-  float* d_u = w.get(14, (size_t)R * G);
-  float* d_a2 = w.get(15, (size_t)R * H);
-  float* d_a1 = w.get(16, (size_t)R * H);
+  float* a1 = get(w.a1, (size_t)R * H);
+  float* e1 = get(w.e1, (size_t)R * H);
+  float* a2 = get(w.a2, (size_t)R * H);
+  float* enc = get(w.enc, (size_t)R * H);
+  float* u = get(w.u, (size_t)R * G);
+  float* a3 = get(w.a3, (size_t)R * H);
+  float* zt = get(w.zt, (size_t)R * H);
+  float* logits = get(w.logits, (size_t)R * A);
+  float* aux = get(w.aux, (size_t)R * 4);
+  float* d_logits = get(w.d_logits, (size_t)R * A);
+  float* d_aux = get(w.d_aux, (size_t)R * 4);
+  float* t1 = get(w.t1, (size_t)R * H);
+  float* t2 = get(w.t2, (size_t)R * H);
+  float* d_a3 = get(w.d_a3, (size_t)R * H);
+  float* d_u = get(w.d_u, (size_t)R * G);
+  float* d_a2 = get(w.d_a2, (size_t)R * H);
+  float* d_a1 = get(w.d_a1, (size_t)R * H);
 
   // ---- forward ----
   float *per_row = nullptr, *gh = nullptr, *hs = nullptr, *wg_enc = nullptr, *wg_enc_t = nullptr, *wg_hot_t = nullptr;
   int gw = -1;  // the gate weights' layouts, made beside the encoder's products when there is a helper
   if (s.memory) {
-    wg_enc_t = w.get(17, (size_t)H * G);
-    wg_enc = w.get(18, (size_t)G * H);
-    wg_hot_t = w.get(19, (size_t)A * G);
+    wg_enc_t = get(w.wg_enc_t, (size_t)H * G);
+    wg_enc = get(w.wg_enc, (size_t)G * H);
+    wg_hot_t = get(w.wg_hot_t, (size_t)A * G);
     auto layouts = [=, Wg = in.Wg] { gate_weights(Wg, H, A, wg_enc_t, wg_enc, wg_hot_t); };
     if (h) gw = h->post(layouts); else layouts();
   }
@@ -134,11 +141,11 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   relu(a2, enc, (size_t)R * H);
   if (s.memory) {
     if (h) h->join(gw);
-    per_row = w.get(20, (size_t)R * G);
+    per_row = get(w.per_row, (size_t)R * G);
     mm2(h, s.split_min, enc, false, wg_enc_t, false, R, G, H, per_row, false);  // enc @ Wg[:, :H].T (contiguous copy, as MLX's)
-    gh = w.get(21, LT * G);
+    gh = get(w.gh, LT * G);
     mm2(h, s.split_min, in.label_hot, false, wg_hot_t, false, (int)LT, G, A, gh, true, in.bg);  // addmm(bg, hot, Wg[:, H:].T)
-    hs = w.get(22, (size_t)L * (T + 1) * H);
+    hs = get(w.hs, (size_t)L * (T + 1) * H);
     ScanShape sc{R, L, T, H, s.block};
     gate_scan(per_row, gh, in.first_row, in.h0, hs, sc, scan_helper);
     pick(enc, hs, in.row_lane, in.row_dec, in.lane_decisions, u, out.carry, R, L, T, H);
@@ -155,8 +162,11 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   linear(h, s.split_min, zt, in.Wa, in.ba, R, 4, H, aux);
 
   // ---- the loss and the heads' gradient ----
-  HeadIn head{logits, aux, in.w, in.aux_valid, in.ko, in.prize, in.terminal, in.ret, in.mask, in.label};
-  loss_head(head, R, A, s.aux_weight, out.values, d_logits, d_aux, out.g_bp, out.g_ba);
+  HeadIn head{logits,          aux,           in.row_weight,   in.aux_valid, in.aux_ko,
+              in.aux_prize_delta, in.aux_terminal, in.aux_return, in.action_mask, in.label};
+  float values[kMetrics];
+  loss_head(head, R, A, s.aux_weight, values, d_logits, d_aux, out.g_bp, out.g_ba);
+  for (size_t i = 0; i < s.values.size(); ++i) out.values[i] = values[s.values[i]];  // the metrics asked for
 
   // ---- backward ----
   later([=] {
@@ -169,13 +179,13 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
   later([=] { mm(d_a3, true, u, false, H, G, R, out.g_Wt, false); });  // d_a3.T @ u
   mm2(h, s.split_min, d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
   if (s.memory) {
-    float* d_gd = w.get(23, LT * G);
-    float* d_per_row = w.get(24, (size_t)R * G);
+    float* d_gd = get(w.d_gd, LT * G);
+    float* d_per_row = get(w.d_per_row, (size_t)R * G);
     ScanShape sc{R, L, T, H, s.block};
     scan_back(d_u, per_row, gh, in.first_row, hs, in.row_lane, in.row_dec, d_gd, d_per_row, out.g_bg, sc, scan_helper);
     // gates.weight = concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
-    float* left = w.get(17, (size_t)G * H);
-    float* right = w.get(19, (size_t)G * A);
+    float* left = get(w.wg_enc_t, (size_t)G * H);   // the same size; the forward's products were its last readers
+    float* right = get(w.wg_hot_t, (size_t)G * A);  // likewise
     const float* hot = in.label_hot;
     float* g_Wg = out.g_Wg;
     later([=] {
@@ -186,7 +196,7 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
         std::memcpy(g_Wg + (size_t)o * C + H, right + (size_t)o * A, sizeof(float) * A);
       }
     });
-    float* t3 = w.get(11, (size_t)R * H);
+    float* t3 = get(w.t1, (size_t)R * H);  // t1's buffer (relu_back read t1 already)
     mm2(h, s.split_min, d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
     relu_back(d_u, G, t3, a2, R, H, d_a2, out.g_b2);
   } else {
@@ -195,7 +205,7 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsShape& s)
     relu_back(d_u, G, nullptr, a2, R, H, d_a2, out.g_b2);
   }
   later([=] { mm(d_a2, true, e1, false, H, H, R, out.g_W2, false); });  // d_a2.T @ e1
-  float* t4 = w.get(12, (size_t)R * H);
+  float* t4 = get(w.t2, (size_t)R * H);  // t2's buffer (relu_back read t2 already)
   mm2(h, s.split_min, d_a2, false, in.W2, false, R, H, H, t4, false);  // d_a2 @ W2
   relu_back(t4, H, nullptr, a1, R, H, d_a1, out.g_b0);
   mm2(h, s.split_min, d_a1, true, in.x, false, H, D, R, out.g_W0, false);  // d_a1.T @ x
