@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -196,9 +197,12 @@ def test_a_non_editable_install_runs_every_app_from_an_empty_directory(tmp_path)
     """pip install . (not -e) into a fresh venv: the configs come with the package, from any directory."""
     src = copy_source(tmp_path / "src")  # pip builds in the source tree: keep build/ out of the checkout
     venv = tmp_path / "venv"
-    # --system-site-packages: mlx, aim, pyarrow... come from this interpreter (no network); --without-pip:
-    # this interpreter's pip and setuptools build it (a venv's bundled setuptools may predate bdist_wheel)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    # mlx, aim, pyarrow... and pip and setuptools come from this interpreter's environment (no network): its
+    # site-packages on the new venv's path (a .pth), which --system-site-packages would not give when this
+    # interpreter is itself a venv (CI's); its .pth files are not read there, so the editable tcgexp stays out
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    [site] = venv.glob("lib/python*/site-packages")
+    (site / "outer.pth").write_text("\n".join(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))))
     py, bin_ = venv / "bin" / "python", venv / "bin"
     pip = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)],

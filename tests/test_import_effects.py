@@ -75,9 +75,9 @@ def test_the_walk_sees_a_set_up():
 
 
 def test_what_an_entry_point_imports_first_loads_no_mlx():
-    """MLX binds its BLAS when it loads: the plug-in surface, the composer, the train package and the commands'
-    modules must leave that to the set-up their entry points run (a module that imported mlx.core here would
-    get every run refused)."""
+    """MLX binds its BLAS when it loads: the plug-in surface, the composer, the train package, the commands'
+    modules and the Hydra callbacks a launcher's worker unpickles must leave that to the set-up their entry
+    points run (a module that imported mlx.core here would get every run, or every worker's job, refused)."""
     first = [
         "tcgexp.api",
         "tcgexp.app",
@@ -88,6 +88,11 @@ def test_what_an_entry_point_imports_first_loads_no_mlx():
         "tcgexp.kernels.__main__",
         "tcgexp.track.report",
         "tcgexp.lifecycle.launcher",
+        # what a launcher pickles for its workers (joblib, submitit, Ray): they unpickle it, which imports
+        # these modules, before the task's own setup() runs
+        "tcgexp.train.run_guard",
+        "tcgexp.track.callbacks",
+        "hydra_plugins.tcgexp_sweepers.halving",
     ]
     code = (
         "import importlib, json, sys\n"

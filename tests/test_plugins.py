@@ -293,13 +293,11 @@ def test_options_from_outside_and_their_tests_import_tcgexp_only_through_its_api
 
     for text in (Path(__file__).read_text(), MODULE):
         for node in ast.walk(ast.parse(text)):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
+            names = []
+            if isinstance(node, ast.ImportFrom) and not node.level:  # `from tcgexp import api` is tcgexp.api
+                names = [f"{node.module}.{a.name}" if node.module == "tcgexp" else node.module for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
             assert all(n == "tcgexp.api" or not n.startswith("tcgexp") for n in names), names
     missing = [name for name in api.__all__ if not hasattr(api, name)]
     assert not missing and len(api.__all__) == len(set(api.__all__)), missing

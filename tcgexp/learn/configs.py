@@ -3,7 +3,7 @@
 Hydra composes and checks a run from these before anything is built; they import no MLX, so composing a run
 (``tcgexp.app.compose``, ``tcgexp.api``) never loads MLX: tcgexp loads MKL before MLX first binds its BLAS
 (``blas.py``), and that is the entry points' work when they run, not an import's. Each class's
-implementation lives beside its concept (``model.py``, ``optim.py``, ``schedule.py``), named by the options'
+implementation lives beside its concept (the modules model, optim and schedule here), named by the options'
 ``_target_``.
 """
 

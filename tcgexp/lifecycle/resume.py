@@ -29,6 +29,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..overrides import override
 from ..track.aim_run import OPEN_SECONDS, recorded_run
 from . import checkpoint as ckpt
+from .ckpt_files import find
 from .distributed import World
 from .provenance import (
     check_progress,
@@ -51,7 +52,7 @@ def resume_config(
     with `compose` (the entry layer's, ``tcgexp.app.compose``) and checked."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    path = ckpt.find(str(cfg.resume))
+    path = find(str(cfg.resume))
     saved = ckpt.read_state(path)
     before = saved.get("overrides")
     if before is None:  # written by train() called directly: the config given is the config
@@ -89,27 +90,6 @@ def resume_config(
     return new, list(merged.values())
 
 
-def requeued_resume(run_dir: Path) -> str | None:
-    """The run dir to continue when this job is a SLURM requeue of itself, else None.
-
-    SLURM restarts a requeued job (``scontrol requeue``, preemption with ``PreemptMode=REQUEUE``,
-    submitit's SIGUSR2 requeue before the time limit) with the same command and
-    ``SLURM_RESTART_COUNT`` >= 1, so its Hydra job lands in the same run dir: there, the run's own
-    ``latest/`` is where to go on, not step 0. Anything else (a first start, a run dir with no
-    checkpoint yet) starts fresh.
-    """
-    import os
-
-    count = os.environ.get("SLURM_RESTART_COUNT", "")
-    if not count.isdigit() or int(count) < 1:
-        return None
-    try:
-        ckpt.find(str(run_dir))
-    except ckpt.CheckpointError:
-        return None
-    return str(run_dir)
-
-
 @dataclass
 class Saved:
     """The checkpoint a ``resume=`` run continues from: read whole (verified against its checksums) and checked
@@ -132,7 +112,7 @@ class Saved:
         world,
         console: Console,
     ) -> Saved:
-        path = ckpt.find(str(resume))
+        path = find(str(resume))
         state = ckpt.read_state(path)  # every file verified against checksums.json
         if not (path / ckpt.CHECKSUMS).exists():
             console.print(

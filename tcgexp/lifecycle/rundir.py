@@ -42,7 +42,7 @@ from pathlib import Path
 from ..console import in_multirun
 from ..errors import ConfigError
 from ..ownership import RUN_LOCK, HeldLock, describe, held_by_someone, holder_info, read_info
-from .ckpt_files import check_folder
+from .ckpt_files import CheckpointError, check_folder, find
 
 RUN_MARKER = ".tcgexp-run"
 SWEEP_MARKER = ".tcgexp-sweep"
@@ -424,3 +424,22 @@ def claimed(run_dir: Path, *, rank: int = 0, continues: Path | None = None) -> I
     held.depth -= 1
     if not held.depth:
         held.release(refused=False)
+
+
+def requeued_resume(run_dir: Path) -> str | None:
+    """The run dir to continue when this job is a SLURM requeue of itself, else None.
+
+    SLURM restarts a requeued job (``scontrol requeue``, preemption with ``PreemptMode=REQUEUE``,
+    submitit's SIGUSR2 requeue before the time limit) with the same command and
+    ``SLURM_RESTART_COUNT`` >= 1, so its Hydra job lands in the same run dir: there, the run's own
+    ``latest/`` is where to go on, not step 0. Anything else (a first start, a run dir with no
+    checkpoint yet) starts fresh.
+    """
+    count = os.environ.get("SLURM_RESTART_COUNT", "")
+    if not count.isdigit() or int(count) < 1:
+        return None
+    try:
+        find(str(run_dir))
+    except CheckpointError:
+        return None
+    return str(run_dir)

@@ -45,9 +45,10 @@ def _json(path: Path) -> dict:
 def latest_state(run_dir: Path) -> dict | None:
     """The run dir's latest/ state.json (verified), or None when there is no usable checkpoint."""
     from ..lifecycle import checkpoint as ckpt
+    from ..lifecycle.ckpt_files import find
 
     try:
-        return ckpt.read_state(ckpt.find(str(run_dir)))
+        return ckpt.read_state(find(str(run_dir)))
     except ckpt.CheckpointError:
         return None
 

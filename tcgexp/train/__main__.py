@@ -17,7 +17,7 @@ from ..console import job_errors
 from ..launch import launched_rank
 from ..learn.blas import setup
 from ..lifecycle.rank_status import reports_exit
-from ..lifecycle.rundir import claimed, run_dir_of
+from ..lifecycle.rundir import claimed, requeued_resume, run_dir_of
 from .errors import USER_ERRORS
 from .metric import check_metric, optimized
 
@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> float | None:
     # a launcher's worker (joblib, Ray, SLURM) runs this function without the command's start: MKL first, then
     # what imports MLX (the resume's checkpoint reader, the run), which binds its BLAS when it loads
     setup()
-    from ..lifecycle.resume import requeued_resume, resume_config
+    from ..lifecycle.resume import resume_config
     from .run import train
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -24,6 +24,7 @@ import pytest
 from tcgexp.app import compose
 from tcgexp.lifecycle import checkpoint as ckpt
 from tcgexp.lifecycle.checkpoint import CheckpointError, CheckpointWriteError
+from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.train import train
 from tests.conftest import assert_continued
 from tests.reliability.test_checkpoint_integrity import cfg, flip, fresh, stopped  # noqa: F401 (fixtures)
@@ -276,9 +277,9 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
             optimizer = build(c.optimizer)(build(c.scheduler)(run_steps=10_000))
             optimizer.init(model.trainable_parameters())
             try:
-                planned = ckpt.read_state(ckpt.find(str(run_dir))) if what != "load" else None
+                planned = ckpt.read_state(find(str(run_dir))) if what != "load" else None
                 state, _ = ckpt.load(
-                    ckpt.find(str(run_dir)),
+                    find(str(run_dir)),
                     model=model,
                     optimizer=optimizer,
                     **({"expect": planned} if planned is not None else {}),

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.train import train
 from tests.conftest import assert_continued, compose_config
 from tests.train.conftest import TINY_TRAIN
@@ -70,7 +71,7 @@ def baseline(tmp_path_factory):
 
 def resume(root, run_dir, new_dir, *more):
     """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
-    done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
+    done = ckpt.read_state(find(str(run_dir)))["progress"]["opt_steps"]
     res = subprocess.run(
         [
             sys.executable,

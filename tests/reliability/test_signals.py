@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.train import train
 from tests.conftest import assert_continued, compose_config
 from tests.reliability.test_kill import ROOT, weights
@@ -80,7 +81,7 @@ def signalled(root, run_dir, *more, at=20, second="-", name="SIGTERM"):
 
 def resume(root, run_dir, new_dir, *more):
     """resume=<run_dir> into new_dir; it must continue the checkpoint there, not start again."""
-    done = ckpt.read_state(ckpt.find(str(run_dir)))["progress"]["opt_steps"]
+    done = ckpt.read_state(find(str(run_dir)))["progress"]["opt_steps"]
     res = subprocess.run(
         [sys.executable, "-m", "tcgexp.train", *cli(root, new_dir, *more), f"resume={run_dir}"],
         cwd=ROOT,

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from tcgexp.learn.state import TrainState
 from tcgexp.lifecycle import checkpoint as ckpt
+from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.sweep import asha, results
 from tcgexp.sweep import space as spaces
 from tcgexp.sweep import study as studies
@@ -106,7 +107,7 @@ class PlantedSearch:
         if "resume" in job:  # a promoted trial continues its own checkpoint
             if Path(job["resume"]) != run_dir:
                 self.wrong.append(f"{run_dir}: resume={job['resume']}, not its own checkpoint")
-            history = ckpt.read_state(ckpt.find(job["resume"]))["progress"]["history"]
+            history = ckpt.read_state(find(job["resume"]))["progress"]["history"]
         elif (run_dir / "checkpoints").exists():
             self.wrong.append(f"{run_dir}: trained before, started again from scratch (no resume=)")
         start = len(history)

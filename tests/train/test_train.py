@@ -12,6 +12,7 @@ from mlx.utils import tree_flatten
 from tcgexp.learn.errors import ScheduleError
 from tcgexp.lifecycle import checkpoint as ckpt
 from tcgexp.lifecycle.checkpoint import CheckpointError
+from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.train import train
 from tests.conftest import assert_continued
 
@@ -168,7 +169,7 @@ def test_latest_is_atomic_a_crash_mid_write_keeps_the_previous(train_cfg, data_r
         train(train_cfg("trainer.max_steps=8", f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "a")
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in latest.iterdir()} == before
-    assert ckpt.find(str(tmp_path / "a")) == latest
+    assert find(str(tmp_path / "a")) == latest
     r = train(train_cfg(f"resume={tmp_path / 'a'}", data=data_root), run_dir=tmp_path / "b")
     assert r["processed"]["optimizer_steps"] == r["planned"]["optimizer_steps"]
 
