@@ -24,11 +24,12 @@ from .sweep_findings import cells_of, label, layout, unchanged, value_of
 
 CACHE_NOTE = (
     "The cache never changes what the trainer computes: jobs that differ only in their cache "
-    "policy have the same validation loss. Hit rate, MiB decoded, rows/s and data stall are where "
-    "policies differ."
+    "policy have the same validation loss. Hit rate, MiB decoded and moved, rows/s and data stall are "
+    "where policies differ."
 )
 TITLES = {
     "cache_train_mib_decoded": "MiB decoded (train cache)",
+    "cache_train_mib_moved": "MiB moved (train cache: decoded + spill reads)",
     "cache_train_hit_pct": "train cache hit rate %",
     "data_stall_pct": "data stall % (train)",
     "rows_per_s": "rows/s (train)",

@@ -78,7 +78,8 @@ def to_resolve(row: dict) -> str:
         return "no number of seeds resolves it: the mean difference is 0"
     many = f"more than {MOST_SEEDS}" if k > MOST_SEEDS else f"about {k}"
     throughput = row["metric"] in {m.name for m in THROUGHPUT}
-    order = f", run interleaved ({INTERLEAVED})" if throughput and not row.get("interleaved") else ""
+    # a grid's jobs can be run seed by seed (a halving sweep decides its order itself): advised when they were not
+    order = f", run interleaved ({INTERLEAVED})" if throughput and row.get("key") and not row.get("interleaved") else ""
     return f"{many} seeds would resolve a difference this size{order}"
 
 
