@@ -104,7 +104,7 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> str | 
 
 
 def nearest_key(exc: BaseException) -> str | None:
-    """Hydra's "Could not override 'tbptt.chunck'. To append to your config use +tbptt.chunck=32" as the line a
+    """Hydra's "Could not override '<key>'. To append to your config use +<key>=<value>" as the line a
     user needs: the key is not in the config, and the nearest one that is. Following Hydra's advice adds a
     key nothing reads (refused in turn, ``schema.unknown_key``), so it is not repeated. None for another error."""
     import difflib

@@ -164,7 +164,7 @@ def validate(cfg: DictConfig) -> None:
 def unknown_key(cfg: DictConfig) -> str | None:
     """The first key a schema-typed node holds that its schema does not declare, as one line naming the
     nearest declared key; None when there is none. Only ``+key=value`` puts one there (composition refuses a
-    plain override of a missing key): Hydra's own advice for a misspelt key, ``use +tbptt.chunck=32``, adds
+    plain override of a missing key): Hydra's own advice for a misspelt key, ``use +<key>=<value>``, adds
     it, and the part built from the node would then fail on an argument it does not take."""
     import difflib
 
