@@ -9,9 +9,9 @@ Before Hydra composes, a command registers (``register``):
 - the resolvers conf/ uses: ``${launch_now:}`` and ``${rank_suffix:}`` (``launch.py``: one clock for
   the ranks of one launch, one job log each), ``${sweep_name:}`` (``sweep/config.py``: a halving sweep's
   folder) and ``${tcgexp.groups:}`` (the ``--help`` text of ``conf/hydra/help/``);
-- the halving sweeper: Hydra finds sweepers by walking the ``hydra_plugins`` namespace, which an
+- the halving and interleaved sweepers: Hydra finds sweepers by walking the ``hydra_plugins`` namespace, which an
   editable install made by a PEP 660 finder hides from the walk; registering the class, Hydra's own
-  API for that, makes ``hydra/sweeper=halving`` work however tcgexp was installed.
+  API for that, makes ``hydra/sweeper=halving`` (and ``interleaved``) work however tcgexp was installed.
 
 Hydra's launchers carry the ConfigStore and the resolvers to their job processes (its Singleton
 state), so only the command's own process registers. ``hydra_main`` is ``@hydra.main`` for a tcgexp
@@ -39,6 +39,7 @@ import tcgexp.track.aim_run
 import tcgexp.track.remote
 import tcgexp.train.configs  # noqa: F401  (the train app's root, base_config; trainer, checkpoint, model, ...)
 from hydra_plugins.tcgexp_sweepers.halving import HalvingSweeper
+from hydra_plugins.tcgexp_sweepers.interleaved import InterleavedSweeper
 
 from .config import CONF_DIR, group_options, primary_defaults
 from .console import one_line_errors
@@ -100,6 +101,7 @@ def register() -> None:
     OmegaConf.register_new_resolver("sweep_name", sweep_name, replace=True)  # (no cache: it reads the root)
     OmegaConf.register_new_resolver("tcgexp.groups", groups_help, replace=True)
     Plugins.instance().register(HalvingSweeper)
+    Plugins.instance().register(InterleavedSweeper)  # hydra/sweeper=interleaved: the grid, seed-major
 
 
 def hydra_main(config_name: str, *user_errors: type) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:

@@ -90,6 +90,9 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> str | 
             return flatten(exc)
         return None
     if isinstance(exc, HydraException):  # composition: unknown key or option, wrong type, bad override
+        misspelt = nearest_key(exc)
+        if misspelt:
+            return misspelt
         more = flatten(cause) if isinstance(cause, OmegaConfBaseException) else ""
         hint = missing_plugin_hint(str(exc))  # a launcher or sweeper plugin that is not installed
         return " ".join(part for part in (hint and f"{hint}.", flatten(exc), more) if part)
@@ -98,6 +101,33 @@ def user_error(exc: BaseException, user_errors: tuple[type, ...] = ()) -> str | 
     if isinstance(exc, OmegaConfBaseException):
         return flatten(exc)
     return None
+
+
+def nearest_key(exc: BaseException) -> str | None:
+    """Hydra's "Could not override '<key>'. To append to your config use +<key>=<value>" as the line a
+    user needs: the key is not in the config, and the nearest one that is. Following Hydra's advice adds a
+    key nothing reads (refused in turn, ``schema.unknown_key``), so it is not repeated. None for another error."""
+    import difflib
+    import re
+
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = exc.__cause__ or exc.__context__
+    typed = re.match(r"Could not override '([^']+)'", str(exc))
+    missing = getattr(cause, "full_key", None)
+    parent = getattr(cause, "parent_node", None)
+    if not typed or not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or not missing or parent is None:
+        return None
+    key = typed.group(1).lstrip("+~")
+    if not key.startswith(missing):
+        return None
+    where, _, name = missing.rpartition(".")
+    known = [str(k) for k in parent if where or str(k) != "hydra"]
+    near = difflib.get_close_matches(name, known, n=1)
+    if near:
+        fixed = ".".join(p for p in (where, near[0]) if p) + key[len(missing) :]
+        return f"{key}: no such key in the config; did you mean {fixed}? ({where or 'the top level'} has: {', '.join(known)})"
+    return f"{key}: no such key in the config ({where or 'the top level'} has: {', '.join(known)})"
 
 
 def say_now(exc: BaseException) -> None:

@@ -152,10 +152,38 @@ def validate(cfg: DictConfig) -> None:
     for key, value in _leaves(cfg):  # NaN or infinity in any number trains garbage: refuse it by name
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value} is impossible: it must be a finite number")
+    problem = unknown_key(cfg)
+    if problem:
+        raise ConfigError(problem)
     for prefix, node in _nodes(cfg):
         problem = check(OmegaConf.get_type(node), node, prefix)
         if problem:
             raise ConfigError(problem)
+
+
+def unknown_key(cfg: DictConfig) -> str | None:
+    """The first key a schema-typed node holds that its schema does not declare, as one line naming the
+    nearest declared key; None when there is none. Only ``+key=value`` puts one there (composition refuses a
+    plain override of a missing key): Hydra's own advice for a misspelt key, ``use +<key>=<value>``, adds
+    it, and the part built from the node would then fail on an argument it does not take."""
+    import difflib
+
+    for prefix, node in _nodes(cfg):
+        kind = OmegaConf.get_type(node)
+        if not dataclasses.is_dataclass(kind):
+            continue  # a free-form node (a dict field, hydra.sweeper.params): any key may be added
+        known = [f.name for f in dataclasses.fields(kind)]
+        for key in node:
+            if key in known or (not prefix and key == "hydra"):
+                continue
+            near = difflib.get_close_matches(str(key), known, n=1)
+            where = prefix[:-1] or "the config's top level"
+            hint = f"did you mean {prefix}{near[0]}? " if near else ""
+            return (
+                f"+{prefix}{key}: {where} has no key {key!r} ({kind.__name__} declares: {', '.join(known)}); "
+                f"{hint}+ adds a key only where a schema leaves room, and no part takes this one"
+            )
+    return None
 
 
 def _nodes(cfg: DictConfig, prefix: str = ""):

@@ -66,6 +66,28 @@ def test_train_config_errors_are_one_line_naming_the_key(tmp_path, corpus, overr
     )
 
 
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("tbptt.chunck=32", "tbptt.chunck: no such key in the config; did you mean tbptt.chunk?"),
+        ("trainr.epochs=2", "trainr.epochs: no such key in the config; did you mean trainer.epochs?"),
+        ("cach=plan", "cach: no such key in the config; did you mean cache?"),
+        ("+tbptt.chunck=32", "+tbptt.chunck: tbptt has no key 'chunck'"),  # Hydra's advice, followed
+        ("+trainer.epoch=2", "did you mean trainer.epochs?"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["run", "sweep"])
+def test_a_mistyped_key_is_one_line_naming_the_nearest_real_key_and_plus_never_adds_one(
+    tmp_path, corpus, override, says, mode
+):
+    where = (
+        [f"hydra.run.dir={tmp_path / 'r'}"] if mode == "run" else ["--multirun", f"hydra.sweep.dir={tmp_path / 's'}"]
+    )
+    last = assert_one_line(run("tcgexp.train", *where, f"dataset.root={corpus}", *SMALL, override), says)
+    assert "use +" not in last and "To append" not in last, last
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r" / "result.json").exists(), "refused before any job"
+
+
 def test_train_data_error_names_the_file(tmp_path, corpus):
     # a row budget below the largest decision: DataError naming the Parquet file and the knob
     last = assert_one_line(

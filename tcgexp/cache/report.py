@@ -25,6 +25,9 @@ MEANINGS = {
     "decodes": "row groups decoded from Parquet",
     "bytes_loaded": "bytes of arrays decoded from Parquet (spill reads and rescues not counted): the I/O and "
     "decode work the cache did not save",
+    "bytes_moved": "every byte the cache read to serve its misses and prefetches: bytes_loaded plus ssd_bytes_read "
+    "(rescues read nothing); what to compare when asking which policy moves the fewest bytes, since a policy "
+    "that thrashes its spill decodes little and still reads a lot",
     "decode_seconds": "wall seconds spent decoding from Parquet, summed over threads",
     "max_key_decode_concurrency": "the most threads ever decoding the same row group at once (1 when in-flight "
     "deduplication works)",
@@ -40,6 +43,7 @@ MEANINGS = {
     "resident_transient": "row groups in the transient tier now",
     "memory_pct": "the system's memory use (psutil percent) at the last pressure probe",
     "ssd_hits": "misses served from the spill (an .npz under the run's .cache_spill, verified) instead of Parquet",
+    "ssd_bytes_read": "bytes of arrays read back from the spill (its hits'), beside bytes_loaded's decodes",
     "ssd_spills": "evicted row groups written to the spill",
     "ssd_resident": "row groups in the spill now",
     "ssd_bytes": "bytes of the spill's files now (at most cache.spill_budget_bytes)",
@@ -58,13 +62,14 @@ LOW_WARM_HIT_RATE_PCT = 90.0
 
 
 def with_rates(n: dict) -> dict:
-    """`n` (counts) with ``hit_rate_pct`` and ``warm_hit_rate_pct`` derived from them.
+    """`n` (counts) with ``hit_rate_pct``, ``warm_hit_rate_pct`` and ``bytes_moved`` derived from them.
 
     The warm rate leaves out the first touch of each key (it can only miss) and counts a miss
     that joined another thread's load of the same key as no load of its own. Counts of several
     caches (a distributed run's ranks) may be summed first and the rates derived after.
     """
     n["hit_rate_pct"] = 100.0 * n["hits"] / n["accesses"] if n["accesses"] else 0.0
+    n["bytes_moved"] = n["bytes_loaded"] + n["ssd_bytes_read"]
     warm = n["accesses"] - n["distinct_keys"]
     n["warm_hit_rate_pct"] = 100.0 * (n["hits"] + n["shared_misses"]) / warm if warm > 0 else 0.0
     return n

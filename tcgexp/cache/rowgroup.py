@@ -325,7 +325,7 @@ class RowGroupCache:
         n.update(self._spill.counters() if self._spill is not None else SpillStore.NO_COUNTERS)
         # bytes this cache's decodes took from an object store and from its local tier (0 for a local corpus)
         n["remote_bytes"], n["tier_bytes"] = self._source.stats.remote_bytes, self._source.stats.tier_bytes
-        return report.with_rates(n)
+        return report.with_rates(n)  # with the rates, every byte moved: decoded and read back from the spill
 
     def tally(self) -> str:
         """The seed's end-of-run report, three lines (``report.tally``)."""

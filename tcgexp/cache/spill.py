@@ -130,6 +130,7 @@ class SpillStore:
         self.enabled = self.budget > 0
         self.closed = False
         self.hits = 0
+        self.bytes_read = 0  # bytes of arrays read back (the hits'): the spill's share of what the cache moved
         self.spills = 0
         self.errors = 0
         self.skipped = 0  # not written: larger than the budget or no room worth making
@@ -148,6 +149,7 @@ class SpillStore:
     # what a cache without a spill store reports
     NO_COUNTERS: ClassVar[dict[str, int]] = {
         "ssd_hits": 0,
+        "ssd_bytes_read": 0,
         "ssd_spills": 0,
         "ssd_resident": 0,
         "ssd_bytes": 0,
@@ -161,6 +163,7 @@ class SpillStore:
         with self._lock:
             return {
                 "ssd_hits": self.hits,
+                "ssd_bytes_read": self.bytes_read,
                 "ssd_spills": self.spills,
                 "ssd_resident": len(self._index),
                 "ssd_bytes": self._bytes,
@@ -289,6 +292,7 @@ class SpillStore:
             return None
         with self._lock:
             self.hits += 1
+            self.bytes_read += sum(arr.nbytes for arr in out.values())
         return out
 
     def discard(self, key) -> None:

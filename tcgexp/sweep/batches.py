@@ -121,7 +121,7 @@ class Run:
         r = studies.Record(
             asha.Trial(trial.number),
             trial._trial_id,
-            dict(trial.params),
+            self.space.exact(trial.params),  # a range's own value, not its binary-float neighbour
             [self.run_dir(trial.number, s) for s in range(self.s.seeds)],
         )
         r.save(self.study)

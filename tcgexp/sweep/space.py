@@ -2,17 +2,25 @@
 
 ``'optimizer.lr=tag(log, interval(1e-4, 1e-2))'`` is a log-uniform float, ``'model.hidden=choice(64,
 128, 256)'`` (or ``64,128,256``) a categorical, ``range(16, 65, 16)`` an integer (or float) grid with
-its step (Hydra's stop is exclusive, and so is ours), ``int(interval(16, 256))`` a uniform integer;
+its step, ``int(interval(16, 256))`` a uniform integer;
 ``tag(log, ...)`` makes any interval log-sampled. Entries come from ``hydra.sweeper.params``, then the
 command line; a plain ``key=value`` on the command line fixes that key for every trial (taking it out
 of a preset space, as Hydra's Optuna sweeper does). Every contradiction is refused in one line before
 any trial runs.
+
+A range's stop is exclusive, as in Python and Hydra's basic sweeper (Hydra's Optuna sweeper includes it:
+tcgexp follows the grammar's own meaning). Float steps are counted in decimal, as typed: ``range(0.001,
+0.002, 0.001)`` is 0.001 alone (Hydra's float range, adding binary fractions, also yields 0.002), and every
+value a trial gets is one of the range's exactly (0.3, never 0.30000000000000004). A range or choice of
+one value is refused: sampling it would run the same configuration again and again (fix the key instead).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from ..errors import ConfigError
@@ -33,6 +41,7 @@ class Param:
     distribution: Any  # an optuna.distributions.BaseDistribution
     log: bool
     typed: str  # the entry as given, for messages and the study's settings
+    steps: tuple | None = None  # a range's values, exactly (a sampler's draw is snapped to the nearest)
 
     @property
     def categorical(self) -> bool:
@@ -50,11 +59,33 @@ class Param:
         """Every value a grid visits, or None for a continuous range."""
         if self.categorical:
             return list(self.distribution.choices)
+        if self.steps is not None:
+            return list(self.steps)
         step = getattr(self.distribution, "step", None)
         if step is None:
             return None
         low, n = self.distribution.low, int(round((self.distribution.high - self.distribution.low) / step))  # noqa: RUF046
         return [type(low)(low + i * step) for i in range(n + 1)]
+
+    def exact(self, value: Any) -> Any:
+        """A sampler's draw as the space means it: a range's nearest value (a float step drawn as low + k x step
+        in binary floats is off in its last digits), anything else as drawn."""
+        if self.steps is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return value
+        return min(self.steps, key=lambda v: abs(v - value))
+
+    def describe(self) -> str:
+        """What the sweeper samples for this key, in words (said as the sweep starts)."""
+        d = self.distribution
+        if self.steps is not None:
+            shown = ", ".join(map(str, self.steps[:8])) + (
+                f", ... ({len(self.steps)} values)" if len(self.steps) > 8 else ""
+            )
+            return f"{self.key}: {shown} (from {self.typed.partition('=')[2]}: stop exclusive)"
+        if self.categorical:
+            return f"{self.key}: one of {', '.join(map(str, d.choices))}"
+        kind = "integers" if isinstance(d.low, int) else "floats"
+        return f"{self.key}: {'log-uniform' if self.log else 'uniform'} {kind} in [{d.low}, {d.high}]"
 
 
 @dataclass
@@ -64,6 +95,14 @@ class Space:
 
     def distributions(self) -> dict:
         return {k: p.distribution for k, p in self.params.items()}
+
+    def exact(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's parameters as the space means them (``Param.exact``: a range's own values)."""
+        return {k: self.params[k].exact(v) if k in self.params else v for k, v in params.items()}
+
+    def describe(self) -> str:
+        """The space the sweeper samples, in one line (said as the sweep starts)."""
+        return "; ".join(p.describe() for p in self.params.values())
 
     def settings(self) -> dict[str, str]:
         """What identifies the space (a continued study must have the same)."""
@@ -122,7 +161,8 @@ def parse(entries: Iterable[str], *, command_line: Iterable[str] = ()) -> Space:
                 space.fixed = [f for f in space.fixed if parser.parse_override(f).get_key_element() != key]
                 space.fixed.append(line)
                 continue
-            space.params[key] = Param(key, _distribution(o, line), "log" in getattr(o.value(), "tags", ()), line)
+            distribution, steps = _distribution(o, line)
+            space.params[key] = Param(key, distribution, "log" in getattr(o.value(), "tags", ()), line, steps)
             space.fixed = [f for f in space.fixed if parser.parse_override(f).get_key_element() != key]
     if not space.params:
         raise ConfigError(
@@ -152,10 +192,10 @@ def _distribution(o, line: str):
         if log and low <= 0:
             raise ConfigError(f"{WHERE}: {line!r}: a log-sampled interval needs low > 0")
         if isinstance(low, int) and isinstance(high, int):
-            return IntDistribution(low, high, log=log)
-        return FloatDistribution(float(low), float(high), log=log)
+            return IntDistribution(low, high, log=log), None
+        return FloatDistribution(float(low), float(high), log=log), None
     if o.is_range_sweep() and not value.shuffle:
-        values = list(o.sweep_iterator())
+        values = stepped(value)
         if not values:
             raise ConfigError(
                 f"{WHERE}: {line!r} is empty (range's stop is exclusive): it must give at least one value"
@@ -165,25 +205,49 @@ def _distribution(o, line: str):
                 f"{WHERE}: {line!r}: a range has a step, so it cannot be log-sampled; "
                 "use tag(log, interval(low, high)) or choice(...)"
             )
-        if len(values) > 1 and all(isinstance(v, int) for v in values):
-            return IntDistribution(values[0], values[-1], step=values[1] - values[0])
-        if len(values) > 1:
-            return FloatDistribution(float(values[0]), float(values[-1]), step=float(values[1] - values[0]))
-        return CategoricalDistribution(values)
+        if len(values) == 1:
+            raise ConfigError(one_value(line, key, values[0], "range's stop is exclusive"))
+        step = values[1] - values[0]
+        if all(isinstance(v, int) for v in values):
+            return IntDistribution(min(values), max(values), step=abs(step)), tuple(values)
+        step = float(Decimal(repr(float(value.step))).copy_abs())
+        return FloatDistribution(min(values), max(values), step=step), tuple(values)
     if o.is_choice_sweep() or o.is_range_sweep():  # choice(...), a,b,c, shuffle(range(...))
         choices = list(o.sweep_iterator(transformer=Transformer.encode))
         if not choices:
             raise ConfigError(f"{WHERE}: {line!r} is empty: give at least one choice")
         if len(set(map(str, choices))) != len(choices):
             raise ConfigError(f"{WHERE}: {line!r} lists a value twice")
+        if len(choices) == 1:
+            raise ConfigError(one_value(line, key, choices[0], "one choice"))
         if log:
             raise ConfigError(
                 f"{WHERE}: {line!r}: choices are categories, not log-sampled numbers; use tag(log, interval(low, high))"
             )
-        return CategoricalDistribution(choices)
+        return CategoricalDistribution(choices), None
     raise ConfigError(
         f"{WHERE}: {line!r}: {type(value).__name__} cannot be sampled; use choice(...), "
         f"range(...) or interval(...) for {key}"
+    )
+
+
+def stepped(sweep) -> list:
+    """A range's values, its stop exclusive: integers as Python's range; floats counted in decimal as typed
+    (start + k x step while short of the stop), so float rounding neither adds the stop nor drifts a value."""
+    start, stop, step = sweep.start, sweep.stop, sweep.step
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        return list(range(start, stop, step))
+    a, b, d = (Decimal(repr(float(v))) for v in (start, stop, step))
+    if d == 0:
+        return []
+    count = max(0, math.ceil((b - a) / d))
+    return [float(a + k * d) for k in range(count)]
+
+
+def one_value(line: str, key: str, value: Any, why: str) -> str:
+    return (
+        f"{WHERE}: {line!r} gives one value ({value}; {why}): sampling it would run the same trial again and "
+        f"again; fix it for every trial with {key.lstrip('+~')}={value_text(value)}, or give it two values or more"
     )
 
 

@@ -173,6 +173,8 @@ class HalvingSearch:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         records = [r for r in map(studies.Record.of, study.trials) if r is not None]
+        for r in records:  # as new_trial kept them: a range's own values
+            r.params = space.exact(r.params)
         self.job_idx = int(study.user_attrs.get("tcgexp_jobs", 0))
         self.run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)
         say(
@@ -180,6 +182,7 @@ class HalvingSearch:
             f"(eta {self.s.eta}), {n_trials} configurations x {self.s.seeds} seed(s), sampler {self.s.sampler}"
             + (f"; continuing: {len(records)} configurations there already" if records else "")
         )
+        say(f"space: {space.describe()}")  # what is sampled, as read: a range's values, an interval's bounds
 
     def launch(self, jobs: list[list[str]]):
         """The launcher's launch, under the sweep's own stop signals: a launcher whose jobs run elsewhere

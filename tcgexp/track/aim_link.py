@@ -3,7 +3,7 @@
 Aim's UI keeps an explorer's state in its URL: ``select`` (the query), ``grouping`` (which run params
 colour, dash and split the lines) and ``chart``, each as ``O-`` + base64url(encodeURI(JSON)) (Aim 3's
 ``utils/encoder/encoder.ts``). The link selects the sweep's runs (``run.sweep.id``) on the optimized
-metric, and the train cache's bytes decoded and hit rate when the sweep varied the cache or the loader;
+metric, and the train cache's bytes decoded, bytes moved and hit rate when the sweep varied the cache or the loader;
 one chart per metric, one colour per combination of the swept keys (``seed`` is a replicate: its runs
 share their configuration's colour). A key of a config group (``cache``) is coloured by the option's
 name (``run.swept.cache``), any other by its value in the run's config (``run.hparams.tbptt.chunk``).
@@ -21,7 +21,7 @@ from .findings import touches_data
 
 UI_PORT = 43800  # `aim up`'s default port
 PALETTE = 8  # colours in Aim's first palette
-CACHE_CHARTS = ("cache_train/bytes_loaded", "cache_train/hit_rate_pct")
+CACHE_CHARTS = ("cache_train/bytes_loaded", "cache_train/bytes_moved", "cache_train/hit_rate_pct")
 
 
 def aim_state(obj: dict) -> str:

@@ -73,7 +73,8 @@ class SweepReport(Callback):
 
     def say_if_stopped(self, sweep_dir: Path) -> None:
         if not self.ended and self.reported_since_start(sweep_dir):  # not a refusal before any job
-            say(sweep_dir)
+            write_summary(sweep_dir, ended=True)  # over: its report says what it ended with, never "none yet"
+            say(sweep_dir, ended=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.ended = True
@@ -81,5 +82,5 @@ class SweepReport(Callback):
         if sys.exc_info()[1] is not None and not self.reported_since_start(sweep_dir):
             return  # refused before any job of this command ended: its error is the answer, not an earlier report
         if sweep_dir.exists():
-            write_summary(sweep_dir)
-            say(sweep_dir)
+            write_summary(sweep_dir, ended=True)
+            say(sweep_dir, ended=True)

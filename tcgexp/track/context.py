@@ -9,6 +9,7 @@ launcher); outside one, its overrides less ``hydra.*`` and paths.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,12 @@ def swept_keys(sweep_dir: Path) -> frozenset[str] | None:
         return None
 
 
+def identity(sweep_dir: str) -> str:
+    """A sweep's id in Aim (``run.sweep.id``): its folder's absolute path, normalised, hashed. The one function
+    behind what a job records and what the report's Aim link selects (``multirun.sweep_id``)."""
+    return hashlib.sha1(os.path.abspath(sweep_dir).encode()).hexdigest()[:12]
+
+
 def job_context(run_dir: Path | None = None) -> JobContext:
     """The running Hydra job's context; a bare context (named after run_dir) outside Hydra."""
     try:
@@ -134,8 +141,8 @@ def job_context(run_dir: Path | None = None) -> JobContext:
         )
     overrides = list(hc.overrides.task)
     if hc.mode == RunMode.MULTIRUN:
-        sweep_dir = str(Path(hc.sweep.dir).absolute())
-        sweep_id = hashlib.sha1(sweep_dir.encode()).hexdigest()[:12]
+        sweep_dir = os.path.abspath(hc.sweep.dir)  # as Hydra makes the job's output_dir (multirun.where_it_ran)
+        sweep_id = identity(sweep_dir)
         name = f"sweep {Path(hc.sweep.dir).parent.name}/{Path(hc.sweep.dir).name}"
         return JobContext(
             sweep_id,

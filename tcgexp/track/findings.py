@@ -16,7 +16,13 @@ per-seed differences). One rule gives each comparison its verdict, in this order
   trainer computes);
 - ``no interval``: fewer than two paired replicates of a metric that varies;
 - ``better``: the interval excludes 0 (in the metric's good direction: the better option is named first);
-- ``within noise``: the interval includes 0.
+- ``within noise``: the interval includes 0; the row then says about how many seeds would resolve a
+  difference of the size seen (``seeds_to_resolve``, from the spread of the per-seed differences).
+
+A key with three or more options is placed whole (``sweep_findings.place``): the best against every other
+option, the options tied with it bit for bit folded into its name, a metric the same for every option in
+one row. An option whose every job failed is a row of its own (``failed``, or ``diverged`` when the
+trainer stopped it for non-finite values), ranked below every option that completed.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from .stats import mean_interval
+from .stats import mean_interval, seeds_to_resolve
 
 METHOD = "Student's t, 95 %, over the per-seed paired differences"
 IDENTICAL, EXACT, NO_INTERVAL, BETTER, NOISE = "identical", "exact", "no interval", "better", "within noise"
-VERDICTS = (EXACT, IDENTICAL, NO_INTERVAL, BETTER, NOISE)  # the rule's order
+FAILED, DIVERGED = "failed", "diverged"  # an option none of whose jobs completed (not a comparison)
+VERDICTS = (EXACT, IDENTICAL, NO_INTERVAL, BETTER, NOISE, DIVERGED, FAILED)  # the rule's order, then the failures
 SEEDS_TO_ADD = 3  # what the re-run command asks for when a comparison had one replicate
+MOST_SEEDS = 1000  # past this many seeds "about how many would resolve it" is said as "more than"
+INTERLEAVED = "hydra/sweeper=interleaved"  # runs seed 0 of every option, then seed 1, ...: job order is no bias
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class Metric:
 # what a cache or loader key can change besides the objective (summary.csv's columns: the train cache)
 CACHE_METRICS = (
     Metric("cache_train_mib_decoded", False, "MiB"),
+    Metric("cache_train_mib_moved", False, "MiB"),  # decoded and read back from the spill: every byte it read
     Metric("cache_train_hit_pct", True, "%"),
     Metric("data_stall_pct", False, "%"),
     Metric("rows_per_s", True, "rows/s"),
@@ -117,6 +127,7 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
         _, half = mean_interval(diffs)
         interval = [diff - half, diff + half]
         verdict = BETTER if interval[0] > 0 or interval[1] < 0 else NOISE
+    more = {"seeds_to_resolve": seeds_to_resolve(diffs, MOST_SEEDS)} if verdict == NOISE else {}
     return {
         "metric": metric.name,
         "direction": metric.direction,
@@ -130,6 +141,7 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
         "interval": interval,
         "n": n,
         "verdict": verdict,
+        **more,
     }
 
 
@@ -137,111 +149,3 @@ def constant(cells: Cells, seeds: Sequence[Hashable]) -> bool:
     """Every combination's value is the same for every seed (bit for bit)."""
     width = len(cells[seeds[0]])
     return all(len({cells[s][i] for s in seeds}) == 1 for i in range(width))
-
-
-# -- a finding in words: one sentence (the console), summary.md's opening section --------------------------
-def fmt(value, unit: str = "", signed: bool = False) -> str:
-    """A finding's number as people read it: 4 significant digits, thousands separated, its unit."""
-    if value is None:
-        return "n/a"
-    sign = "+" if signed else ""
-    if value == 0:
-        text = "0"
-    elif abs(value) >= 1000:
-        text = f"{value:{sign},.0f}"
-    else:
-        text = f"{value:{sign}.4g}"
-    if not unit:
-        return text
-    if unit == "%":  # a difference of percentages is in percentage points
-        return f"{text} pp" if signed else text + unit
-    return f"{text} {unit}"
-
-
-def interval_text(row: dict) -> str:
-    if row["interval"] is None:
-        return ""
-    lo, hi = row["interval"]
-    return f"[{fmt(lo, signed=True)}, {fmt(hi, signed=True)}]"
-
-
-def what(row: dict) -> str:
-    return row.get("key") or row.get("configuration") or ""
-
-
-def seeds_note(row: dict) -> str:
-    """How many seeds stand behind the row, and how many a failed job took away."""
-    n = f"{row['n']} seed{'s' if row['n'] != 1 else ''}"
-    n += f", {row['removed']} removed by failed jobs" if row.get("removed") else ""
-    left = row.get("left_out") or []
-    return n + (f"; left out, every job failed: {', '.join(left)}" if left else "")
-
-
-def sentence(row: dict) -> str:
-    """One finding: `best` vs `vs`, the difference (and relative), its interval and n, the verdict."""
-    head = f"{what(row)}, {row['metric']}: {row['best']} vs {row['vs']}"
-    if row["verdict"] == IDENTICAL:
-        return f"{head}: identical, bit for bit ({seeds_note(row)})"
-    diff = fmt(row["difference"], row["unit"], signed=True)
-    rel = f" ({row['relative_pct']:+.1f} %)" if row.get("relative_pct") is not None and row["unit"] != "%" else ""
-    if row["verdict"] == EXACT:
-        return f"{head}: {diff}{rel}, exact: the same in every seed ({seeds_note(row)})"
-    if row["verdict"] == NO_INTERVAL:
-        return f"{head}: {diff}{rel}, no interval ({seeds_note(row) if row['n'] else 'no seed completed both'})"
-    return f"{head}: {diff}{rel}, 95 % {interval_text(row)} ({seeds_note(row)}): {row['verdict']}"
-
-
-HOW_TO_READ = (
-    "How to read: each row compares the better option (`best`) with another (`vs`: the runner-up, or the "
-    "default) on one metric; `best − vs` is in the metric's units, so its sign follows the metric's direction. "
-    f"Seeds are replicates: differences are taken seed by seed and summarised with a 95 % interval ({METHOD}). "
-    "Verdicts: `exact`: every seed gave each option the same value (a deterministic counter), so the "
-    "difference needs no interval; `identical`: bit-identical values seed by seed (the option cannot change "
-    "this metric); "
-    "`better`: the interval excludes 0; `within noise`: it includes 0, so the sweep cannot tell the two apart; "
-    "`no interval`: one seed, so nothing says whether the difference is more than noise."
-)
-
-
-def markdown(found: list[dict], kind: str, averaged: str = "") -> list[str]:
-    """summary.md's findings section: a table (findings.json holds the same rows), then how to read it."""
-    lines = ["## Findings", ""]
-    if not found:
-        return lines + ["No comparison yet: at least two options (configurations) must have completed.", ""]
-    head = [
-        "key" if kind == "grid" else "configuration",
-        "metric",
-        "best",
-        "vs",
-        "best − vs",
-        "95 % interval",
-        "n (seeds)",
-        "verdict",
-    ]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in found:
-        cells = [
-            what(r),
-            f"{r['metric']} ({r['direction']})",
-            f"{r['best']}: {fmt(r['best_value'], r['unit'])}",
-            f"{r['vs']}{' (default)' if r.get('vs_is') == 'default' else ''}: {fmt(r['vs_value'], r['unit'])}",
-            fmt(r["difference"], r["unit"], signed=True),
-            interval_text(r),
-            str(r["n"])
-            + (f" ({r['removed']} removed by failed jobs)" if r.get("removed") else "")
-            + (f" (left out, every job failed: {', '.join(r['left_out'])})" if r.get("left_out") else ""),
-            f"**{r['verdict']}**",
-        ]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    lines += ["", HOW_TO_READ + (" " + averaged if averaged else "")]
-    rerun = next((r["rerun"] for r in found if r.get("rerun")), None)
-    if rerun:
-        lines += [
-            "",
-            f"Some rows have no interval: re-run the sweep with {SEEDS_TO_ADD} seeds (replicates) to get one:",
-            "",
-            "```bash",
-            rerun,
-            "```",
-        ]
-    return lines + [""]

@@ -9,16 +9,19 @@ overrides left it), the Aim repo or server and the sweep's id in Aim's runs.
 
 from __future__ import annotations
 
-import hashlib
+import math
+import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 from ..overrides import printable
+from .context import identity
 from .findings import SEEDS_TO_ADD
 
 NAME = "multirun.yaml"
 HALVING = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
+INTERLEAVED = "hydra_plugins.tcgexp_sweepers.interleaved.InterleavedSweeper"
 
 
 def load(sweep_dir: Path):
@@ -66,17 +69,71 @@ def is_halving(cfg) -> bool:
     return get(cfg, "hydra.sweeper._target_") == HALVING
 
 
-def sweep_id(sweep_dir: Path, cfg=None) -> str:
-    """The id the sweep's jobs record in Aim (``run.sweep.id``): their absolute sweep dir, hashed as
-    ``context.job_context`` does (relative to the directory the sweep was launched from)."""
+def is_interleaved(cfg) -> bool:
+    """The sweep ran its jobs seed by seed (``hydra/sweeper=interleaved``): no order for a finding to warn of."""
+    return get(cfg, "hydra.sweeper._target_") == INTERLEAVED
+
+
+def where_it_ran(sweep_dir: Path, cfg=None) -> str:
+    """The sweep's folder as its jobs saw it, absolute: what they hashed into their sweep id. A named
+    ``hydra.sweep.dir`` (relative to the folder the sweep ran from); a dir made of interpolations (the default,
+    ``multirun/${now:...}``: resolving it again here would give this moment's time) is read from a job's own
+    record instead, Hydra's ``hydra.runtime.output_dir`` less the job's place in the sweep dir. So the link
+    is the same wherever the sweep dir has been copied or moved since."""
+    from omegaconf import OmegaConf
+
     cfg = load(sweep_dir) if cfg is None else cfg
-    given = get(cfg, "hydra.sweep.dir")
+    given = raw(cfg, "hydra.sweep.dir")
     cwd = get(cfg, "hydra.runtime.cwd")
     if isinstance(given, str) and "${" not in given and cwd:
-        where = Path(given) if Path(given).is_absolute() else Path(cwd) / given
-    else:
-        where = Path(sweep_dir).absolute()
-    return hashlib.sha1(str(where).encode()).hexdigest()[:12]
+        return os.path.abspath(os.path.join(cwd, given))
+    for record in sorted(Path(sweep_dir).glob("*/.hydra/hydra.yaml")) + sorted(
+        Path(sweep_dir).glob("*/*/.hydra/hydra.yaml")
+    ):
+        try:
+            ran = raw(OmegaConf.load(record), "hydra.runtime.output_dir")
+        except Exception:  # noqa: BLE001, S112 - a damaged or partial record: the next job's
+            continue
+        depth = len(record.parent.parent.relative_to(sweep_dir).parts)
+        if isinstance(ran, str) and os.path.isabs(ran) and len(Path(ran).parts) > depth:
+            return str(Path(ran).parents[depth - 1])
+    return os.path.abspath(sweep_dir)
+
+
+def raw(cfg, key: str):
+    """A value of the sweep's config as written (an interpolation left unresolved), or None."""
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False)
+        return OmegaConf.to_container(node, resolve=False).get(leaf) if OmegaConf.is_dict(node) else None
+    except Exception:  # noqa: BLE001 - a config this report cannot read: no value
+        return None
+
+
+def sweep_id(sweep_dir: Path, cfg=None) -> str:
+    """The id the sweep's jobs record in Aim (``run.sweep.id``; ``context.identity``)."""
+    return identity(where_it_ran(sweep_dir, cfg))
+
+
+def planned_jobs(cfg) -> int | None:
+    """How many jobs a grid sweep has (the product of its sweeps' lengths, as Hydra's basic sweeper counts
+    them); None for a halving sweep or what cannot be read."""
+    if is_halving(cfg):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = get(cfg, "hydra.sweeper.params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in get(cfg, "hydra.overrides.task") or []]
+    try:
+        parsed = OverridesParser.create().parse_overrides(lines)
+        sizes = {
+            o.get_key_element(): len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1 for o in parsed
+        }
+    except Exception:  # noqa: BLE001 - a sweep this report cannot parse: say nothing of its size
+        return None
+    return math.prod(sizes.values())
 
 
 def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:

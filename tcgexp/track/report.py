@@ -18,11 +18,12 @@ import sys
 from pathlib import Path
 
 from ..console import one_line_errors
-from . import multirun
+from . import multirun, no_findings
 from .aim_link import link
 from .context import swept_keys
-from .findings import SEEDS_TO_ADD, objective, sentence
-from .summary import grid_params, job_dirs, job_row, read_trials, replicates, write_summary
+from .findings import SEEDS_TO_ADD, Metric, objective
+from .summary import grid_params, job_dirs, job_row, read_trials, write_summary
+from .words import confounds, sentence
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
 
@@ -44,31 +45,24 @@ def keys_of(sweep_dir: Path) -> list[str]:
     return sorted(swept_keys(sweep_dir) or [])
 
 
-def why_none(sweep_dir: Path) -> str:
-    """What a sweep without a finding says instead, its jobs read once: a grid of seeds alone, what its
-    replicates measured (``summary.replicates``); else why none: every job ended without a result, nothing
-    was swept, or two options have not completed yet."""
+def why_none(sweep_dir: Path, ended: bool = False) -> str:
+    """What a sweep without a finding says instead, its jobs read once (``no_findings.why_none``)."""
     trials = read_trials(sweep_dir)
     if trials:
-        statuses = [t["state"] for t in trials["trials"]]
+        rows, meta = [], trials["space"]
     else:
         rows = [job_row(d) for d in job_dirs(sweep_dir)]
-        only_seeds = replicates(
-            rows, grid_params(sweep_dir, rows), objective(multirun.optimized_metric(multirun.load(sweep_dir)))
-        )
-        if only_seeds:
-            return only_seeds
-        statuses = [r["status"] for r in rows]
-    done = [s for s in statuses if s.upper() in ("COMPLETED", "COMPLETE") or s.startswith("pruned")]
-    ended = [s for s in statuses if s.upper() in ("FAILED", "KILLED", "INTERRUPTED")]
-    if statuses and not done and len(ended) == len(statuses):
-        return f"none: no job completed ({len(ended)} ended without a result; summary.md lists each error)"
-    if not trials and not swept_keys(sweep_dir) and len(statuses) == 1:
-        return "none: nothing was swept (one job), so there is nothing to compare"
-    return "none yet (two options must complete to be compared)"
+        meta = grid_params(sweep_dir, rows)
+    metric = (
+        Metric(trials["metric"], trials["direction"] == "maximize")
+        if trials
+        else objective(multirun.optimized_metric(multirun.load(sweep_dir)))
+    )
+    return no_findings.why_none(sweep_dir, rows, trials, meta, metric, ended)
 
 
-def lines(sweep_dir: Path) -> list[str]:
+def lines(sweep_dir: Path, ended: bool = False) -> list[str]:
+    """The sweep's last lines. `ended`: said by the sweep's own process at its end (never "none yet")."""
     sweep_dir = Path(sweep_dir)
     try:
         found = json.loads((sweep_dir / "findings.json").read_text())
@@ -78,10 +72,11 @@ def lines(sweep_dir: Path) -> list[str]:
     if found is None:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
-        out.append(f"findings: {why_none(sweep_dir)}; {sweep_dir / 'summary.md'}")
+        out.append(f"findings: {why_none(sweep_dir, ended)}; {sweep_dir / 'summary.md'}")
     else:
         out.append(f"findings ({sweep_dir / 'findings.json'}; {sweep_dir / 'summary.md'} opens with them):")
         out += [f"  {sentence(r)}" for r in found]
+        out += [f"  {line}" for line in confounds(found)]
         rerun = next((r["rerun"] for r in found if r.get("rerun")), None)
         if rerun:
             out.append(f"no interval from one seed: re-run the sweep with {SEEDS_TO_ADD} seeds: {rerun}")
@@ -92,8 +87,8 @@ def lines(sweep_dir: Path) -> list[str]:
     return out
 
 
-def say(sweep_dir: Path) -> None:
-    for line in lines(sweep_dir):
+def say(sweep_dir: Path, ended: bool = False) -> None:
+    for line in lines(sweep_dir, ended):
         print(f"[sweep] {line}", file=sys.stderr, flush=True)
 
 

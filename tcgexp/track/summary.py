@@ -18,9 +18,11 @@ from pathlib import Path
 
 from ..ownership import RUN_LOCK, held_by_someone
 from . import multirun
-from .findings import NO_INTERVAL, Metric, fmt, markdown, objective
-from .stats import mean_interval
-from .sweep_findings import grid_findings, halving_findings, label, value_of
+from .confounds import confounded
+from .findings import NO_INTERVAL, Metric, objective
+from .no_findings import why_none
+from .sweep_findings import grid_findings, halving_findings, label, short, value_of
+from .words import markdown
 
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = [
@@ -36,11 +38,13 @@ COLUMNS = [
     "cache_train_evictions",
     "cache_train_ssd_hits",
     "cache_train_mib_decoded",
+    "cache_train_mib_moved",
     "cache_val_hit_pct",
     "cache_val_misses",
     "cache_val_evictions",
     "cache_val_ssd_hits",
     "cache_val_mib_decoded",
+    "cache_val_mib_moved",
     "rows_per_s",
     "data_stall_pct",
     "wall_s",
@@ -87,6 +91,7 @@ def job_row(job_dir: Path) -> dict:
         error=status.get("error") or result.get("error") or why,
     )
     row["seed"] = seed_of(overrides)
+    row["diverged"] = result.get("status") == "diverged" or str(row["error"]).startswith("DivergenceError")
     if result:
         final = result.get("final") or {}
         row["metrics"] = {
@@ -110,6 +115,9 @@ def job_row(job_dir: Path) -> dict:
                     f"cache_{name}_evictions": c.get("evictions", ""),
                     f"cache_{name}_ssd_hits": c.get("ssd_hits", ""),
                     f"cache_{name}_mib_decoded": c.get("bytes_loaded", 0) / 2**20 if c else "",
+                    # every byte the cache read: decoded, and read back from its spill (a run from before the
+                    # counter has none: blank, never decoded bytes passed off as all it moved)
+                    f"cache_{name}_mib_moved": c["bytes_moved"] / 2**20 if "bytes_moved" in c else "",
                 }
             )
     return row
@@ -212,7 +220,7 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
         state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
         row.update(
             job=t["number"],
-            overrides=" ".join(f"{k}={label(v)}" for k, v in t["params"].items()),
+            overrides=" ".join(f"{k}={short(v)}" for k, v in t["params"].items()),
             status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
             error=t["error"] or "",
             params=t["params"],
@@ -243,7 +251,8 @@ def cache_swept(keys) -> bool:
     return any(k == "cache" or k.startswith("cache.") for k in keys)
 
 
-def write_summary(sweep_dir: Path) -> list[dict]:
+def write_summary(sweep_dir: Path, ended: bool = False) -> list[dict]:
+    """The report's four files; `ended`: the sweep's own process says it is over (no job will start)."""
     sweep_dir = Path(sweep_dir)
     trials = read_trials(sweep_dir)
     if trials:
@@ -261,6 +270,7 @@ def write_summary(sweep_dir: Path) -> list[dict]:
         else objective(multirun.optimized_metric(cfg))
     )
     found = findings_of(sweep_dir, cfg, rows, trials, meta, metric)
+    none = "" if found else why_none(sweep_dir, rows, trials, meta, metric, ended)
     write_atomic(sweep_dir / "findings.json", (json.dumps(found, indent=2) + "\n").encode())
     cached = cache_swept(meta)
     buf = io.StringIO()
@@ -270,10 +280,9 @@ def write_summary(sweep_dir: Path) -> list[dict]:
     write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
     lines = halving_md(sweep_dir, rows, trials, meta) if trials else grid_md(sweep_dir, rows, cached)
     # the answer first: the title and its one paragraph, the findings, then the table they come from
-    section = markdown(found, "halving" if trials else "grid", averaged(meta, rows, trials))
-    only_seeds = "" if trials or found else replicates(rows, meta, metric)
-    if only_seeds:
-        section = ["## Findings", "", only_seeds[0].upper() + only_seeds[1:] + ".", ""]
+    section = markdown(
+        found, "halving" if trials else "grid", averaged(meta, rows, trials), none[:1].upper() + none[1:] + "."
+    )
     lines = lines[:4] + section + ["## Configurations" if trials else "## Jobs", ""] + lines[4:]
     failed = [r for r in rows if r["error"]]
     if failed:
@@ -298,30 +307,19 @@ def findings_of(sweep_dir: Path, cfg, rows: list[dict], trials: dict, meta: dict
             r.update(value=value_of(r, metric.name), interval=None)
         keys = [k for k in meta if k != "seed"]
         found = grid_findings(rows, keys, multirun.defaults(cfg, keys), metric)
+        for f in found:  # a sweep run seed by seed: its throughput rows need no word on the order of its jobs
+            f["interleaved"] = multirun.is_interleaved(cfg)
+        for key in {f["key"] for f in found}:
+            knobs = confounded(sweep_dir, rows, key, keys, label)
+            for f in found:
+                if f["key"] == key and knobs:
+                    f["confounded"] = knobs
     if any(f["verdict"] == NO_INTERVAL for f in found):
         command = multirun.rerun_command(sweep_dir, cfg)
         for f in found:
             if f["verdict"] == NO_INTERVAL:
                 f["rerun"] = command
     return found
-
-
-def replicates(rows: list[dict], meta: dict, metric: Metric) -> str:
-    """A grid that swept no key but `seed` (replicates) compares nothing; what it measured instead: the
-    objective's mean over the seeds that completed and its 95 % interval (the spread a difference between
-    two options would have to exceed). "" when a key was swept or no job completed."""
-    if any(k != "seed" for k in meta) or len({r.get("seed") for r in rows}) < 2:
-        return ""
-    values = [v for v in (value_of(r, metric.name) for r in rows) if v is not None]
-    if not values:
-        return ""
-    mean, half = mean_interval(values)
-    spread = f", 95 % [{fmt(mean - half)}, {fmt(mean + half)}]" if half is not None else " (no interval: one seed)"
-    return (
-        f"no key was swept, only seed (replicates, never a key), so there is nothing to compare: "
-        f"{metric.name} {fmt(mean)}{spread} over {len(values)} seed{'s' if len(values) != 1 else ''}; "
-        "sweep a key beside the seeds (cache=off,plan, optimizer.lr=1e-3,3e-3) to compare its options"
-    )
 
 
 def averaged(meta: dict, rows: list[dict], trials: dict) -> str:
@@ -343,6 +341,7 @@ CACHE_SHOWN = [
     "cache_train_evictions",
     "cache_train_ssd_hits",
     "cache_train_mib_decoded",
+    "cache_train_mib_moved",
     "cache_val_hit_pct",
 ]
 
@@ -361,7 +360,7 @@ def grid_md(sweep_dir: Path, rows: list[dict], cached: bool) -> list[str]:
         "wall_s",
     ]
     note = (
-        " Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes only;"
+        " Cache columns are the train instance unless marked val; MiB decoded counts Parquet decodes only, MiB moved every byte the cache read (decoded and read back from its spill);"
         " the cache never changes what the trainer computes, so jobs that differ only in their cache policy"
         " have the same validation loss."
         if cached

@@ -21,11 +21,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .findings import THROUGHPUT, Metric, compare, metrics_for, touches_data
+from .findings import DIVERGED, EXACT, FAILED, IDENTICAL, THROUGHPUT, Metric, compare, metrics_for, touches_data
 
 
 def label(value: Any) -> str:
-    """An option as the report names it (a sampled float to 4 significant digits)."""
+    """An option as the report names it: a float to 4 significant digits when that is the value exactly, else in
+    full (1e-3 and 1.00001e-3 are two options, never merged by their rounding)."""
+    if isinstance(value, float):
+        short = f"{value:.4g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def short(value: Any) -> str:
+    """A sampled value as a halving sweep's table shows it (4 significant digits: its trials are told apart by
+    their numbers, not by their values)."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -66,12 +76,15 @@ def layout(rows: list[dict], keys: list[str], key: str) -> tuple[list[str], list
 
 
 def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], optimized: Metric) -> list[dict]:
+    """Per swept key: every metric's placement of the options (``place``), then the options none of whose jobs
+    completed (``failures``), ranked below them."""
     out = []
     for key in keys:
         others, combos, seeds, options = layout(rows, keys, key)
         if len(options) < 2:
             continue
         default = label(defaults[key]) if key in defaults else None
+        best_objective = None
         for metric in metrics_for(key, optimized):
             # a combination of the other keys where every job failed (an impossible value swept for another
             # key) says nothing of `key`: it is left out (and named) rather than taking every seed away
@@ -88,19 +101,17 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
             cells = {o: cells_of(rows, key, o, others, kept, metric.name, seeds) for o in options}
             scored = [o for o in options if cells[o]]
             if len(scored) < 2:
+                if metric is optimized and scored:
+                    best_objective = scored[0]
                 continue
-            sign = -1 if metric.higher else 1
-            ranked = sorted(scored, key=lambda o: sign * _mean([_mean(v) for v in cells[o].values()]))
-            pairs = [(ranked[1], "runner-up")]
-            if default in scored and default not in ranked[:2]:
-                pairs.append((default, "default"))
-            for vs, role in pairs:
-                row = compare(metric, ranked[0], cells[ranked[0]], vs, cells[vs])
+            placed = place(metric, scored, cells, default)
+            if metric is optimized:
+                best_objective = placed[0]["best"]
+            for row in placed:
                 out.append(
                     {
                         "key": key,
                         **row,
-                        "vs_is": role,
                         "options": len(options),
                         "seeds": len(seeds) if seeds != [None] else 1,
                         "removed": (len(seeds) - row["n"]) if row["n"] else len(seeds),
@@ -108,6 +119,102 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
                         "left_out": [" ".join(f"{k}={v}" for k, v in zip(others, c)) for c in combos if c not in kept],
                     }
                 )
+        out += failures(rows, key, options, others, combos, seeds, optimized, best_objective)
+    return out
+
+
+def tied(row: dict) -> bool:
+    """The two options cannot be told apart at all: bit-identical, or the same exact value in every seed."""
+    return row["verdict"] == IDENTICAL or (row["verdict"] == EXACT and row["difference"] == 0)
+
+
+def place(metric: Metric, options: list[str], cells: dict, default: str | None) -> list[dict]:
+    """Every option placed on `metric`: the best (by its mean over seeds) against each other option, in rank
+    order. Options tied with the best bit for bit are folded into its row (``ties``); a metric all options
+    tie on is one row (``same_for_all``), said once."""
+    sign = -1 if metric.higher else 1
+    ranked = sorted(options, key=lambda o: sign * _mean([_mean(v) for v in cells[o].values()]))
+    best, rest = ranked[0], ranked[1:]
+    rows = {o: compare(metric, best, cells[best], o, cells[o]) for o in rest}
+    ties = [o for o in rest if tied(rows[o]) and rows[o]["best"] == best]
+    if len(ties) == len(rest):
+        first = rows[rest[0]]
+        verdict = IDENTICAL if any(rows[o]["verdict"] == IDENTICAL for o in rest) else EXACT
+        return [
+            {
+                **first,
+                "best": best,
+                "vs": ", ".join(rest),
+                "ties": rest,
+                "same_for_all": True,
+                "n": min(rows[o]["n"] for o in rest),
+                "verdict": verdict,
+                "vs_is": "all",
+            }
+        ]
+    out = []
+    for o in rest:
+        if o in ties:
+            continue
+        row = rows[o]
+        role = "default" if o == default else ("runner-up" if not out else "other")
+        # the paired seeds can rank a pair the other way round than the means over all seeds did: the
+        # better of the two is named first all the same, and the ties stay with the best's own rows
+        out.append({**row, "ties": ties if row["best"] == best else [], "vs_is": role})
+    return out
+
+
+FAILED_STATUSES = ("FAILED", "KILLED")
+
+
+def failures(
+    rows: list[dict],
+    key: str,
+    options: list[str],
+    others: list[str],
+    combos: list[tuple],
+    seeds: list,
+    optimized: Metric,
+    best: str | None,
+) -> list[dict]:
+    """A row for each option of `key` none of whose jobs completed and all of whose jobs ended (failed, killed or
+    diverged): how many, ranked below every option that completed (`best`: the best of those on the objective)."""
+    out = []
+    for o in options:
+        mine = [r for r in rows if label(r["params"].get(key)) == o]
+        failed = [r for r in mine if r.get("status") in FAILED_STATUSES]
+        if not mine or len(failed) != len(mine):
+            continue
+        counted = "seeds" if len(combos) == 1 and seeds != [None] else "jobs"
+        if counted == "jobs" and len(mine) == 1:
+            counted = "job"
+        out.append(
+            {
+                "key": key,
+                "metric": optimized.name,
+                "direction": optimized.direction,
+                "unit": optimized.unit,
+                "best": best,
+                "vs": o,
+                "best_value": None,
+                "vs_value": None,
+                "difference": None,
+                "relative_pct": None,
+                "interval": None,
+                "n": 0,
+                "verdict": DIVERGED if all(r.get("diverged") for r in failed) else FAILED,
+                "vs_is": "failed",
+                "failed": len(failed),
+                "jobs": len(mine),
+                "counted": counted,
+                "error": failed[0].get("error") or "",
+                "options": len(options),
+                "seeds": len(seeds) if seeds != [None] else 1,
+                "removed": 0,
+                "averaged_over": {k: len({c[i] for c in combos}) for i, k in enumerate(others)},
+                "left_out": [],
+            }
+        )
     return out
 
 
@@ -185,9 +292,12 @@ def halving_findings(trials: dict, rows: list[dict], optimized: Metric) -> list[
             metric, names[best["number"]], cells[best["number"]], names[other["number"]], cells[other["number"]]
         )
         at = f"{budget} epoch{'' if budget == 1 else 's'}"
+        # the better of the two at this budget is named first: the sweep's best, or its runner-up when that
+        # did better here (the best is chosen at full budget, on the objective)
+        order = "best vs runner-up" if row["best"] == names[best["number"]] else "runner-up vs best"
         out.append(
             {
-                "configuration": f"best vs runner-up at {at}",
+                "configuration": f"{order} at {at}",
                 **row,
                 "epochs": budget,
                 "seeds": trials["seeds"],

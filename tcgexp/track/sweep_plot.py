@@ -24,11 +24,12 @@ from .sweep_findings import cells_of, label, layout, unchanged, value_of
 
 CACHE_NOTE = (
     "The cache never changes what the trainer computes: jobs that differ only in their cache "
-    "policy have the same validation loss. Hit rate, MiB decoded, rows/s and data stall are where "
-    "policies differ."
+    "policy have the same validation loss. Hit rate, MiB decoded and moved, rows/s and data stall are "
+    "where policies differ."
 )
 TITLES = {
     "cache_train_mib_decoded": "MiB decoded (train cache)",
+    "cache_train_mib_moved": "MiB moved (train cache: decoded + spill reads)",
     "cache_train_hit_pct": "train cache hit rate %",
     "data_stall_pct": "data stall % (train)",
     "rows_per_s": "rows/s (train)",
@@ -55,14 +56,18 @@ def plot(rows: list[dict], meta: dict[str, dict], trials: dict | None, optimized
     if trials:
         panels = [(k, optimized) for k in keys or [None]]
     else:
+        # a key whose every job has one value (fixed on the command line over a preset's sweep) varies nothing
+        varied = [k for k in keys if len({label(r["params"][k]) for r in rows if k in r["params"]}) > 1]
         panels = []
-        for k in keys or [None]:
+        for k in varied or [None]:
             for m in metrics_for(k, optimized) if k else [optimized]:
                 if k and unchanged(rows, keys, k, m.name):
                     notes.append(f"No panel of {m.name} against {k}: it is bit-identical across {k}'s options.")
                 else:
                     panels.append((k, m))
     n = len(panels) + (1 if trials else 0)
+    if n == 0:  # every metric the same for every option: the picture is the notes (the findings say it too)
+        return text_only(["Nothing to draw: every metric is the same for every option.", *notes])
     cols = min(3, n)
     fig, grid = plt.subplots(
         math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols) + 0.5), squeeze=False
@@ -89,6 +94,22 @@ def plot(rows: list[dict], meta: dict[str, dict], trials: dict | None, optimized
     if notes:
         fig.text(0.01, 0.005, "\n".join(notes), fontsize=8, color="dimgray", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.035 * len(notes), 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def text_only(notes: list[str]) -> bytes:
+    """summary.png when there is no panel to draw: what the sweep found instead, in words (never a stale
+    picture of an earlier state, never an empty figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(8, 0.6 + 0.3 * len(notes)))
+    fig.text(0.02, 0.5, "\n".join(notes), fontsize=10, va="center", wrap=True)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
@@ -123,13 +144,21 @@ def _axis(ax, key: str | None, meta: dict, options: list[str], values: dict[str,
         ax.set_xticks(range(len(options)), options, fontsize=8, rotation=30 if max(map(len, options)) > 6 else 0)
         ax.set_xlim(-0.6, len(options) - 0.4)
         return {o: float(i) for i, o in enumerate(options)}
+    xs = [float(values[o]) for o in options]
     if meta.get("log"):
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1, 2, 5 per decade: a tick or more
+        decades = math.log10(max(xs) / min(xs))  # 1, 2, 5 per decade on a short axis, decades on a long one
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if decades <= 2 else (1.0,), numticks=8))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # on any range
         ax.xaxis.set_minor_formatter(NullFormatter())
+    lo, hi = min(xs), max(xs)
+    if meta.get("log"):  # a decade's margin each side: the points never sit on the frame
+        ax.set_xlim(lo / 10 ** (0.15 * (math.log10(hi / lo) or 2)), hi * 10 ** (0.15 * (math.log10(hi / lo) or 2)))
+    else:  # one value alone would give matplotlib an empty range (and a warning): a margin of its own size
+        pad = 0.1 * (hi - lo) or 0.1 * abs(lo) or 1.0
+        ax.set_xlim(lo - pad, hi + pad)
     ax.set_xlabel(key + (" (log)" if meta.get("log") else ""), fontsize=9)
     return {o: float(values[o]) for o in options}
 
@@ -143,6 +172,8 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: str | None, meta: dic
     shown = [r for r in rows if value_of(r, name) is not None and (key is None or key in r["params"])]
     if not shown:
         ax.text(0.5, 0.5, "no finished job", ha="center", va="center", transform=ax.transAxes, color="tab:red")
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     if key is None:  # a sweep of one job, or of seeds only
         x = {str(r["job"]): float(i) for i, r in enumerate(shown)}
@@ -153,8 +184,9 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: str | None, meta: dic
         ax.legend(fontsize=7, loc="best")
         return
     others, combos, seeds, options = layout(shown, keys, key)
-    raw = {label(r["params"][key]): r["params"][key] for r in shown}
-    x = _axis(ax, key, meta, options, raw)
+    every = layout([r for r in rows if key in r["params"]], keys, key)[3]  # a failed option keeps its place
+    raw = {label(r["params"][key]): r["params"][key] for r in rows if key in r["params"]}
+    x = _axis(ax, key, meta, every, raw)
     jobs = {o: [value_of(r, name) for r in shown if label(r["params"][key]) == o] for o in options}
     spread = 0.18 if meta.get("categorical", True) else 0.0
     for o in options:
@@ -219,6 +251,20 @@ def grid_panel(ax, rows: list[dict], keys: list[str], key: str | None, meta: dic
             label=f"mean, bar: range of {counts([len(jobs[o]) for o in ranged])} jobs (one seed: no interval)",
         )
     fit_y(ax, [v for vals in jobs.values() for v in vals], bars)
+    lost = [o for o in every if o not in options]  # no finished job: marked where its point would be, at the foot
+    for o in lost:
+        mine = [r for r in rows if key in r["params"] and label(r["params"][key]) == o]
+        ended = [r for r in mine if r.get("status") in ("FAILED", "KILLED")]
+        why = "diverged" if ended and all(r.get("diverged") for r in ended) else ("failed" if ended else "no result")
+        ax.plot(x[o], 0.04, "x", color="tab:red", ms=9, mew=2, transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.annotate(
+            f"{why} ({len(ended)}/{len(mine)})",
+            (x[o], 0.09),
+            xycoords=ax.get_xaxis_transform(),
+            ha="center",
+            fontsize=7,
+            color="tab:red",
+        )
     ax.legend(fontsize=7, loc="best")
 
 

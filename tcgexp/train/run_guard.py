@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..launch import launched_rank
 from ..lifecycle.rundir import SWEEP_MARKER, check, check_job_dirs, claim, mark, requeued_resume, run_dir_of
 from ..plugins import check_launcher
+from ..schema import unknown_key
 from .errors import USER_ERRORS
 
 
@@ -52,6 +53,9 @@ class RunDirGuard(Callback):
         sweep = Path(str(OmegaConf.select(config, "hydra.sweep.dir"))).expanduser().absolute()
         try:
             check_launcher(config)  # a launcher that cannot start here: refused before anything is written
+            added = unknown_key(config)  # a `+` key no schema has, in every job: refused once, not per job
+            if added:
+                raise ConfigError(added)
             check(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)
             check_job_dirs(sweep)
             mark(sweep, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)

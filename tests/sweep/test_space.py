@@ -46,6 +46,32 @@ def test_every_form_of_the_grammar_becomes_its_distribution():
     ]  # floats in full
 
 
+@pytest.mark.parametrize(
+    "entry, values",
+    [
+        ("x=range(0.1,0.7,0.2)", [0.1, 0.3, 0.5]),  # Hydra's float range: 0.1, 0.30000000000000004, 0.5
+        ("x=range(0.001,0.004,0.001)", [0.001, 0.002, 0.003]),
+        ("x=range(0.1,1.0,0.1)", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]),
+        ("x=range(16,65,16)", [16, 32, 48, 64]),
+        ("x=range(64,16,-16)", [64, 48, 32]),
+    ],
+)
+def test_a_range_gives_exactly_its_values_stop_exclusive_and_every_draw_is_one_of_them(entry, values):
+    p = spaces.parse([entry]).params["x"]
+    assert p.grid() == values and [p.exact(v) for v in values] == values
+    assert p.corners() == [min(values), max(values)]
+    if isinstance(values[0], float):  # a draw made as low + k x step in binary floats lands on the value it means
+        d = p.distribution
+        assert [p.exact(d.low + k * d.step) for k in range(len(values))] == values
+        assert spaces.overrides_of(spaces.parse([entry]).exact({"x": d.low + d.step})) == [f"x={values[1]!r}"]
+    assert p.describe().startswith(f"x: {', '.join(map(str, values[:8]))}") and "stop exclusive" in p.describe()
+
+
+def test_the_space_is_described_as_it_is_sampled():
+    s = spaces.parse(["optimizer.lr=tag(log, interval(1e-4, 1e-2))", "model.hidden=choice(8,16)"])
+    assert s.describe() == "optimizer.lr: log-uniform floats in [0.0001, 0.01]; model.hidden: one of 8, 16"
+
+
 def test_a_fixed_command_line_value_takes_a_key_out_of_the_preset_space():
     s = spaces.parse(
         ["model.hidden=choice(64,128)", "optimizer.lr=tag(log, interval(1e-4, 1e-2))"],
@@ -136,10 +162,16 @@ SPACE = "model.hidden=choice(8,16)"
         (["hydra.sweeper.sampler=bayes", SPACE], "hydra.sweeper.sampler='bayes' is impossible"),
         (["hydra.sweeper.direction=maximize", SPACE], "contradicts optimized_metric=val/loss"),
         (["optimized_metric=null", SPACE], "optimized_metric=null gives the sweeper nothing to optimise"),
-        (["model.hiden=choice(8,16)"], "cannot run: Could not override 'model.hiden'"),
+        (
+            ["model.hiden=choice(8,16)"],
+            "cannot run: model.hiden: no such key in the config; did you mean model.hidden?",
+        ),
         (["optimizer.lr=interval(-1.0, 1.0)"], "optimizer.lr=-1.0 is impossible: it must be > 0"),
         (["model.hidden=interval(8, 16)"], "cannot run"),  # floats for an int key: int(interval(8, 16)) it must be
         (["hydra.sweeper.seeds=2", "seed=choice(1,2)"], "hydra.sweeper.seeds=2 runs seeds"),
+        (["tbptt.chunk=range(16,17)"], "gives one value (16; range's stop is exclusive)"),  # 20 identical trials
+        (["optimizer.lr=range(0.001,0.002,0.001)"], "gives one value (0.001; range's stop is exclusive)"),
+        (["model.hidden=choice(16)", SPACE.replace("model.hidden", "tbptt.chunk")], "fix it for every trial"),
     ],
 )
 def test_bad_input_is_one_line_before_any_trial(monkeypatch, tmp_path, args, says):

@@ -251,3 +251,22 @@ def test_ctrl_c_stops_a_joblib_sweep_and_the_same_command_continues_it(tmp_path)
     assert any(j.endswith(f"resume={tmp_path / 'sweep' / '1'}") for j in launched(again.stdout + again.stderr))
     states = [t["state"] for t in trials(tmp_path / "sweep")["trials"]]
     assert sorted(states) == ["complete", "pruned", "pruned", "pruned"]
+
+
+def test_a_float_range_is_sampled_as_written_and_the_space_is_said(tmp_path):
+    """range(0.1, 0.7, 0.2) is 0.1, 0.3 and 0.5 (its stop exclusive), and a trial gets 0.3, never its binary
+    neighbour 0.30000000000000004; the sweep says the space it samples before its first trial."""
+    res = halving(
+        tmp_path,
+        "hydra.sweeper.min_epochs=1",
+        "hydra.sweeper.max_epochs=1",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.sampler=random",
+        "hydra.sweeper.sampler_seed=0",
+        "tracking=off",
+        "trainer.aux_weight=range(0.1,0.7,0.2)",
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "[sweep] space: trainer.aux_weight: 0.1, 0.3, 0.5 (from range(0.1,0.7,0.2): stop exclusive)" in res.stderr
+    drawn = [t["params"]["trainer.aux_weight"] for t in trials(tmp_path / "sweep")["trials"]]
+    assert set(drawn) <= {0.1, 0.3, 0.5} and 0.3 in drawn, drawn

@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 from scipy.stats import t as student
 
 from tcgexp.track import aim_link, multirun
-from tcgexp.track.findings import BETTER, EXACT, IDENTICAL, NO_INTERVAL, NOISE, Metric, compare, objective, sentence
+from tcgexp.track.findings import BETTER, EXACT, IDENTICAL, NO_INTERVAL, NOISE, Metric, compare, objective
 from tcgexp.track.sweep_findings import grid_findings, halving_findings
+from tcgexp.track.words import sentence
 
 LOSS = Metric("val/loss", False)
 ROWS_S = Metric("rows_per_s", True, "rows/s")
@@ -133,7 +134,18 @@ def test_a_combination_where_every_job_failed_is_left_out_and_named_not_every_se
     assert (speed["best"], speed["vs"], speed["n"], speed["removed"]) == ("plan", "off", 2, 0)
     assert speed["difference"] == pytest.approx(100.0) and speed["averaged_over"] == {"model.hidden": 1}
     assert speed["left_out"] == ["model.hidden=0"] and "left out, every job failed: model.hidden=0" in sentence(speed)
-    assert not [f for f in found if f["key"] == "model.hidden"]  # one of its options completed: nothing to compare
+    # one of its options completed: nothing to compare, and the other is placed below it, failed
+    [failed] = [f for f in found if f["key"] == "model.hidden"]
+    assert (failed["verdict"], failed["vs"], failed["best"], failed["failed"], failed["jobs"]) == (
+        "failed",
+        "0",
+        "8",
+        4,
+        4,
+    )
+    assert sentence(failed) == (
+        "model.hidden: 0: failed in 4 of 4 jobs, ranked below every option that completed (best on val/loss: 8)"
+    )
     # one failed job where others completed still takes its seed away (the combination is kept)
     rows[1] = job({"cache": "off", "model.hidden": 8}, 1, None, status="FAILED")
     speed = next(f for f in grid_findings(rows, ["cache", "model.hidden"], {}, LOSS) if f["metric"] == "rows_per_s")
@@ -234,3 +246,101 @@ def test_the_aim_link_colours_the_runs_by_the_swept_keys_and_there_is_none_witho
     )
     start, url = aim_link.link(remote, ["cache"])
     assert "aim up" in start and url.startswith("http://tracking-host:43800/metrics?grouping=O-")
+
+
+MIB = Metric("cache_train_mib_decoded", False, "MiB")
+
+
+def test_a_tie_at_the_top_is_folded_and_every_other_option_is_placed_against_it():
+    # off, lru, plan over two seeds: lru and plan decode the same bytes (a tie), off 8x; the loss never differs
+    decoded = {"off": 5.8, "lru": 0.7, "plan": 0.7}
+    rows = [
+        job({"cache": c}, s, 1.5 + 0.1 * s, cache_train_mib_decoded=decoded[c], rows_per_s=1000.0 + s)
+        for c in ("off", "lru", "plan")
+        for s in (0, 1)
+    ]
+    found = grid_findings(rows, ["cache"], {"cache": "hot60"}, LOSS)
+    by_metric = {}
+    for f in found:
+        by_metric.setdefault(f["metric"], []).append(f)
+    [loss] = by_metric["val/loss"]  # the same for all three options: said once
+    assert (
+        loss["same_for_all"]
+        and loss["verdict"] == IDENTICAL
+        and [loss["best"], *loss["ties"]] == ["lru", "off", "plan"]
+    )
+    assert sentence(loss) == "cache, val/loss: identical across all 3 options (lru, off, plan), bit for bit (2 seeds)"
+    [mib] = by_metric[
+        "cache_train_mib_decoded"
+    ]  # the tie is one side of the row; off, the option that matters, the other
+    assert (mib["best"], mib["ties"], mib["vs"], mib["verdict"]) == ("lru", ["plan"], "off", EXACT)
+    assert mib["difference"] == pytest.approx(-5.1) and mib["vs_is"] == "runner-up"
+    assert sentence(mib).startswith("cache, cache_train_mib_decoded: lru = plan vs off: -5.1 MiB (-87.9 %), exact")
+
+
+def test_four_options_place_the_best_against_each_other_one_in_rank_order():
+    speed = {"plan": 2000.0, "lru": 1500.0, "hot60": 1990.0, "off": 500.0}
+    wobble = {0: 0.0, 1: 40.0, 2: -40.0}
+    rows = [
+        job({"cache": c}, s, 1.0, rows_per_s=r + (wobble[s] if c == "hot60" else 0.5 * s))
+        for c, r in speed.items()
+        for s in (0, 1, 2)
+    ]
+    found = [f for f in grid_findings(rows, ["cache"], {"cache": "hot60"}, LOSS) if f["metric"] == "rows_per_s"]
+    assert [(f["best"], f["vs"], f["vs_is"]) for f in found] == [
+        ("plan", "hot60", "default"),  # the runner-up, and the base config's choice
+        ("plan", "lru", "other"),
+        ("plan", "off", "other"),
+    ]
+    assert [f["verdict"] for f in found] == [NOISE, BETTER, BETTER]
+    assert "(default)" in sentence(found[0])
+
+
+def test_within_noise_says_about_how_many_seeds_would_resolve_the_difference():
+    a = {0: [1000.0], 1: [1100.0], 2: [960.0]}
+    b = {0: [980.0], 1: [1010.0], 2: [990.0]}
+    row = compare(ROWS_S, "a", a, "b", b)
+    diffs = [20.0, 90.0, -30.0]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
+    k = row["seeds_to_resolve"]
+    assert row["verdict"] == NOISE and k > 3
+    assert student.ppf(0.975, k - 1) * sd / math.sqrt(k) < mean <= student.ppf(0.975, k - 2) * sd / math.sqrt(k - 1)
+    assert sentence({"key": "cache", **row}).endswith(  # a grid's row: run interleaved is advice it can take
+        f"within noise; about {k} seeds would resolve a difference this size, run interleaved (hydra/sweeper=interleaved)"
+    )
+    assert sentence({"configuration": "best vs runner-up at 3 epochs", **row}).endswith("a difference this size")
+
+
+def test_values_that_agree_to_four_significant_digits_are_two_options_not_one():
+    rows = [job({"optimizer.lr": lr}, s, 1.0 + lr + 0.01 * s) for lr in (1e-3, 1.00001e-3) for s in (0, 1)]
+    [row] = grid_findings(rows, ["optimizer.lr"], {}, LOSS)
+    assert {row["best"], row["vs"]} == {"0.001", "0.00100001"} and row["n"] == 2
+
+
+def test_a_diverged_option_is_a_finding_ranked_below_every_option_that_completed():
+    rows = [job({"optimizer.lr": 1e-3}, s, 1.2 + 0.01 * s) for s in (0, 1)]
+    rows += [{**job({"optimizer.lr": 1e3}, s, None, status="FAILED"), "diverged": True} for s in (0, 1)]
+    [row] = grid_findings(rows, ["optimizer.lr"], {}, LOSS)
+    assert (row["verdict"], row["vs"], row["best"], row["failed"], row["jobs"]) == ("diverged", "1000", "0.001", 2, 2)
+    assert sentence(row) == (
+        "optimizer.lr: 1000: diverged in 2 of 2 seeds, ranked below every option that completed "
+        "(best on val/loss: 0.001)"
+    )
+
+
+def test_a_halving_row_names_the_better_configuration_first_and_says_which_is_the_best():
+    trials = {
+        "best": 0,
+        "direction": "minimize",
+        "seeds": 2,
+        "space": {"optimizer.lr": {}},
+        "trials": [
+            {"number": 0, "state": "complete", "seed_values": {"1": [1.3, 1.4], "3": [1.0, 1.1]}, "params": {}},
+            {"number": 1, "state": "pruned", "seed_values": {"1": [1.2, 1.25]}, "params": {}},  # better at 1 epoch
+        ],
+    }
+    rows = [{"job": t["number"], "overrides": f"lr={t['number']}"} for t in trials["trials"]]
+    [row] = halving_findings(trials, rows, objective("val/loss"))
+    assert row["configuration"] == "runner-up vs best at 1 epoch"
+    assert (row["best"], row["vs"]) == ("trial 1 (lr=1)", "trial 0 (lr=0)") and row["difference"] < 0

@@ -163,3 +163,100 @@ def test_every_status_a_job_can_leave_is_read_as_it_is(tmp_path):
     assert rows[2]["status"] == "KILLED" and "without a record" in rows[2]["error"]
     assert rows[3]["status"] == "RUNNING"
     assert rows[4]["status"] == "UNKNOWN", "a job folder its run never claimed"
+
+
+def degenerate(tmp_path, case: str):
+    """A sweep dir of one of the shapes that once broke the report."""
+    if case == "every metric identical":  # a knob that changes nothing: one metric, bit-identical
+        jobs = [([f"trainer.track_every={k}", f"seed={s}"], 1.2 + 0.1 * s) for k in (50, 51) for s in (0, 1, 2)]
+        return fake_sweep(tmp_path, ["trainer.track_every=50,51", "seed=0,1,2"], jobs), []
+    if case == "a key fixed over a preset's sweep":  # cache=plan on the command line over the preset's off,plan
+        jobs = [([f"trainer.track_every={k}", "cache=plan"], 1.2) for k in (50, 51)]
+        return fake_sweep(tmp_path, ["trainer.track_every=50,51", "cache=plan"], jobs, {"cache": "off,plan"}), []
+    lrs = [("1e-3", 1.2), ("1e3", None)] if case == "one option completing" else [("1e-3", None), ("1e3", None)]
+    jobs = [([f"optimizer.lr={lr}", f"seed={s}"], loss or 0.0) for lr, loss in lrs for s in (0, 1)]
+    sweep = fake_sweep(tmp_path, ["optimizer.lr=1e-3,1e3", "seed=0,1"], jobs)
+    failed = [i for i, ((_, loss), _s) in enumerate((x, s) for x in lrs for s in (0, 1)) if loss is None]
+    for i in failed:
+        (sweep / str(i) / "job_status.json").write_text(
+            json.dumps({"status": "FAILED", "error": "DivergenceError: training diverged", "overrides": jobs[i][0]})
+        )
+        (sweep / str(i) / "result.json").write_text(json.dumps({"status": "diverged", "error": "training diverged"}))
+    return sweep, failed
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["every metric identical", "a key fixed over a preset's sweep", "one option completing", "every job failing"],
+)
+def test_no_sweep_breaks_its_report(tmp_path, case, capsys):
+    import warnings
+
+    sweep, failed = degenerate(tmp_path, case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning on the console is a failure here, fixed where it starts
+        write_summary(sweep, ended=True)
+        main([str(sweep)])  # tcgexp-report: returns (exit 0), no traceback
+    said = capsys.readouterr().err
+    assert "Traceback" not in said and "Warning" not in said and "none yet" not in said, said
+    found = json.loads((sweep / "findings.json").read_text())
+    assert (sweep / "summary.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Findings" in (sweep / "summary.md").read_text()
+    if case == "every metric identical":
+        [row] = found
+        assert row["verdict"] == "identical" and row["same_for_all"] and said.count("identical") == 1
+    if failed:  # each option that failed in every seed is a finding of its own, ranked last
+        rows = [f for f in found if f["verdict"] == "diverged"]
+        assert {f["vs"] for f in rows} == ({"1000"} if case == "one option completing" else {"0.001", "1000"})
+        assert "1000: diverged in 2 of 2 seeds" in said
+
+
+def test_none_yet_only_while_the_sweep_can_still_run_a_job(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3)])  # the lru job never ran
+    write_summary(sweep)
+    assert lines(sweep)[0].startswith("findings: none yet (two options must complete to be compared): 1 of")
+    write_summary(sweep, ended=True)  # the sweep's own end: no job will start any more
+    said = lines(sweep, ended=True)[0]
+    assert said.startswith(
+        "findings: none: fewer than two options of a swept key completed (1 of the sweep's 2 jobs completed; "
+        "1 never started: the sweep was stopped before them)"
+    )
+
+
+def test_options_that_differ_in_a_knob_not_swept_are_named_confounded(tmp_path):
+    # the docs' MRU example brings capacity 4 where plan has the schema's 8; the swept chunk is no confound
+    jobs = [([f"cache={c}", f"tbptt.chunk={k}"], 1.3) for c in ("mru", "plan") for k in (16, 32)]
+    sweep = fake_sweep(tmp_path, ["cache=mru,plan", "tbptt.chunk=16,32"], jobs)
+    for i, (overrides, _) in enumerate(jobs):
+        policy, chunk = overrides[0].split("=")[1], overrides[1].split("=")[1]
+        cfg = {
+            "cache": {
+                "_target_": "x.RowGroupCache",
+                "policy": {"_target_": f"x.{policy}"},
+                "capacity": 4 if policy == "mru" else 8,
+                "spill": True,
+            },
+            "tbptt": {"chunk": int(chunk)},
+        }
+        (sweep / str(i) / ".hydra").mkdir()
+        OmegaConf.save(OmegaConf.create(cfg), sweep / str(i) / ".hydra" / "config.yaml")
+    write_summary(sweep, ended=True)
+    found = json.loads((sweep / "findings.json").read_text())
+    assert {f["key"] for f in found if f.get("confounded")} == {"cache"}
+    assert all(f["confounded"] == {"cache.capacity": {"mru": "4", "plan": "8"}} for f in found if f["key"] == "cache")
+    said = [line for line in lines(sweep) if "confounded" in line]
+    assert said == [
+        "  cache: confounded: its options also differ in knobs that were not swept, cache.capacity (mru: 4; plan: 8); "
+        "part of any difference above may be theirs (sweep the knob, or set it alike for every option)"
+    ]
+    assert "**cache**: confounded:" in (sweep / "summary.md").read_text()
+
+
+def test_bytes_moved_has_its_column_beside_bytes_decoded(tmp_path):
+    sweep = fake_sweep(tmp_path, ["cache=off,lru"], [(["cache=off"], 1.3), (["cache=lru"], 1.3)])
+    result = json.loads((sweep / "1" / "result.json").read_text())
+    result["cache"]["train"].update(bytes_loaded=2**20, ssd_bytes_read=3 * 2**20, bytes_moved=4 * 2**20)
+    (sweep / "1" / "result.json").write_text(json.dumps(result))
+    rows = {r["job"]: r for r in (job_row(d) for d in job_dirs(sweep))}
+    assert rows[1]["cache_train_mib_decoded"] == 1.0 and rows[1]["cache_train_mib_moved"] == 4.0
+    assert rows[0]["cache_train_mib_moved"] == "", "a run from before the counter: blank, not its decodes"

@@ -19,9 +19,12 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from tcgexp.track import multirun
+from tcgexp.track.aim_repo import open_repo
 from tcgexp.track.findings import BETTER, EXACT, IDENTICAL, NO_INTERVAL, NOISE
-from tests.track.test_sweeps import ROOT, sweep
+from tests.track.test_sweeps import ROOT, SMOKE, sweep
 
 
 def findings(tmp_path) -> dict:
@@ -83,6 +86,93 @@ def test_tcgexp_report_is_a_console_script():
     scripts = tomllib.loads((Path(ROOT) / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["tcgexp-report"].partition(":")
     assert callable(getattr(__import__(module, fromlist=[name]), name))
+
+
+def report_lines(sweep_dir, cwd) -> list[str]:
+    res = subprocess.run(
+        [sys.executable, "-m", "tcgexp.track.report", str(sweep_dir)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return sweep_lines(res.stderr)
+
+
+def decoded(state: str) -> dict:
+    raw = state[2:].replace("-", "+").replace("_", "/")
+    return json.loads(urllib.parse.unquote(__import__("base64").b64decode(raw + "=" * (-len(raw) % 4)).decode()))
+
+
+@pytest.mark.parametrize("layout", ["default", "relative"])
+def test_the_aim_link_a_sweep_prints_is_the_reports_and_selects_its_runs(tmp_path, layout):
+    """The default folder (multirun/<date>/<time>, from ${now:}) and a relative one: the link printed at the sweep's
+    end, the one tcgexp-report prints (from another folder, and for a copy of the sweep dir) are one link, and it
+    selects the runs the jobs recorded, coloured by the swept key."""
+    home = tmp_path / "home"
+    home.mkdir()
+    where = [] if layout == "default" else ["hydra.sweep.dir=sweeps/mine"]
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "--multirun",
+            *SMOKE,
+            f"dataset.root={tmp_path / 'data'}",
+            "tracking.repo=aim",  # relative to the folder the sweep ran from, as the sweep dir
+            *where,
+        ],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [sweep_dir] = [p.parent for p in home.rglob("multirun.yaml")]
+    [printed] = [x for x in sweep_lines(res.stderr) if x.startswith("[sweep] Aim, ")]
+    assert f"aim up --repo {home / 'aim'}, then open http://127.0.0.1:43800/metrics?" in printed
+    assert [x for x in report_lines(sweep_dir.absolute(), ROOT) if x.startswith("[sweep] Aim, ")] == [printed]
+    copy = tmp_path / "elsewhere" / "copied"
+    shutil.copytree(sweep_dir, copy)
+    assert [x for x in report_lines(copy, tmp_path) if x.startswith("[sweep] Aim, ")] == [printed]
+
+    state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(printed.split(", then open ", 1)[1]).query))
+    assert decoded(state["grouping"])["color"] == ["run.params.swept.cache"]
+    runs = list(open_repo(home / "aim").iter_runs())
+    assert len(runs) == 2 and {r["sweep"]["id"] for r in runs} == {multirun.sweep_id(copy)}
+    assert f'run.sweep.id == "{runs[0]["sweep"]["id"]}"' in decoded(state["select"])["advancedQuery"]
+
+
+def test_three_options_are_placed_whole_run_interleaved_by_seed_with_their_confounds_named(tmp_path):
+    """cache=off,lru,plan with two seeds, hydra/sweeper=interleaved: seed 0 of every option ran first; val/loss
+    is one row for all three; lru and plan tie on the hit rate and the tie is one side of the row against off
+    (the option that matters); the knobs the options differ in besides the policy are named."""
+    res = sweep(tmp_path, "tracking=off", "hydra/sweeper=interleaved", "cache=off,lru,plan", "seed=0,1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    order = [
+        [
+            o
+            for o in OmegaConf.load(tmp_path / "sweep" / str(i) / ".hydra" / "overrides.yaml")
+            if o.startswith(("cache", "seed"))
+        ]
+        for i in range(6)
+    ]
+    assert order == [[f"seed={s}", f"cache={c}"] for s in (0, 1) for c in ("off", "lru", "plan")]
+    rows = json.loads((tmp_path / "sweep" / "findings.json").read_text())
+    loss = [f for f in rows if f["metric"] == "val/loss"]
+    assert len(loss) == 1 and loss[0]["same_for_all"] and loss[0]["verdict"] == IDENTICAL
+    [hits] = [f for f in rows if f["metric"] == "cache_train_hit_pct"]
+    assert ({hits["best"], *hits["ties"]}, hits["vs"], hits["verdict"]) == ({"lru", "plan"}, "off", EXACT)
+    assert hits["confounded"]["cache.spill"] == {"off": "false", "lru": "false", "plan": "true"}
+    said = sweep_lines(res.stderr)
+    assert "[sweep]   cache, val/loss: identical across all 3 options (lru, off, plan), bit for bit (2 seeds)" in said
+    assert any(
+        x.startswith("[sweep]   cache: confounded: ") and "cache.spill (lru, off: false; plan: true)" in x for x in said
+    )
+    assert not [x for x in said if "run interleaved" in x], "it ran interleaved: no advice to"
+    assert "Warning" not in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.slow
@@ -151,6 +241,6 @@ def test_two_policies_that_behave_the_same_are_exact_on_counters_and_the_aim_lin
     drawn = json.loads((tmp_path / "shots" / "aim_metrics.json").read_text())
     assert drawn["legend"].split("\n")[:4] == ["COLORS", "run.swept.cache", '"fifo"', '"lru"'], drawn
     assert len(drawn["colours"]) == 2, drawn  # one colour per option; the three seeds share it
-    assert drawn["lines"] == 3 * 2 * 3  # 3 charts (val/loss, bytes decoded, hit rate) x 2 options x 3 seeds
+    assert drawn["lines"] == 4 * 2 * 3  # 4 charts (val/loss, bytes decoded and moved, hit rate) x 2 options x 3 seeds
     url = link.split(", then open ", 1)[1]
     assert urllib.parse.urlsplit(url).path == "/metrics"

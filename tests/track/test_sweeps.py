@@ -85,11 +85,17 @@ def test_a_failed_job_still_leaves_the_others_row_and_no_spill(tmp_path):
     assert rows["1"]["status"] == "FAILED" and "tbptt.batch_size>=" in rows["1"]["error"]
     assert "## Failed jobs" in (tmp_path / "sweep" / "summary.md").read_text()
     assert not list(tmp_path.rglob(".cache_spill"))
-    # Hydra stopped before its end-of-sweep callback: the findings (none: one job completed) are there all the
-    # same, and the console's last lines say them after the error, ending with how to rebuild the report
-    assert json.loads((tmp_path / "sweep" / "findings.json").read_text()) == []
+    # Hydra stopped before its end-of-sweep callback: the findings (the failed option, ranked below the one that
+    # completed) are there all the same, and the console's last lines say them after the error, ending with how
+    # to rebuild the report
+    [failed] = json.loads((tmp_path / "sweep" / "findings.json").read_text())
+    assert (failed["key"], failed["vs"], failed["best"], failed["verdict"]) == ("tbptt.batch_size", "2", "64", "failed")
     said = [line for line in res.stderr.splitlines() if line.startswith(("[sweep] ", "error: "))]
-    assert said[-3].startswith("error: a sweep job failed") and said[-2].startswith("[sweep] findings: none yet")
+    assert said[-4].startswith("error: a sweep job failed") and said[-3].startswith("[sweep] findings (")
+    assert said[-2] == (
+        "[sweep]   tbptt.batch_size: 2: failed in 1 of 1 job, ranked below every option that completed "
+        "(best on val/loss: 64)"
+    )
     assert said[-1] == f"[sweep] rebuild this report any time: tcgexp-report {tmp_path / 'sweep'}"
 
 
@@ -124,7 +130,8 @@ def test_submitit_local_runs_a_job(tmp_path):
     assert json.loads((tmp_path / "sweep" / "0" / "result.json").read_text())["processed"]["optimizer_steps"] > 0
     assert list((tmp_path / "sweep").rglob("*.submitit*")) or (tmp_path / "sweep" / ".submitit").exists()
     assert json.loads((tmp_path / "sweep" / "findings.json").read_text()) == []  # one job: nothing to compare
-    assert "[sweep] findings: none yet" in res.stderr and "[sweep] rebuild this report" in res.stderr
+    assert "[sweep] findings: none: nothing was swept (one job)" in res.stderr  # cache=plan over the preset's off,plan
+    assert "[sweep] rebuild this report" in res.stderr
 
 
 @pytest.mark.slow
@@ -254,3 +261,15 @@ def test_a_diverged_job_is_failed_with_its_reason_in_the_report(tmp_path):
     assert rows["1"]["status"] == "FAILED" and "training diverged at epoch 1" in rows["1"]["error"]
     assert rows["1"]["val_loss"] == "" and rows["1"]["best_val_loss"] == ""
     assert "DivergenceError" in (tmp_path / "sweep" / "summary.md").read_text()
+    # the diverged option is a finding, ranked last, in the sweep's last lines (never "none yet": it has ended)
+    found = json.loads((tmp_path / "sweep" / "findings.json").read_text())
+    [lost] = [f for f in found if f["verdict"] == "diverged"]
+    assert (lost["key"], lost["vs"], lost["failed"], lost["jobs"]) == ("optimizer.lr", "1e+06", 2, 2)
+    said = [line for line in res.stderr.splitlines() if line.startswith("[sweep] ")]
+    assert (
+        "[sweep]   optimizer.lr: 1e+06: diverged in 2 of 2 jobs, ranked below every option that completed"
+        in "\n".join(said)
+    )
+    assert not [line for line in said if "none yet" in line]
+    assert "Warning" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert (tmp_path / "sweep" / "summary.png").read_bytes()[:4] == b"\x89PNG"

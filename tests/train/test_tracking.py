@@ -56,6 +56,7 @@ def test_run_is_tracked_in_aim(train_cfg, tmp_path):
         "cache_train/misses",
         "cache_train/hit_rate_pct",
         "cache_train/bytes_loaded",
+        "cache_train/bytes_moved",
         "cache_train/remote_bytes",
     ):
         assert (name, "train") in metrics, name
