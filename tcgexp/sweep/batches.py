@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
+from ..errors import ConfigError
 from ..overrides import override
 from . import asha, identity, outcome, results
 from . import space as spaces
@@ -199,7 +200,6 @@ class Run:
     def stop_held(self) -> None:
         """Trials the machine stopped (a full disk): another batch would fail the same way, and a FAIL in the
         study would be for ever; the sweep stops, and the same command continues them once space is freed."""
-        from ..errors import ConfigError
 
         numbers = ", ".join(str(n) for n, _ in self.held)
         raise ConfigError(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
+from ..track.aim_repo import one_line
 
 CONNECT_TIMEOUT_S = 10  # a database server that does not answer fails the sweep in seconds, not minutes
 READ_TIMEOUT_S = 30  # a server that stops answering mid-sweep (PyMySQL's read/write, PostgreSQL's statements)
@@ -80,7 +81,6 @@ def deadline(seconds: float, key: str, what: str = "a call") -> Iterator[None]:
 
 def failure(url: str, key: str, exc: BaseException, doing: str = "cannot open the study database") -> ConfigError:
     """One line naming what is wrong with the study database, and the fix that fits it."""
-    from ..track.aim_repo import one_line
 
     exc = getattr(exc, "orig", None) or exc  # the driver's own error, without SQLAlchemy's statement and link
     text = one_line(exc)

@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..lifecycle.ckpt_files import find
+from ..track.aim_run import recorded_run
+
 DONE, FAILED, CONTINUE = "done", "failed", "continue"
 HELD = "held"  # stopped by the machine, not by its configuration (a full disk): continued once that is fixed
 # what a job's error says when its disk was full (OSError's strerror, CheckpointWriteError's fix, SQLite's word)
@@ -44,8 +47,7 @@ def _json(path: Path) -> dict:
 
 def latest_state(run_dir: Path) -> dict | None:
     """The run dir's latest/ state.json (verified), or None when there is no usable checkpoint."""
-    from ..lifecycle import checkpoint as ckpt
-    from ..lifecycle.ckpt_files import find
+    from ..lifecycle import checkpoint as ckpt  # MLX loads after the entry point's setup() (it binds its BLAS)
 
     try:
         return ckpt.read_state(find(str(run_dir)))
@@ -77,7 +79,6 @@ def read(run_dir: Path, budget: int, metric: str, job_error: str | None = None) 
 
 def aim_hash(run_dir: Path) -> str | None:
     """The run's Aim run (its checkpoint carries it across rungs), or None (untracked)."""
-    from ..track.aim_run import recorded_run
 
     state = latest_state(Path(run_dir)) or {}
     return state.get("aim_hash") or recorded_run(run_dir) or _json(Path(run_dir) / "result.json").get("aim_hash")

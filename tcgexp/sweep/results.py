@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
+from ..track.aim_run import mark_run
 from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
 from .space import Space, overrides_of
@@ -84,7 +85,6 @@ class Outputs:
 
     def mark(self, r, state: str) -> None:
         """The trial's rung and status on each of its Aim runs (local repos; remote runs keep the job's own)."""
-        from ..track.aim_run import mark_run
 
         attrs = {
             "trial": {

@@ -19,8 +19,12 @@ from dataclasses import asdict, fields
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..console import user_error
 from ..errors import ConfigError
+from ..lifecycle.rundir import SWEEP_MARKER, discard
 from ..schema import check, validate
+from ..train.metric import check_metric, higher_is_better
+from ..train.preflight import check_memory
 from . import asha, dbbounds, identity
 from . import space as spaces
 from . import study as studies
@@ -62,7 +66,6 @@ class HalvingSearch:
 
     def objective(self) -> tuple[str, str]:
         """(optimized_metric, direction): a direction that contradicts the metric is refused."""
-        from ..train.metric import check_metric, higher_is_better
 
         metric = self.config.get("optimized_metric")
         if metric is None:
@@ -91,7 +94,6 @@ class HalvingSearch:
     def check_trials_compose(self, space: spaces.Space, budgets: list[int]) -> None:
         """Compose and check a trial config at every choice and both ends of every range, before any trial:
         an unknown key, a wrong type, an impossible value or a model too big fails here, in one line."""
-        from ..train.preflight import check_memory
 
         first = {k: p.corners()[0] for k, p in space.params.items()}
         probes = [{**first, k: v} for k, p in space.params.items() for v in p.corners()]
@@ -102,8 +104,6 @@ class HalvingSearch:
                 validate(cfg)
                 check_memory(cfg)
             except Exception as exc:  # Hydra's, OmegaConf's or our own line
-                from ..console import user_error
-
                 line = user_error(exc)
                 if line is None:
                     raise
@@ -116,8 +116,6 @@ class HalvingSearch:
 
     # -- the sweep ---------------------------------------------------------------------------------------
     def sweep(self, arguments: list[str]) -> None:
-        from ..lifecycle.rundir import SWEEP_MARKER, discard
-
         try:
             self.start(arguments)
         except ConfigError:  # refused before any trial: the sweep dir this command claimed goes again

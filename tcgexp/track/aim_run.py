@@ -29,6 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ..ownership import held_by_someone
 from ..schema import schema
 from . import TrackingConfig
 from .aim_repo import one_line, quiet_aim, say_untracked, within
@@ -244,7 +245,6 @@ def recorded_run(run_dir: Path, wait: float = 0.0) -> str | None:
     """The hash of the Aim run a job in `run_dir` wrote (its record), or None. `wait`: while that run's process
     still lives (a job SIGKILLed as its tracker started: the process opens the run and writes what it was
     sent), wait for it to end, at most `wait` seconds, so a resume continues that run and never races it."""
-    from ..ownership import held_by_someone
 
     deadline = time.monotonic() + wait
     while held_by_someone(Path(run_dir) / RECORD_LOCK) and time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from ..launch import launched_rank, rank_suffix
 from ..ownership import remove_spill_root, spill_root_of
+from .aim_repo import ensure_repo
 from .report import say
 from .summary import write_summary
 
@@ -43,8 +44,6 @@ class SweepReport(Callback):
         # tracking.repo would be the default, ".": an empty .aim/ left in the folder the user ran from);
         # each job's tracker creates its repo under the same lock when it must
         if config.get("tracking") and config.tracking.get("repo") is not None and not config.get("resume"):
-            from .aim_repo import ensure_repo
-
             ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:

@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlparse
 
+from ..ownership import HeldLock
 from ..schema import schema
 from . import TrackingConfig
+from .aim_repo import TrackingUnavailable, one_line, prepare_repo, say_untracked
+from .aim_run import OPEN_SECONDS, RECORD_LOCK, by_context, experiment_name, open_run, run_attributes, run_record
 from .context import JobContext
 
 CHECK_SECONDS = 5.0
@@ -46,8 +49,6 @@ class RemoteAimTracker:
     def __init__(
         self, *, uri: str, experiment: str | None, hparams: dict, context: JobContext, resume_hash: str | None = None
     ) -> None:
-        from .aim_run import experiment_name, run_attributes, run_record
-
         init = {
             "experiment": experiment_name(experiment, context),
             "resume_hash": resume_hash,
@@ -115,8 +116,6 @@ class RemoteAimTracker:
             return False
 
     def _say(self, why: str) -> None:
-        from .aim_repo import say_untracked
-
         say_untracked(why)
 
     def _stop(self, why: str) -> None:
@@ -213,9 +212,6 @@ def child() -> None:
 
     init = json.loads(sys.stdin.readline())
     if init.get("record"):  # held for this process's life: a resume of the job waits until the run is written
-        from ..ownership import HeldLock
-        from .aim_run import OPEN_SECONDS, RECORD_LOCK
-
         held = HeldLock(Path(init["record"]).with_name(RECORD_LOCK), "aim run")
         deadline = time.monotonic() + OPEN_SECONDS
         try:
@@ -233,9 +229,6 @@ def child() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     import aim
-
-    from .aim_repo import TrackingUnavailable, one_line, prepare_repo
-    from .aim_run import by_context, open_run
 
     logging.getLogger("aim").setLevel(logging.CRITICAL)
     reply({"imported": True})  # from here on, any wait is the server's (or the repo lock)

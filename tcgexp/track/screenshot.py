@@ -32,6 +32,9 @@ from pathlib import Path
 
 from ..console import one_line_errors
 from .aim_link import aim_state, explorer_path
+from .aim_repo import open_repo
+from .multirun import sweep_id as recorded
+from .report import groups_of, keys_of
 
 METRICS_QUERY = (
     '(metric.name == "val/loss") or (metric.name == "train/loss") or '
@@ -177,15 +180,12 @@ def sweep_id(sweep: str) -> str:
     """A sweep dir (as jobs record it in run["sweep"]["dir"]) or an id, as the id jobs record."""
     path = Path(sweep).expanduser()
     if path.is_dir():
-        from .multirun import sweep_id as recorded
-
         return recorded(path)  # as context.job_context hashed it, from the folder it ran in
     return sweep
 
 
 def swept_columns(repo: str, sweep: str | None) -> list[str]:
     """The runs table's columns for what the sweep varies (``run["swept"]``: ``swept.cache``, ...)."""
-    from .aim_repo import open_repo
 
     wanted = sweep_id(sweep) if sweep else None
     keys: list[str] = []
@@ -216,8 +216,6 @@ def pages(base: str, sweep: str | None, columns: list[str]) -> dict[str, tuple[s
     where = f'run.sweep.id == "{sweep_id(sweep)}"' if sweep else ""
     runs = {"options": [], "query": where, "advancedMode": False, "advancedQuery": ""}
     if sweep and Path(sweep).expanduser().is_dir():
-        from .report import groups_of, keys_of
-
         where = Path(sweep).expanduser()
         try:
             found = json.loads((where / "findings.json").read_text())

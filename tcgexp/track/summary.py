@@ -19,6 +19,8 @@ from pathlib import Path
 from ..ownership import RUN_LOCK, held_by_someone
 from . import multirun
 from .confounds import confounded
+from .context import _typed, distinct_overrides, swept_keys
+from .context import short as short_override
 from .findings import NO_INTERVAL, Metric, objective
 from .no_findings import why_none
 from .sweep_findings import grid_findings, halving_findings, label, short, value_of
@@ -164,9 +166,8 @@ def swept(rows: list[dict]) -> list[str]:
     """Each job's overrides without those every job shares: what the sweep varied."""
     tokens = [r["overrides"].split() for r in rows]
     common = set.intersection(*map(set, tokens)) if len(tokens) > 1 else set()
-    from .context import short
 
-    return [" ".join(short(t) for t in ts if t not in common) or "(defaults)" for ts in tokens]
+    return [" ".join(short_override(t) for t in ts if t not in common) or "(defaults)" for ts in tokens]
 
 
 def interrupted(rows: list[dict]) -> str:
@@ -182,7 +183,6 @@ def read_trials(sweep_dir: Path) -> dict:
 
 def typed(value: str):
     """An override's value as the sweep meant it (64 -> int, 1e-3 -> float, off -> str)."""
-    from .context import _typed
 
     return _typed(f"x={value}", value)
 
@@ -190,7 +190,6 @@ def typed(value: str):
 def grid_params(sweep_dir: Path, rows: list[dict]) -> dict[str, dict]:
     """Each row's swept values (row["params"]) and, per swept key, how to draw it: numbers on a log axis
     when they span a decade or more, anything else as categories."""
-    from .context import distinct_overrides, swept_keys
 
     keys = swept_keys(sweep_dir)
     for r in rows:
@@ -291,7 +290,7 @@ def write_summary(sweep_dir: Path, ended: bool = False) -> list[dict]:
             for r in failed
         ]
     write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
-    from .sweep_plot import plot
+    from .sweep_plot import plot  # here, not at the top: matplotlib costs ~0.5 s of every report's start-up
 
     write_atomic(sweep_dir / "summary.png", plot(rows, meta, trials or None, metric))
     return rows
