@@ -18,7 +18,12 @@ def test_a_trial_the_disk_stopped_continues_once_space_is_freed(tmp_path, tmpfs)
     folder = tmp_path / "sweep"
     mark(folder, "hydra.sweep.dir", SWEEP_MARKER, hydra_made=False)  # a sweep folder of ours, its trial 0 small
     small = tmpfs(folder / "0", "400k")  # its config and log fit; a checkpoint of model.hidden=128 does not
-    args = ["model.hidden=choice(128)", "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={folder}"]
+    args = [
+        "model.hidden=128",
+        "optimizer.lr=choice(0.001,0.002)",
+        "hydra.sweeper.n_trials=1",
+        f"hydra.sweep.dir={folder}",
+    ]
     full = sweep(tmp_path, *args)
     assert full.returncode != 0 and "Traceback" not in full.stderr, full.stderr[-3000:]
     line = [x for x in full.stderr.splitlines() if x.startswith("error: ")][-1]  # the job's own error comes first
