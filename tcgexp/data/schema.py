@@ -59,7 +59,9 @@ COLUMN_ORDER = [
 LANE_COLUMNS = ["episode_id", "side", "step_id", "decision_id", "substep"]
 
 
-def arrow_schema(feature_dim: int, action_dim: int) -> pa.Schema:
+def arrow_schema(feature_dim: int, action_dim: int, extra: tuple[pa.Field, ...] = ()) -> pa.Schema:
+    """The common columns (every game's), then `extra`: the columns a game adds after them (none for the
+    built-in simulator)."""
     dims = {"F": feature_dim, "A": action_dim}
     fields = []
     for name in COLUMN_ORDER:
@@ -68,7 +70,12 @@ def arrow_schema(feature_dim: int, action_dim: int) -> pa.Schema:
             fields.append(pa.field(name, pa.list_(elem, dims[dim]), nullable=False))
         else:
             fields.append(pa.field(name, SCALAR_COLUMNS[name], nullable=False))
-    return pa.schema(fields, metadata={"tcgexp.schema_version": str(SCHEMA_VERSION)})
+    return pa.schema(fields + list(extra), metadata={"tcgexp.schema_version": str(SCHEMA_VERSION)})
+
+
+def list_field(name: str, elem: pa.DataType, size: int) -> pa.Field:
+    """A game's own fixed-size list column (it reads back as a 2-d array, as every list column does)."""
+    return pa.field(name, pa.list_(elem, size), nullable=False)
 
 
 def numpy_dtype(name: str) -> np.dtype:
