@@ -39,6 +39,18 @@ class EngineError(RuntimeError):
     """The engine refused a call (a deck it does not accept, an index out of range)."""
 
 
+def harness_deck() -> list[int]:
+    """The deck the harness's own agents (``random``, ``first``) play: ``deck`` in ``envs/cabt/cabt.py``, read
+    as a literal (that module imports the whole harness)."""
+    import ast
+
+    tree = ast.parse((engine_dir().parent / "cabt.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "deck" for t in node.targets):
+            return [int(x) for x in ast.literal_eval(node.value)]
+    raise EngineMissing(f"no deck in {engine_dir().parent / 'cabt.py'}")
+
+
 class _StartData(ctypes.Structure):
     _fields_ = [("battlePtr", ctypes.c_void_p), ("errorPlayer", ctypes.c_int), ("errorType", ctypes.c_int)]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from functools import cache
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -83,9 +84,9 @@ class CabtGame:
         }
 
     # -- one episode file --------------------------------------------------------------------
-    def read(self, raw: bytes) -> dict:
+    def read(self, raw: bytes, loads=json.loads) -> dict:
         try:
-            ep = json.loads(raw)
+            ep = loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise EpisodeRefused(f"not JSON (truncated or damaged: {exc})") from None
         check_format(ep)
@@ -130,6 +131,15 @@ class CabtGame:
         return encode_episode(
             ep, match=match, tb=tables(self.version(ep)), max_options=max_options, players=players, would_ko=would_ko
         )
+
+    def make_demo(self, folder, *, date: str, episodes: int, seed: int, bo: int, progress=None) -> None:
+        """Self-play episodes between the scripted teachers (``demo.make_demo``), rated by the round-robin kept
+        beside the corpus (``<root>/ratings.json``, measured at the first demo day)."""
+        from . import demo
+
+        root = Path(folder).parents[1]
+        measured = demo.ratings(root, seed=0, progress=progress)["ratings"]
+        demo.make_demo(folder, date=date, episodes=episodes, seed=seed, bo=bo, ratings_of=measured, progress=progress)
 
 
 GAME = CabtGame()
