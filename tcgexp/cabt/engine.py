@@ -19,6 +19,8 @@ import importlib.metadata
 import importlib.util
 import json
 import platform
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Self
@@ -96,6 +98,21 @@ def _lib_file(folder: Path) -> Path:
     return folder / ("libcg-arm64.so" if machine in ("arm64", "aarch64") else "libcg.so")
 
 
+def _load_private(path: Path) -> ctypes.CDLL:
+    """A copy of the library of its own: ``GameInitialize`` may run once per loaded library (a second call aborts
+    the process: 'buffer full'), and Kaggle's harness calls it on the package's own file when it is imported;
+    a private copy (loaded, then unlinked: the mapping stays) lets both live in one process."""
+    folder = Path(tempfile.mkdtemp(prefix="tcgexp-cabt-"))
+    try:
+        copy = folder / path.name
+        shutil.copyfile(path, copy)
+        return ctypes.CDLL(str(copy))
+    except OSError as exc:
+        raise EngineMissing(f"the cabt engine {path} cannot be loaded ({exc})") from exc
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 _LOCK = threading.Lock()
 _ENGINES: dict[int, Engine] = {}
 
@@ -115,10 +132,7 @@ class Engine:
         self.version = version
         folder = engine_dir() if version == LATEST else engine_dir() / "v1"
         self.path = _lib_file(folder)
-        try:
-            lib = ctypes.CDLL(str(self.path))
-        except OSError as exc:
-            raise EngineMissing(f"the cabt engine {self.path} cannot be loaded ({exc})") from exc
+        lib = _load_private(self.path)
         lib.GameInitialize()
         lib.BattleStart.restype = _StartData
         lib.BattleStart.argtypes = [ctypes.POINTER(ctypes.c_int)]
