@@ -173,9 +173,9 @@ class Corpus:
         date_from: str | None,
         date_to: str | None,
         storage,
-        max_options: int = DatasetConfig.max_options,
-        filter=None,
-        demo=None,
+        max_options: int,
+        filter,
+        demo,
     ) -> None:
         self.name = name
         # the bounds live in the dataset schema (DatasetConfig.CHECKS); a Corpus built by
