@@ -27,10 +27,10 @@ from .teachers import Teacher, random_agent
 
 # (name, skill, deck type): the decks measured strongest against the engine's random agent lead
 ROSTER = (
-    ("expert-water", "expert", "water"),
+    ("expert-fighting", "expert", "fighting"),
     ("expert-psychic", "expert", "psychic"),
     ("club-metal", "club", "metal"),
-    ("club-fighting", "club", "fighting"),
+    ("club-water", "club", "water"),
     ("novice-grass", "novice", "grass"),
     ("novice-darkness", "novice", "darkness"),
 )

@@ -74,8 +74,10 @@ def encode_episode(
     max_options: int,
     players: list[dict],
     would_ko: bool = True,
+    check_only: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Rows of one episode: (columns, stats); raises EpisodeRefused naming the step."""
+    """Rows of one episode: (columns, stats); raises EpisodeRefused naming the step. `check_only`: every check,
+    no rows (what an import does before it files the episode; its day's build makes the rows)."""
     check_format(ep)
     if not 0 <= match <= MAX_MATCH:
         raise EpisodeRefused(f"match number {match} out of range")
@@ -139,6 +141,8 @@ def encode_episode(
             if not 1 <= rnd <= MAX_ROUNDS:
                 raise EpisodeRefused(f"step {t}: round {rnd} outside 1..{MAX_ROUNDS}")
             decisions.append((t, i, obs, answer, rnd))
+    if check_only:
+        return {}, {"decisions": len(decisions)}
     # -- round results from what the observations show (wins and draws at each round's start) and the rewards
     rounds = sorted({d[4] for d in decisions})
     start_score: dict[int, tuple[int, int, int]] = {}

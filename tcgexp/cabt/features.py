@@ -94,6 +94,10 @@ class Tables:
         self.resistance = np.full(n, -1, np.int64)
         self.name: dict[int, str] = {}
         self.evolves_from: dict[int, str] = {}
+        self.n_ids = n
+        self._costs: dict[int, list] = {}
+        self._payable: dict[tuple, int] = {}
+        self.bench_static = np.zeros((n, 4 + N_TYPES), np.float32)  # stage, any rule box, type
         for cid, c in db.card.items():
             self.card_type[cid] = c["cardType"]
             self.energy_type[cid] = c.get("energyType") or 0
@@ -104,13 +108,32 @@ class Tables:
             self.name[cid] = c["name"]
             if c.get("evolvesFrom"):
                 self.evolves_from[cid] = c["evolvesFrom"]
+        full = db.facts
+        self.bench_static[:, :3] = full[:, nt : nt + 3]
+        self.bench_static[:, 3] = full[:, nt + 3 : nt + 7].max(axis=1)
+        self.bench_static[:, 4:] = full[:, nt + 9 : nt + 9 + N_TYPES]
 
     def cid(self, card) -> int:
         """A visible card's id, 0 when hidden or unknown."""
-        if not card:
+        try:
+            c = card["id"]
+        except (TypeError, KeyError):
             return 0
-        c = card.get("id", 0) if isinstance(card, dict) else 0
-        return c if isinstance(c, int) and 0 < c < len(self.card_type) else 0
+        return c if c.__class__ is int and 0 < c < self.n_ids else 0
+
+    def attack_costs(self, cid: int) -> list[tuple[int, ...]]:
+        got = self._costs.get(cid)
+        if got is None:
+            got = self._costs[cid] = [a.cost for a in self.db.attacks_of(cid)]
+        return got
+
+    def payable(self, cid: int, energies) -> int:
+        """How many of the card's attacks `energies` pays (cached per card and energy multiset)."""
+        key = (cid, tuple(sorted(energies or ())))
+        got = self._payable.get(key)
+        if got is None:
+            got = self._payable[key] = sum(_payable(c, key[1]) for c in self.attack_costs(cid))
+        return got
 
 
 def _payable(attack_cost, energies) -> bool:
@@ -158,7 +181,7 @@ def _mon_full(tb: Tables, f: np.ndarray, o: int, m: dict | None, other: dict | N
     o += 3
     atks = tb.db.attacks_of(cid)
     pay = [a for a in atks if _payable(a.cost, en)]
-    f[o] = len(pay) / 3
+    f[o] = tb.payable(cid, en) / 3
     f[o + 1] = max((attack_damage(tb, a.aid, m, other)[0] for a in pay), default=0.0) / 300 if other else 0.0
 
 

@@ -127,9 +127,15 @@ class CabtGame:
             date = _date(sidecar.get("endTime")) or _date(sidecar.get("createTime"))
         return out, date
 
-    def encode(self, ep: dict, *, match: int, players: list[dict], max_options: int, would_ko: bool):
+    def encode(self, ep: dict, *, match: int, players: list[dict], max_options: int, would_ko: bool, check_only=False):
         return encode_episode(
-            ep, match=match, tb=tables(self.version(ep)), max_options=max_options, players=players, would_ko=would_ko
+            ep,
+            match=match,
+            tb=tables(self.version(ep)),
+            max_options=max_options,
+            players=players,
+            would_ko=would_ko,
+            check_only=check_only,
         )
 
     def make_demo(self, folder, *, date: str, episodes: int, seed: int, bo: int, progress=None) -> None:

@@ -221,20 +221,17 @@ class Corpus:
         if self.episodes is not None and chosen is None and not self.demo["episodes_per_day"] and not self.remote:
             # imported episodes carry their own days: every day the root holds (its ZIPs, its catalog)
             self.dates = sorted(set(self.episodes.days()) | {r["date"] for r in self._catalog_rows()})
-        self.specs = [
-            DaySpec(
-                date=d,
-                seed=seed,
-                rows_per_day=rows_per_day,
-                row_group_rows=row_group_rows,
-                episodes_per_shard=episodes_per_shard,
-                val_fraction=val_fraction,
-                max_turns=max_turns,
-                would_ko=would_ko,
-                compression=compression,
-            )
-            for d in self.dates
-        ]
+        self._spec = {
+            "seed": seed,
+            "rows_per_day": rows_per_day,
+            "row_group_rows": row_group_rows,
+            "episodes_per_shard": episodes_per_shard,
+            "val_fraction": val_fraction,
+            "max_turns": max_turns,
+            "would_ko": would_ko,
+            "compression": compression,
+        }
+        self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
         self.workers = workers or (os.cpu_count() or 1)
         self.verify = verify
         self.manifests: dict[str, dict] = {}
@@ -480,7 +477,7 @@ class Corpus:
             folder,
             date=date,
             episodes=int(self.demo["episodes_per_day"]),
-            seed=int(self.specs[0].seed) * 100_003 + dt.date.fromisoformat(date).toordinal(),
+            seed=int(self._spec["seed"]) * 100_003 + dt.date.fromisoformat(date).toordinal(),
             bo=int(self.demo["bo"]),
             progress=lambda done, total: report(f"{date} self-play", done, total),
         )
@@ -507,6 +504,9 @@ class Corpus:
                 outcome[day], self.manifests[day] = self.episodes.build_day(
                     self.paths(day), catalog, self.verify, lambda stage, done, total: None
                 )
+        if not self.selected and not self.demo["episodes_per_day"]:
+            self.dates = sorted(set(self.dates) | set(summary.imported))
+            self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
         return summary, outcome
 
     def clean_derived(self, date: str) -> None:

@@ -47,6 +47,7 @@ from .shards import discard_partial, read_done, write_shard
 
 INDEX = "index.json"
 SIDECARS = ("_info.json", ".info.json")
+SHARD_COMPRESSION = "lz4"
 COMPRESSLEVEL = 1  # the durable copy is deflated fast: the import is bounded by parsing, not by zlib
 
 
@@ -150,6 +151,45 @@ def read_index(path: Path) -> dict:
         ) from exc
 
 
+class _Staged:
+    """One import's shards of one day: rows of every `per` episodes written as the build would number them."""
+
+    def __init__(self, work: Path, first: int, per: int, schema) -> None:
+        self.work, self.next, self.per, self.schema = work, first, per, schema
+        self.parts: list[tuple[dict, dict]] = []
+
+    def add(self, cols: dict, stats: dict) -> None:
+        self.parts.append((cols, stats))
+        if len(self.parts) == self.per:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        columns, stats, episodes = _chunk(self.parts)
+        write_shard(self.work, self.next, columns, stats, episodes, compression=SHARD_COMPRESSION, schema=self.schema)
+        self.next += 1
+        self.parts = []
+
+    def seal(self, fingerprint: str, config: dict) -> None:
+        """The ZIP is committed: its shards now count for a build with the day's fingerprint."""
+        write_json_atomic(self.work / "resume.json", {"fingerprint": fingerprint, "config": config})
+
+
+def _chunk(parts: list[tuple[dict, dict]]) -> tuple[dict, dict, list]:
+    """Episodes' columns and stats as one shard: (columns, summed stats, [[episode_id, rows], ...])."""
+    episodes, stats, keep = [], {}, []
+    for cols, st in parts:
+        if len(cols["label"]):
+            keep.append(cols)
+        for eid in np.unique(cols["episode_id"]):
+            episodes.append([int(eid), int((cols["episode_id"] == eid).sum())])
+        for k, v in st.items():
+            stats[k] = stats.get(k, 0) + int(v)
+    columns = {k: np.concatenate([p[k] for p in keep]) for k in keep[0]} if keep else {}
+    return columns, stats, episodes
+
+
 @dataclass(frozen=True)
 class EpisodeSettings:
     """What shapes an episode day's bytes (the fingerprint holds them, the game's identity and the ZIPs)."""
@@ -203,11 +243,18 @@ class EpisodeDays:
 
     # -- import ---------------------------------------------------------------------------------
     def import_from(self, source: Path, date: str | None, report: Callable[[str], None]) -> ImportSummary:
+        """File `source`'s episodes into days (one new ZIP per day touched) and encode them on the way.
+
+        Each episode is parsed and encoded once: its rows go into the day's build shards (numbered after the
+        shards of the day's older ZIPs, exactly as a build from the ZIPs numbers them), so building the day
+        afterwards only merges. Shards staged before their ZIP is committed are marked as such: a killed import
+        leaves a work dir whose fingerprint no build accepts, and the next build starts the day from its ZIPs."""
         t0 = time.perf_counter()
         default_day = date or dt.datetime.now(dt.UTC).date().isoformat()
         seen, match = self.known()
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         writers: dict[str, _DayZip] = {}
+        staged: dict[str, _Staged] = {}
         out = ImportSummary()
         try:
             for inc in scan(source):
@@ -229,26 +276,33 @@ class EpisodeDays:
                         continue
                     players, day = self.game.players(ep, sidecar)
                     day = day or default_day
-                    # the whole episode read once now: a bad step refuses it here, before it is filed
-                    self.game.encode(
-                        ep, match=match, players=players, max_options=self.settings.max_options, would_ko=False
+                    # the whole episode read once, now: a bad step refuses it before it is filed
+                    cols, stats = self.game.encode(
+                        ep,
+                        match=match,
+                        players=players,
+                        max_options=self.settings.max_options,
+                        would_ko=self.settings.would_ko,
                     )
+                    version = self.game.version(ep)
                 except ValueError as exc:  # the game's refusal (EpisodeRefused) names the step
                     out.refused.append(f"{inc.name}: {exc}")
                     continue
+                del ep
                 w = writers.get(day)
                 if w is None:
                     w = writers[day] = _DayZip(self.root / "replays" / day / f"{stamp}.zip")
-                w.add(
-                    raw,
-                    side,
-                    {"id": eid, "match": match, "file": inc.name, "players": players, "version": self.game.version(ep)},
-                )
+                    staged[day] = self._stage(day, stamp)
+                entry = {"id": eid, "match": match, "file": inc.name, "players": players, "version": version}
+                w.add(raw, side, entry)
+                staged[day].add(cols, stats)
                 seen.add(eid)
                 match += 1
                 out.imported[day] = out.imported.get(day, 0) + 1
             for day, w in sorted(writers.items()):
+                staged[day].flush()
                 w.commit({"game": self.game.name, "date": day, "import": stamp, "source": str(source)})
+                staged[day].seal(self.fingerprint(day), self.config(day))
                 out.zips.append(str(w.path.relative_to(self.root)))
                 report(f"{day}: {len(w.entries)} episodes filed into {w.path.relative_to(self.root)}")
         except BaseException:
@@ -257,6 +311,17 @@ class EpisodeDays:
             raise
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _stage(self, day: str, stamp: str) -> _Staged:
+        """The day's work dir, cleared and marked as staging this import's shards."""
+        work = self.root / "bc_data" / ".build" / day
+        if (work / "resume.json").exists():
+            remove_owned(work, "resume.json", what="build work dir")
+        work.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(work / "resume.json", {"fingerprint": f"staging import {stamp}"})
+        k = self.settings.episodes_per_shard
+        first = sum(-(-len(read_index(z)["episodes"]) // k) for z in self.day_zips(day))
+        return _Staged(work, first, k, self.schema)
 
     # -- a day ------------------------------------------------------------------------------------
     def versions(self, date: str) -> set[int]:
@@ -344,8 +409,8 @@ class EpisodeDays:
             if done is None:
                 discard_partial(work, i)
                 columns, stats, episodes = self.encode_chunk(z, entries)
-                done = write_shard(
-                    work, i, columns, stats, episodes, compression=self.settings.compression, schema=self.schema
+                done = write_shard(  # a shard lives minutes: lz4, fast; the day file gets dataset.compression
+                    work, i, columns, stats, episodes, compression=SHARD_COMPRESSION, schema=self.schema
                 )
             dones.append(done)
             progress(f"{date} encode", i + 1, len(chunks))
@@ -357,17 +422,19 @@ class EpisodeDays:
         return "built", manifest
 
     def encode_chunk(self, z: Path, entries: list[dict]):
-        parts, episodes, stats = [], [], {}
+        parts = []
         with zipfile.ZipFile(z) as zf:
             for e in entries:
                 try:
                     ep = self.game.read(zf.read(e["member"]), loads=_loads)
-                    cols, st = self.game.encode(
-                        ep,
-                        match=int(e["match"]),
-                        players=e["players"],
-                        max_options=self.settings.max_options,
-                        would_ko=self.settings.would_ko,
+                    parts.append(
+                        self.game.encode(
+                            ep,
+                            match=int(e["match"]),
+                            players=e["players"],
+                            max_options=self.settings.max_options,
+                            would_ko=self.settings.would_ko,
+                        )
                     )
                 except ValueError as exc:
                     raise DataError(
@@ -379,15 +446,8 @@ class EpisodeDays:
                     raise DataError(
                         f"member {e['member']} cannot be read ({exc})", path=z, fix="restore the ZIP from a backup"
                     ) from exc
-                if len(cols["label"]):
-                    parts.append(cols)
-                for eid in np.unique(cols["episode_id"]):
-                    episodes.append([int(eid), int((cols["episode_id"] == eid).sum())])
-                for k, v in st.items():
-                    stats[k] = stats.get(k, 0) + int(v)
                 del ep
-        columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
-        return columns, stats, episodes
+        return _chunk(parts)
 
     def merge(self, paths, dones: list[dict], fp: str, conf: dict) -> dict:
         s = self.settings

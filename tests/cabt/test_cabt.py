@@ -155,7 +155,7 @@ def test_one_row_per_pick_and_decisions_share_their_id(kit):
 
 def test_rounds_are_lanes_of_their_own(kit):
     for seed in range(20):
-        ep = episode(kit, 100 + seed, a="club-metal", b="club-fighting", bo=3)
+        ep = episode(kit, 100 + seed, a="club-metal", b="club-water", bo=3)
         cols = rows_of(ep)
         if len(np.unique(cols["round"])) > 1:
             break
