@@ -124,9 +124,7 @@ class Teacher:
                 s = 60.0
             elif t == O_RETREAT:
                 hurt = active is not None and active["hp"] < self.style.retreat_below * active["maxHp"]
-                ready = any(self.energy_need(m) <= 0 for m in mine["bench"])
-                stuck = active is not None and self.energy_need(active) > 1
-                s = 70.0 if mine["bench"] and (hurt or (stuck and ready)) else -5.0
+                s = 70.0 if mine["bench"] and (hurt or self.better_on_bench(active, mine)) else -5.0
             elif t == O_STADIUM:
                 s = 5.0
             s += self.rng.random()  # ties broken at random
@@ -146,10 +144,14 @@ class Teacher:
             if bench < self.style.bench_target:
                 return 80.0
             return 25.0 if bench < int(mine.get("benchMax") or 5) - 1 else -1.0
+        rate = 1.0 if self.skill == "expert" else self.style.trainer_rate  # an expert plays what it draws
+        if c["name"] == "Switch":
+            active = mine["active"][0] if mine["active"] else None
+            return 65.0 if self.better_on_bench(active, mine) else -1.0
         if ct in (ITEM, SUPPORTER):
-            return 55.0 if self.rng.random() < self.style.trainer_rate or mine["handCount"] < 4 else -1.0
+            return 55.0 if self.rng.random() < rate or mine["handCount"] < 4 else -1.0
         if ct in (TOOL, STADIUM):
-            return 30.0 if self.rng.random() < self.style.trainer_rate else -1.0
+            return 30.0 if self.rng.random() < rate else -1.0
         return 2.0
 
     def attach_value(self, cid: int, target: dict | None, to_active: bool, active: dict | None) -> float:
@@ -168,6 +170,28 @@ class Teacher:
             return 75.0 + 10.0 * self.style.energy_active
         # the bench only once the active is paid for, or as the style leans
         return (70.0 if not active_needs else 45.0 + 30.0 * (1.0 - self.style.energy_active)) + min(need, 3)
+
+    def best_damage(self, mon: dict | None) -> int:
+        """The most damage `mon` can deal now (attacks its energy pays)."""
+        if not mon:
+            return 0
+        have = list(mon.get("energies") or ())
+        best = 0
+        for a in self.db.attacks_of(int(mon["id"])):
+            left, ok = list(have), True
+            for t in a.cost:
+                if t and t in left:
+                    left.remove(t)
+                elif t:
+                    ok = False
+            if ok and len(left) >= sum(1 for t in a.cost if not t):
+                best = max(best, a.damage)
+        return best
+
+    def better_on_bench(self, active: dict | None, mine: dict) -> bool:
+        """A benched Pokémon hits at least 40 harder than the active can now."""
+        here = self.best_damage(active)
+        return any(self.best_damage(m) >= here + 40 for m in mine["bench"])
 
     def energy_need(self, mon: dict) -> int:
         costs = [len(a.cost) for a in self.db.attacks_of(int(mon["id"]))]
@@ -210,7 +234,7 @@ class Teacher:
                     s = 300.0 - (mon["hp"] if mon else 300)  # the weakest opposing Pokémon first
                 elif area in (A_ACTIVE, A_BENCH):
                     mon = _mon(obs, owner, area, int(o["index"]))
-                    s = (mon["hp"] / 10 + 20 * len(mon.get("energies") or [])) if mon else 0.0
+                    s = (self.best_damage(mon) + mon["hp"] / 10 + 5 * len(mon.get("energies") or [])) if mon else 0.0
                 else:
                     s = self.keep_value(cid, obs, me)
                     if area == A_HAND and sel["type"] != 1 or (area == A_HAND and sel["context"] in (8, 34)):
