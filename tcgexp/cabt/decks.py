@@ -20,7 +20,6 @@ TRAINERS = (
     ("Boss’s Orders", 2),
     ("Lillie’s Determination", 4),
 )
-MIN_BASICS = 12  # a KO with an empty bench loses the game: enough Basics to keep two on the bench
 TYPE_NAMES = {1: "grass", 2: "fire", 3: "water", 4: "lightning", 5: "psychic", 6: "fighting", 7: "darkness", 8: "metal"}
 
 
@@ -64,26 +63,23 @@ def lines(db: CardDB, etype: int) -> list[list[int]]:
     return sorted(out, key=lambda ln: -max(_power(db, c) for c in ln))
 
 
-def build_deck(db: CardDB, etype: int) -> list[int] | None:
-    """A 60-card mono-`etype` deck, or None when the database has too few lines of that type."""
-    found = lines(db, etype)
+def build_deck(db: CardDB, etype: int, n_lines: int = 3, counts: tuple[int, ...] = (4, 3, 2)) -> list[int] | None:
+    """A 60-card mono-`etype` deck: its `n_lines` best evolution lines (no name twice; `counts` copies of the
+    Basic, Stage 1, Stage 2), the generic trainers, basic energy to 60; None when the type has too few lines."""
+    found: list[list[int]] = []
+    seen: set[str] = set()
+    for line in lines(db, etype):
+        names = {_norm(db.card[c]["name"]) for c in line}
+        if names & seen:
+            continue
+        found.append(line)
+        seen |= names
+        if len(found) == n_lines:
+            break
     if len(found) < 2:
         return None
-    deck: list[int] = []
-    seen_names: set[str] = set()
-    for n, line in enumerate(found):
-        basics = sum(1 for c in deck if db.is_basic_pokemon(c))
-        if n >= 2 and basics >= MIN_BASICS or len(deck) >= 24:
-            break
-        if any(_norm(db.card[c]["name"]) in seen_names for c in line):
-            continue
-        counts = (4, 3, 2)[: len(line)] if n < 2 else (4, 3)
-        for cid, k in zip(line[: len(counts)], counts):
-            deck += [cid] * k
-            seen_names.add(_norm(db.card[cid]["name"]))
+    deck = [cid for line in found for cid, k in zip(line, counts) for _ in range(k)]
     by_name = {_norm(c["name"]): cid for cid, c in db.card.items()}
-    if any(len(db.card[c].get("evolvesFrom") or "") for c in deck) and any(db.card[c]["stage2"] for c in deck):
-        deck += [by_name["Rare Candy"]] * 2 if "Rare Candy" in by_name else []
     for name, k in TRAINERS:
         cid = by_name.get(_norm(name))
         if cid is not None:
