@@ -21,7 +21,7 @@ import hashlib
 
 import numpy as np
 
-from .features import OPTION_DIM, STATE_DIM, Tables, attack_damage, option_features, state_features
+from .features import OPTION_DIM, PICKED, STATE_DIM, Tables, attack_damage, option_features, state_features
 
 MAX_ROUNDS = 64  # rounds per episode (episode_id = match * 64 + round - 1)
 MAX_DECISIONS = 10000  # per round and lane pair: decision_id = episode_id * 10000 + decision index
@@ -219,7 +219,11 @@ def encode_episode(
         n_opt = len(sel["option"])
         picked: set[int] = set()
         for k, x in enumerate(answer):
-            state_features(tb, obs, k, feats[r])
+            if k == 0:
+                state_features(tb, obs, 0, feats[r])
+            else:  # a later pick of the same decision: the same state, one more pick
+                feats[r] = feats[r - 1]
+                feats[r, PICKED] = k / 4
             option_features(tb, obs, picked, optf[r])
             mask[r, :n_opt] = True
             for pk in picked:

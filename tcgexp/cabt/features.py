@@ -69,6 +69,7 @@ def _off(layout) -> dict[str, int]:
 
 S = _off(STATE_LAYOUT)
 O = _off(OPTION_LAYOUT)
+PICKED = S["select"] + 2  # the picks so far (/4): all a later substep of one decision changes in the state
 
 
 class Tables:
@@ -179,9 +180,8 @@ def _mon_full(tb: Tables, f: np.ndarray, o: int, m: dict | None, other: dict | N
     o += 1 + N_TYPES
     f[o : o + 3] = (len(m.get("tools") or ()) / 2, len(m.get("preEvolution") or ()) / 2, bool(m.get("appearThisTurn")))
     o += 3
-    atks = tb.db.attacks_of(cid)
-    pay = [a for a in atks if _payable(a.cost, en)]
-    f[o] = tb.payable(cid, en) / 3
+    pay = [a for a in tb.db.attacks_of(cid) if _payable(a.cost, en)]
+    f[o] = len(pay) / 3
     f[o + 1] = max((attack_damage(tb, a.aid, m, other)[0] for a in pay), default=0.0) / 300 if other else 0.0
 
 
@@ -189,23 +189,12 @@ def _mon_lite(tb: Tables, f: np.ndarray, o: int, m: dict | None) -> None:
     cid = tb.cid(m)
     if not cid:
         return
-    full = tb.full[cid]
-    nt = len(CARD_TYPES)
     f[o] = 1
-    f[o + 1 : o + 4] = full[nt : nt + 3]
-    f[o + 4] = full[nt + 3 : nt + 7].max()
-    f[o + 5 : o + 5 + N_TYPES] = full[nt + 9 : nt + 9 + N_TYPES]
+    f[o + 1 : o + 5 + N_TYPES] = tb.bench_static[cid]
     o += 5 + N_TYPES
     hp, mx = m.get("hp") or 0, m.get("maxHp") or 1
     en = m.get("energies") or ()
-    atks = tb.db.attacks_of(cid)
-    f[o : o + 5] = (
-        hp / 300,
-        hp / max(mx, 1),
-        len(en) / 6,
-        sum(_payable(a.cost, en) for a in atks) / 3,
-        len(m.get("tools") or ()) / 2,
-    )
+    f[o : o + 5] = (hp / 300, hp / max(mx, 1), len(en) / 6, tb.payable(cid, en) / 3, len(m.get("tools") or ()) / 2)
 
 
 def state_features(tb: Tables, obs: dict, picked: int, out: np.ndarray) -> None:

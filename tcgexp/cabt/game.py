@@ -53,7 +53,17 @@ class CabtGame:
     def columns(self, max_options: int) -> tuple[pa.Field, ...]:
         f = lambda n, t: pa.field(n, t, nullable=False)
         return (
-            pa.field("option_features", pa.list_(pa.float32(), max_options * OPTION_DIM), nullable=False),
+            # stored without its padding, read back as [rows, max_options * OPTION_DIM] (tcgexp.data.schema's
+            # padded columns: these two metadata keys)
+            pa.field(
+                "option_features",
+                pa.list_(pa.float32()),
+                nullable=False,
+                metadata={
+                    b"tcgexp.width": str(max_options * OPTION_DIM).encode(),
+                    b"tcgexp.unit": str(OPTION_DIM).encode(),
+                },
+            ),
             f("single_option", pa.bool_()),
             f("min_count", pa.int16()),
             f("max_count", pa.int16()),
