@@ -11,7 +11,7 @@ whether it goes first, how eagerly it plays trainers, how early it retreats a hu
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cards import BASIC_ENERGY, ITEM, POKEMON, SPECIAL_ENERGY, STADIUM, SUPPORTER, TOOL, CardDB
 
@@ -78,10 +78,12 @@ class Teacher:
         self.name, self.skill, self.deck, self.db = name, skill, list(deck), db
         self.rng = random.Random(seed)
         self.noise = SKILLS[skill]
-        self.style = Style.draw(self.rng)
+        self.new_episode()
 
     def new_episode(self) -> None:
         self.style = Style.draw(self.rng)  # hidden, per episode
+        if self.skill == "expert":  # an expert's style varies within what keeps it strong: a bench of 3 or more
+            self.style = replace(self.style, bench_target=max(3, self.style.bench_target))
 
     def __call__(self, obs: dict) -> list[int]:
         sel = obs.get("select")
@@ -103,6 +105,7 @@ class Teacher:
         opts = sel["option"]
         mine, opp = cur["players"][me], cur["players"][1 - me]
         active = mine["active"][0] if mine["active"] else None
+        self._opp_bench = opp.get("bench") or []
         best, best_score = 0, -1e9
         for i, o in enumerate(opts):
             t = o["type"]
@@ -145,6 +148,10 @@ class Teacher:
                 return 80.0
             return 25.0 if bench < int(mine.get("benchMax") or 5) - 1 else -1.0
         rate = 1.0 if self.skill == "expert" else self.style.trainer_rate  # an expert plays what it draws
+        if c["name"].replace("’", "'") == "Boss's Orders":  # a gust: only for a knock-out on the bench
+            active = mine["active"][0] if mine["active"] else None
+            reach = self.best_damage(active)
+            return 60.0 if reach and any(m["hp"] <= reach for m in self._opp_bench) else -1.0
         if c["name"] == "Switch":
             active = mine["active"][0] if mine["active"] else None
             return 65.0 if self.better_on_bench(active, mine) else -1.0
