@@ -6,8 +6,9 @@
 
 The baseline reads each file and parses it with ``json.loads``, nothing else; the import
 (``tcgexp-data dataset=cabt action=import``) runs in a process of its own, whose peak resident memory
-(``VmHWM``) is what it needed: filing (read, check, deflate into the day's ZIP) and building (encode every
-pick into rows, shards, the day's Parquet, manifest, catalog), each timed. Needs the cabt extra.
+(``VmHWM``) is what it needed: filing (read, check and encode each episode once, deflate it into the day's ZIP,
+its rows into the day's shards) and building (merge the shards into the day's Parquet, manifest, catalog),
+each timed. Needs the cabt extra.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> None:
         rows = [
             ["json.loads alone (read + parse)", n, f"{base:.1f}", f"{n / base:,.1f}", f"{mb / base:,.1f}", "", ""],
             [
-                "import: filing (read, check, ZIP)",
+                "import: filing (read, check, encode, ZIP)",
                 got["episodes"],
                 f"{got['filing']:.1f}",
                 f"{n / got['filing']:,.1f}",

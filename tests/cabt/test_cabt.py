@@ -336,3 +336,21 @@ def test_a_build_resumes_by_shard(kit, tmp_path):
     assert all(
         np.array_equal(a[k], b[k], equal_nan=True) if a[k].dtype != object else list(a[k]) == list(b[k]) for k in a
     )
+
+
+def test_the_legacy_engine_imports_too(tmp_path):
+    """configuration.version 1 (the legacy engine, best of one): read with its own card database, pinned too."""
+    from tcgexp.cabt.engine import engine, harness_deck
+    from tcgexp.cabt.selfplay import play_episode
+    from tcgexp.cabt.teachers import first_agent, random_agent
+
+    ep = play_episode(engine(1), [first_agent(harness_deck()), random_agent(random.Random(1), harness_deck())], bo=3)
+    assert ep["configuration"]["version"] == 1 and ep["configuration"]["bo"] == 1
+    write(tmp_path / "in", "v1", ep)
+    c = corpus(tmp_path / "data")
+    summary, _ = c.import_episodes(str(tmp_path / "in"), "2026-08-01", lambda line: None)
+    assert summary.imported == {"2026-08-01": 1} and not summary.refused
+    conf = c.manifests["2026-08-01"]["config"]["game"]
+    assert conf["engine_versions"] == [1] and list(conf["card_db_sha256"]) == ["1"]
+    assert pq.ParquetFile(c.paths("2026-08-01").parquet).metadata.num_rows > 0
+    assert corpus(tmp_path / "data", "dataset.verify=full").build() == {"2026-08-01": "validated"}
