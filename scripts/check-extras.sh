@@ -9,13 +9,14 @@
 # sweep  a small halving sweep, then optuna-dashboard on its study (docs/sweeps.md): the API lists the study;
 #        the study-database drivers (psycopg, PyMySQL) import
 # docs   mkdocs build --strict (CONTRIBUTING.md)
+# cabt   a demo day of the real game (docs/real-game.md): self-play, import, build; the day's manifest is there
 # Exit status: 0 when every extra checked passed; the failing ones are named on the last line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${1:-python3}
 shift || true
 extras=("$@")
-[ ${#extras[@]} -gt 0 ] || extras=(peers ray sweep docs)
+[ ${#extras[@]} -gt 0 ] || extras=(peers ray sweep docs cabt)
 root=$(pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -59,6 +60,11 @@ sys.exit(0 if d['study_summaries'] else 1)" 2>/dev/null; then ok=0; break; fi
 
 check_docs() {
   NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$work/site"
+}
+
+check_cabt() {
+  (cd "$work" && python -m tcgexp.data dataset=cabt_demo dataset.root="$work/cabt" dataset.demo.episodes_per_day=4) &&
+    ls "$work"/cabt/bc_data/*.manifest.json >/dev/null
 }
 
 for extra in "${extras[@]}"; do

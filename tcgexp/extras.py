@@ -2,7 +2,8 @@
 
 The base install (``pip install -e .``) builds the corpus, trains, sweeps and tracks. What needs more is an
 extra of pyproject.toml: ``peers`` (JAX and PyTorch, the benchmark's peers), ``ray`` (Hydra's Ray launcher),
-``sweep`` (optuna-dashboard, the study's database drivers), ``docs`` (MkDocs), ``test`` (pytest, moto and the
+``sweep`` (optuna-dashboard, the study's database drivers), ``docs`` (MkDocs), ``cabt`` (the real game's engine, ``kaggle-environments``; its modules import without it and
+say so at first use), ``test`` (pytest, moto and the
 extras the tests exercise). A module of tcgexp whose own imports need an extra is listed in ``NEEDS``; every
 other module imports with the base install alone, which ``tests/test_extras.py`` checks by importing each
 module in a process that can see only the base install's packages.
@@ -27,6 +28,7 @@ HOW = {
     "sweep": 'pip install -e ".[sweep]"',
     "docs": 'pip install -e ".[docs]"',
     "test": 'pip install -e ".[test]"',
+    "cabt": 'pip install -e ".[cabt]"',
 }
 
 
@@ -48,6 +50,7 @@ PROBES = {
     "sweep": ("optuna_dashboard", "psycopg", "pymysql"),
     "docs": ("mkdocs", "material"),
     "test": ("pytest", "moto"),
+    "cabt": ("kaggle_environments",),
 }
 
 

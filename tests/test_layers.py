@@ -6,7 +6,7 @@ The layers, bottom up (``docs/design.md`` draws them):
 
 - base: the top-level modules every layer may use (errors, console, schema, config, launch, ownership, extras,
   plugins, progress, overrides, memlimit), importing nothing above them;
-- sim < data < plan, cache, track (the planner and the cache never import each other) < learn (the model,
+- sim, cabt (the two games: the built-in simulator, the real game) < data < plan, cache, track (the planner and the cache never import each other) < learn (the model,
   its step, optimizers and schedules) < lifecycle (a run's folder, signals, checkpoints, resume, ranks) <
   train (composes a run) < sweep (with the sweeper's Hydra plugin class in hydra_plugins/); kernels (the
   step's compiled kernels, built and loaded) beside sim: it imports no other part, and only learn uses it;
@@ -40,6 +40,7 @@ BASE = {
 RANK = {
     "base": 0,
     "sim": 1,
+    "cabt": 1,
     "kernels": 1,
     "data": 2,
     "plan": 3,

@@ -9,11 +9,12 @@ import sys
 from ..console import one_line_errors
 from ..learn.blas import setup
 from ..train.errors import USER_ERRORS
-from . import corpus, distributed, loader, memory, scale, scan, sweep, train
+from . import corpus, distributed, imports, loader, memory, scale, scan, sweep, train
 
 BENCHES = {
     "corpus": corpus,
     "distributed": distributed,
+    "import": imports,
     "loader": loader,
     "memory": memory,
     "scale": scale,

@@ -29,6 +29,34 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, str]:
         )
     if corpus.remote:
         raise refuse_remote(corpus.root)
+    if cfg.action == DataAction["import"]:
+        if not cfg.source:
+            raise DataError("action=import needs source=<a folder or ZIP of episode JSONs>")
+        summary, outcome = corpus.import_episodes(
+            cfg.source, cfg.date, lambda line: console.print(f"[data] {line}", markup=False, soft_wrap=True)
+        )
+        mb = summary.bytes / 1e6
+        rate = (
+            f"{sum(summary.imported.values()) / max(summary.seconds, 1e-9):.1f} episodes/s, " if summary.seconds else ""
+        )
+        console.print(
+            f"[data] import: {sum(summary.imported.values())} episodes filed into {len(summary.imported)} days, "
+            f"{summary.duplicates} seen before (skipped), {len(summary.refused)} refused; {mb:.1f} MB of JSON "
+            f"in {summary.seconds:.1f} s ({rate}{mb / max(summary.seconds, 1e-9):.1f} MB/s)",
+            markup=False,
+            soft_wrap=True,
+        )
+        for line in summary.refused:
+            console.print(f"[data] refused: {line}", markup=False, soft_wrap=True)
+        for date, what in outcome.items():
+            m = corpus.manifests[date]
+            console.print(
+                f"[data] {date}: {what}  rows={m['rows']} episodes={m['episodes']} row_groups={len(m['row_groups'])} "
+                f"{corpus.paths(date).parquet}",
+                markup=False,
+                soft_wrap=True,
+            )
+        return outcome
     if cfg.action == DataAction.clean:
         for date in corpus.dates:
             corpus.clean_derived(date)

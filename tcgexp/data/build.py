@@ -228,47 +228,7 @@ class DayBuilder:
         val = split_val(np.array([e[0] for e in episodes], dtype=np.int64), s)
         schema = arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM)
         tmp = p.parquet.with_name(p.parquet.name + ".tmp")
-        p.parquet.parent.mkdir(parents=True, exist_ok=True)
-        groups: list[dict] = []
-        rows = {"train": 0, "val": 0}
-        with pq.ParquetWriter(tmp, schema, compression=s.compression) as writer:
-            for split in ("train", "val"):
-                buf: list[pa.Table] = []
-                buffered = 0
-
-                def flush(split: str = split) -> None:
-                    nonlocal buf, buffered
-                    if not buf:
-                        return
-                    table = pa.concat_tables(buf).combine_chunks()
-                    writer.write_table(table, row_group_size=table.num_rows)
-                    ep = table.column("episode_id").to_numpy()
-                    groups.append(
-                        {
-                            "index": len(groups),
-                            "rows": table.num_rows,
-                            "split": split,
-                            "episodes": len(np.unique(ep)),
-                            "first_episode": int(ep[0]),
-                            "last_episode": int(ep[-1]),
-                        }
-                    )
-                    buf, buffered = [], 0
-
-                for i in range(len(dones)):
-                    table = read_shard(p.work, i)  # one shard in memory at a time
-                    ep = table.column("episode_id").to_numpy()
-                    keep = np.isin(ep, val) == (split == "val")
-                    bounds = np.flatnonzero(np.diff(ep, prepend=ep[0] - 1, append=ep[-1] + 1))
-                    for a, b in itertools.pairwise(bounds):
-                        if not keep[a]:
-                            continue
-                        if buffered and buffered + (b - a) > s.row_group_rows:
-                            flush()
-                        buf.append(table.slice(a, b - a))
-                        buffered += int(b - a)
-                        rows[split] += int(b - a)
-                flush()
+        groups, rows = write_day(tmp, p.work, len(dones), schema, s.compression, s.row_group_rows, val)
         stats: dict[str, int] = {}
         for d in dones:
             for k, v in d["stats"].items():
@@ -310,6 +270,64 @@ class DayBuilder:
         }
         tmp.replace(p.parquet)
         return manifest
+
+
+def write_day(
+    tmp: Path,
+    work: Path,
+    shards: int,
+    schema: pa.Schema,
+    compression: str,
+    row_group_rows: int,
+    val: np.ndarray,
+    split_key: Callable[[np.ndarray], np.ndarray] = lambda ep: ep,
+) -> tuple[list[dict], dict[str, int]]:
+    """Stream the day's shards into `tmp`: train episodes then val (``split_key(episode_id)`` in `val`), whole
+    episodes per row group, one shard in memory at a time. Returns (row groups, rows per split)."""
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    groups: list[dict] = []
+    rows = {"train": 0, "val": 0}
+    with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
+        for split in ("train", "val"):
+            buf: list[pa.Table] = []
+            buffered = 0
+
+            def flush(split: str = split) -> None:
+                nonlocal buf, buffered
+                if not buf:
+                    return
+                table = pa.concat_tables(buf).combine_chunks()
+                writer.write_table(table, row_group_size=table.num_rows)
+                ep = table.column("episode_id").to_numpy()
+                groups.append(
+                    {
+                        "index": len(groups),
+                        "rows": table.num_rows,
+                        "split": split,
+                        "episodes": len(np.unique(ep)),
+                        "first_episode": int(ep[0]),
+                        "last_episode": int(ep[-1]),
+                    }
+                )
+                buf, buffered = [], 0
+
+            for i in range(shards):
+                table = read_shard(work, i)  # one shard in memory at a time
+                if not table.num_rows:
+                    continue
+                ep = table.column("episode_id").to_numpy()
+                keep = np.isin(split_key(ep), val) == (split == "val")
+                bounds = np.flatnonzero(np.diff(ep, prepend=ep[0] - 1, append=ep[-1] + 1))
+                for a, b in itertools.pairwise(bounds):
+                    if not keep[a]:
+                        continue
+                    if buffered and buffered + (b - a) > row_group_rows:
+                        flush()
+                    buf.append(table.slice(a, b - a))
+                    buffered += int(b - a)
+                    rows[split] += int(b - a)
+            flush()
+    return groups, rows
 
 
 def split_val(episode_ids: np.ndarray, spec: DaySpec) -> np.ndarray:

@@ -11,6 +11,7 @@ read through the local tier (``remote.py``, ``tier.py``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -31,7 +32,10 @@ from .. import sim
 from ..schema import ALL, check, schema, within
 from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
 from .catalog import Catalog
+from .episodes import EpisodeDays, EpisodeSettings, ImportSummary, read_index
 from .errors import BuildRefused, DataError, listed
+from .games import GAMES
+from .games import game as find_game
 from .parallel import build_days, worker_pool
 from .remote import RemoteFile
 from .schema import SCHEMA_VERSION
@@ -52,12 +56,34 @@ def _iso_date(value) -> bool:
         return False
 
 
+@schema("dataset.filter")
+class FilterConfig:
+    """Which rows a run trains on, chosen before planning (a game whose rows carry ``player`` and ``rating``)."""
+
+    min_rating: float | None = None  # only decisions of agents rated at least this (None: every decision)
+    players: list[str] | None = None  # only decisions of these agents (is_self aliases; None: every agent)
+    NULLABLE: ClassVar[tuple] = ("min_rating", "players")
+
+
+@schema("dataset.demo")
+class DemoConfig:
+    """A demo corpus of a game that can play itself (cabt_demo): episodes made by its scripted players."""
+
+    episodes_per_day: int = 0  # self-play episodes per day (0: not a demo; days come from tcgexp-data action=import)
+    bo: int = 1  # rounds per episode (best of): 1, or 3 as Kaggle's harness plays by default
+    CHECKS: ClassVar[tuple] = (
+        ("episodes_per_day", within(0, 10**6), "in [0, 1e6]"),
+        ("bo", within(1, 63), "in [1, 63]"),
+    )
+
+
 @schema("dataset")
 class DatasetConfig:
     """Day-partitioned Parquet corpus, built from seeded simulator replays (``Corpus``)."""
 
     _target_: str = MISSING  # the option names the class (conf/dataset/*.yaml)
     name: str = MISSING  # the corpus's name (each option sets its own): its folder under data/ and its catalog rows
+    game: str = "sim"  # whose episodes: sim (the built-in simulator) or cabt (the real game; the cabt extra)
     root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
     start_date: str = "2026-07-27"  # first day; days are consecutive dates
     days: int = 1  # consecutive days from start_date; each is built once and kept
@@ -71,6 +97,9 @@ class DatasetConfig:
     compression: str = "zstd"  # the Parquet codec: smaller files or faster decodes (none: neither cost)
     workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
+    max_options: int = 64  # cabt: offered options a row holds; an episode with a decision offering more is refused
+    filter: FilterConfig = field(default_factory=FilterConfig)  # which agents' rows a run trains on (cabt)
+    demo: DemoConfig = field(default_factory=DemoConfig)  # cabt_demo: days made by self-play
     # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
     # a day not built, or built with other settings, is refused by name. Either a list ...
     dates: list[str] | None = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
@@ -92,13 +121,15 @@ class DatasetConfig:
         ("compression", lambda v: v in COMPRESSIONS, f"one of {', '.join(COMPRESSIONS)}"),
         ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
         ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"),
+        ("game", lambda v: v in GAMES, f"one of {', '.join(GAMES)}"),
+        ("max_options", within(1, 1024), "in [1, 1024]"),
     )
 
 
-class DataAction(Enum):
-    build = "build"  # build missing days, validate finished ones
-    clean = "clean"  # drop derived files (refused for a day whose replay ZIP is missing)
-    publish = "publish"  # upload finished days to target=s3://bucket/prefix, each day's manifest last
+# build: build missing days, validate finished ones; clean: drop derived files (refused for a day whose replay
+# ZIP is missing); publish: upload finished days to target=s3://bucket/prefix, each day's manifest last;
+# import: file episode JSONs (source=<folder or ZIP>) into days of a game whose days are episodes, then build them
+DataAction = Enum("DataAction", [(n, n) for n in ("build", "clean", "publish", "import")])
 
 
 @schema(name="base_data_app")
@@ -108,16 +139,23 @@ class DataAppConfig:
     dataset: DatasetConfig = MISSING
     action: DataAction = DataAction.build  # what the command does to the days (DataAction)
     target: str | None = None  # action=publish: the object-store URI the local corpus is uploaded to
+    source: str | None = None  # action=import: a folder or ZIP of episode JSONs (and their _info.json sidecars)
+    date: str | None = None  # action=import: the day for episodes no sidecar dates (None: today, UTC)
     # the most days one command builds (a typo'd range would otherwise write hundreds); more is refused in one
     # line with the count: raise it to build a longer corpus on purpose (0 = only validate what is built)
     max_new_days: int = 31
-    CHECKS: ClassVar[tuple] = (("max_new_days", within(0, 36500), "in [0, 36500] days (0 = only validate)"),)
+    CHECKS: ClassVar[tuple] = (
+        ("max_new_days", within(0, 36500), "in [0, 36500] days (0 = only validate)"),
+        ("date", lambda v: v is None or _iso_date(v), "an ISO date, YYYY-MM-DD"),
+    )
+    NULLABLE: ClassVar[tuple] = ("date",)
 
 
 class Corpus:
     def __init__(
         self,
         name: str,
+        game: str,
         root: str,
         start_date: str,
         days: int,
@@ -135,6 +173,9 @@ class Corpus:
         date_from: str | None,
         date_to: str | None,
         storage,
+        max_options: int,
+        filter,
+        demo,
     ) -> None:
         self.name = name
         # the bounds live in the dataset schema (DatasetConfig.CHECKS); a Corpus built by
@@ -144,6 +185,9 @@ class Corpus:
         )
         if problem:
             raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
+        self.game = game_of = find_game(game)
+        self.filter = {"min_rating": None, "players": None, **dict(filter or {})}
+        self.demo = {"episodes_per_day": 0, "bo": 1, **dict(demo or {})}
         self.storage = storage
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
@@ -152,6 +196,21 @@ class Corpus:
         self._remote_catalog: RemoteCatalog | None = None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
+        self.episodes: EpisodeDays | None = None
+        if game_of.source == "episodes":
+            self.episodes = EpisodeDays(
+                self.root,
+                game_of,
+                EpisodeSettings(
+                    row_group_rows=row_group_rows,
+                    episodes_per_shard=episodes_per_shard,
+                    val_fraction=val_fraction,
+                    seed=seed,
+                    would_ko=would_ko,
+                    compression=compression,
+                    max_options=max_options,
+                ),
+            )
         chosen = (
             selected_dates(dates, date_from, date_to, lambda: self.catalog)
             if (dates is not None or date_from or date_to)
@@ -159,20 +218,20 @@ class Corpus:
         )
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
-        self.specs = [
-            DaySpec(
-                date=d,
-                seed=seed,
-                rows_per_day=rows_per_day,
-                row_group_rows=row_group_rows,
-                episodes_per_shard=episodes_per_shard,
-                val_fraction=val_fraction,
-                max_turns=max_turns,
-                would_ko=would_ko,
-                compression=compression,
-            )
-            for d in self.dates
-        ]
+        if self.episodes is not None and chosen is None and not self.demo["episodes_per_day"] and not self.remote:
+            # imported episodes carry their own days: every day the root holds (its ZIPs, its catalog)
+            self.dates = sorted(set(self.episodes.days()) | {r["date"] for r in self._catalog_rows()})
+        self._spec = {
+            "seed": seed,
+            "rows_per_day": rows_per_day,
+            "row_group_rows": row_group_rows,
+            "episodes_per_shard": episodes_per_shard,
+            "val_fraction": val_fraction,
+            "max_turns": max_turns,
+            "would_ko": would_ko,
+            "compression": compression,
+        }
+        self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
         self.workers = workers or (os.cpu_count() or 1)
         self.verify = verify
         self.manifests: dict[str, dict] = {}
@@ -204,12 +263,18 @@ class Corpus:
         and every other reader's chunks); 0 for a local root."""
         return self.store.fetched_bytes if self.remote else 0
 
+    def _catalog_rows(self) -> list[dict]:
+        return self.catalog.all() if (self.root / "catalog.sqlite").exists() else []
+
     @property
     def catalog(self) -> Catalog | RemoteCatalog:
         return self._open_store() if self.remote else Catalog(self.root / "catalog.sqlite")
 
     def fingerprint(self, spec: DaySpec) -> str:
-        """Simulator + encoder config + every knob that shapes the day's bytes."""
+        """Simulator + encoder config + every knob that shapes the day's bytes (an episode game's day: its
+        settings, the game's identity and its ZIPs, ``EpisodeDays.fingerprint``)."""
+        if self.episodes is not None:
+            return self.episodes.fingerprint(spec.date)
         blob = json.dumps(
             {**spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION}, sort_keys=True
         )
@@ -345,6 +410,8 @@ class Corpus:
             return None
 
     def _build(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
+        if self.episodes is not None:
+            return self._build_episodes(progress, on_day)
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
@@ -386,12 +453,85 @@ class Corpus:
                 on_day(spec.date, outcome[spec.date], len(outcome), total)
         return outcome
 
+    def _build_episodes(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
+        """Days of an episode game: a demo day without episodes is played first (then imported), every day
+        is built from its replay ZIPs or validated."""
+        catalog, outcome = self.catalog, {}
+        report = progress or (lambda stage, done, total: None)
+        for date in self.dates:
+            if self.demo["episodes_per_day"] and not self.episodes.day_zips(date):
+                self.make_demo_day(date, report)
+            outcome[date], self.manifests[date] = self.episodes.build_day(
+                self.paths(date), catalog, self.verify, report
+            )
+            report("days", len(outcome), len(self.dates))
+            on_day(date, outcome[date], len(outcome), len(self.dates))
+        return outcome
+
+    def make_demo_day(self, date: str, report: ProgressFn) -> ImportSummary:
+        """Self-play episodes for `date` (the game's scripted players), written as harness episode JSONs with
+        sidecars into ``<root>/incoming/<date>/``, then imported like any other episodes."""
+        folder = self.root / "incoming" / date
+        shutil.rmtree(folder, ignore_errors=True)
+        self.game.make_demo(
+            folder,
+            date=date,
+            episodes=int(self.demo["episodes_per_day"]),
+            seed=int(self._spec["seed"]) * 100_003 + dt.date.fromisoformat(date).toordinal(),
+            bo=int(self.demo["bo"]),
+            progress=lambda done, total: report(f"{date} self-play", done, total),
+        )
+        summary = self.episodes.import_from(folder, date, lambda line: None)
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # incoming/, when no other day's episodes wait there
+        if summary.refused and not summary.imported:
+            raise DataError(f"the demo's own episodes were refused: {summary.refused[0]}", path=folder)
+        return summary  # a rare episode wider than dataset.max_options is left out (the summary names it)
+
+    def import_episodes(self, source: str, date: str | None, report) -> tuple[ImportSummary, dict[str, str]]:
+        """``tcgexp-data action=import``: file the episodes of `source` into days, then build those days."""
+        if self.episodes is None:
+            raise DataError(
+                f"dataset.game={self.game.name} simulates its days; import is for a game whose days are episodes",
+                fix="dataset=cabt (or dataset.game=cabt) action=import source=<folder or ZIP>",
+            )
+        with self.locked():
+            summary = self.episodes.import_from(Path(source), date, report)
+            outcome = {}
+            catalog = self.catalog
+            for day in sorted(summary.imported):
+                outcome[day], self.manifests[day] = self.episodes.build_day(
+                    self.paths(day), catalog, self.verify, lambda stage, done, total: None
+                )
+        if not self.selected and not self.demo["episodes_per_day"]:
+            self.dates = sorted(set(self.dates) | set(summary.imported))
+            self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
+        return summary, outcome
+
     def clean_derived(self, date: str) -> None:
         """Delete a day's derived files, under the build lock; refused unless the replay ZIP (their source)
         reads back whole (every member's CRC) and was generated with the current settings."""
         if self.remote:
             raise refuse_remote(self.root)
         p = self.paths(date)
+        if self.episodes is not None:
+            with self.locked():
+                zips = self.episodes.day_zips(date)
+                if not zips:
+                    raise BuildRefused(
+                        "the day's replay ZIPs are missing, so the derived day cannot be regenerated",
+                        path=self.root / "replays" / date,
+                        fix="restore the ZIPs first; the derived Parquet is kept",
+                    )
+                for z in zips:
+                    read_index(z)  # each must read back before its derived files go
+                for f in (p.manifest, p.parquet):
+                    f.unlink(missing_ok=True)
+                shutil.rmtree(p.work, ignore_errors=True)
+                self.catalog.delete(date)
+                self.manifests.pop(date, None)
+            return
         with self.locked():
             if not p.zip.exists():
                 raise BuildRefused(

@@ -59,7 +59,9 @@ COLUMN_ORDER = [
 LANE_COLUMNS = ["episode_id", "side", "step_id", "decision_id", "substep"]
 
 
-def arrow_schema(feature_dim: int, action_dim: int) -> pa.Schema:
+def arrow_schema(feature_dim: int, action_dim: int, extra: tuple[pa.Field, ...] = ()) -> pa.Schema:
+    """The common columns (every game's), then `extra`: the columns a game adds after them (none for the
+    built-in simulator)."""
     dims = {"F": feature_dim, "A": action_dim}
     fields = []
     for name in COLUMN_ORDER:
@@ -68,7 +70,51 @@ def arrow_schema(feature_dim: int, action_dim: int) -> pa.Schema:
             fields.append(pa.field(name, pa.list_(elem, dims[dim]), nullable=False))
         else:
             fields.append(pa.field(name, SCALAR_COLUMNS[name], nullable=False))
-    return pa.schema(fields, metadata={"tcgexp.schema_version": str(SCHEMA_VERSION)})
+    return pa.schema(fields + list(extra), metadata={"tcgexp.schema_version": str(SCHEMA_VERSION)})
+
+
+WIDTH, UNIT = b"tcgexp.width", b"tcgexp.unit"
+
+
+def padded_field(name: str, elem: pa.DataType, width: int, unit: int) -> pa.Field:
+    """A wide, mostly padded column stored without its padding: each row keeps its values up to its last
+    non-zero `unit` (an offered option's vector), and reads back as a 2-d [rows, width] array, zero-padded, as
+    a fixed-size list column does. What the cache, the loader and a model see is the same dense array; the
+    file holds a fraction of it."""
+    return pa.field(
+        name, pa.list_(elem), nullable=False, metadata={WIDTH: str(width).encode(), UNIT: str(unit).encode()}
+    )
+
+
+def _padding(field: pa.Field) -> tuple[int, int] | None:
+    md = field.metadata or {}
+    if WIDTH in md and pa.types.is_list(field.type):
+        return int(md[WIDTH]), int(md.get(UNIT, b"1"))
+    return None
+
+
+def _trim(values: np.ndarray, width: int, unit: int, typ: pa.DataType) -> pa.Array:
+    n = len(values)
+    units = values.reshape(n, width // unit, unit)
+    nonzero = units.any(axis=2)
+    last = np.where(nonzero.any(axis=1), width // unit - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    keep = np.arange(width // unit)[None, :] < last[:, None]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(last * unit, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(units[keep].reshape(-1), type=typ.value_type))
+
+
+def _pad(col: pa.Array, width: int) -> np.ndarray:
+    offsets = col.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    values = col.flatten().to_numpy(zero_copy_only=False)
+    n = len(col)
+    out = np.zeros((n, width), values.dtype)
+    lengths = np.diff(offsets)
+    if len(values):
+        pos = np.arange(len(values)) - np.repeat(offsets[:-1], lengths) + np.repeat(np.arange(n) * width, lengths)
+        out.reshape(-1)[pos] = values
+    return out
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -81,7 +127,10 @@ def to_table(columns: dict[str, np.ndarray], schema: pa.Schema) -> pa.Table:
     arrays = []
     for field in schema:
         values = np.asarray(columns[field.name])
-        if pa.types.is_fixed_size_list(field.type):
+        padded = _padding(field)
+        if padded is not None:
+            arrays.append(_trim(values, padded[0], padded[1], field.type))
+        elif pa.types.is_fixed_size_list(field.type):
             size = field.type.list_size
             flat = pa.array(values.reshape(-1), type=field.type.value_type)
             arrays.append(pa.FixedSizeListArray.from_arrays(flat, size))
@@ -98,7 +147,10 @@ def to_numpy(data: pa.Table | pa.RecordBatch, columns: Iterable[str] | None = No
         col = data.column(name)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
-        if pa.types.is_fixed_size_list(col.type):
+        padded = _padding(data.schema.field(name))
+        if padded is not None:
+            out[name] = _pad(col, padded[0])
+        elif pa.types.is_fixed_size_list(col.type):
             size = col.type.list_size
             flat = col.flatten()  # respects slice offsets, unlike .values
             out[name] = flat.to_numpy(zero_copy_only=False).reshape(-1, size)

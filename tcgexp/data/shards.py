@@ -90,10 +90,22 @@ def validate_columns(columns: dict, *, path, row_group: int | None = None) -> No
         )
 
 
-def write_shard(work: Path, index: int, columns: dict, stats: dict, episodes: list, *, compression: str) -> dict:
+def write_shard(
+    work: Path,
+    index: int,
+    columns: dict,
+    stats: dict,
+    episodes: list,
+    *,
+    compression: str,
+    schema: pa.Schema | None = None,
+) -> dict:
+    """`schema`: the game's day schema (the built-in simulator's when None)."""
     data_path, done_path = shard_paths(work, index)
-    validate_columns(columns, path=data_path)
-    table = to_table(columns, arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM))
+    if columns:
+        validate_columns(columns, path=data_path)
+    schema = schema if schema is not None else arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM)
+    table = to_table(columns, schema) if columns else schema.empty_table()
     tmp = data_path.with_name(data_path.name + ".tmp")
     pq.write_table(table, tmp, compression=compression)
     os.replace(tmp, data_path)

@@ -90,20 +90,38 @@ class LaneIndex:
 
     @classmethod
     def of(cls, corpus) -> LaneIndex:
-        """The lanes of a built ``tcgexp.data.Corpus`` (its selected days, in order)."""
-        return cls(corpus.files, [corpus.manifests[d] for d in corpus.dates])
+        """The lanes of a built ``tcgexp.data.Corpus`` (its selected days, in order), through its filter."""
+        return cls(corpus.files, [corpus.manifests[d] for d in corpus.dates], getattr(corpus, "filter", None))
 
-    def __init__(self, files: Sequence[Path], manifests: Sequence[dict]) -> None:
+    def __init__(self, files: Sequence[Path], manifests: Sequence[dict], filter: dict | None = None) -> None:
         self.files = [as_file(f) for f in files]  # local Paths, or RemoteFiles (only the lane columns are fetched)
+        rows_filter = RowFilter.of(filter)
         parts = []
+        self.pruned = 0  # row groups the filter left unread (their Parquet statistics exclude every row)
         for fi, (path, manifest) in enumerate(zip(self.files, manifests)):
             pf = parquet_file(path)
-            indices = [rg["index"] for rg in manifest["row_groups"]]
-            table = pf.read_row_groups(indices, columns=self.COLUMNS, use_threads=False)
-            cols = {c: table.column(c).to_numpy() for c in self.COLUMNS}
+            rgs = manifest["row_groups"]
+            if rows_filter is not None:
+                rows_filter.check_columns(pf, path)
+                kept = [rg for rg in rgs if rows_filter.may_hold(pf.metadata.row_group(rg["index"]), pf)]
+                self.pruned += len(rgs) - len(kept)
+                rgs = kept
+            indices = [rg["index"] for rg in rgs]
+            if not indices:
+                continue  # every row group of the day ruled out by its statistics
+            columns = self.COLUMNS + (rows_filter.COLUMNS if rows_filter is not None else [])
+            table = pf.read_row_groups(indices, columns=columns, use_threads=False)
+            cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in columns}
             sizes = [pf.metadata.row_group(i).num_rows for i in indices]
-            parts.append((fi, path, manifest["row_groups"], sizes, cols))
+            if rows_filter is not None:
+                cols["keep"] = rows_filter.keep(cols)
+            parts.append((fi, path, rgs, sizes, cols))
         self._build(parts)
+        if rows_filter is not None and not self.n_lanes:
+            raise DataError(
+                f"dataset.filter ({rows_filter}) selects no decision in the {len(self.files)} day(s) chosen",
+                fix="lower dataset.filter.min_rating or name players the days hold (their player column)",
+            )
 
     @classmethod
     def from_columns(cls, files: Sequence[Path], days: Sequence[tuple[list[dict], list[int], dict]]) -> LaneIndex:
@@ -115,6 +133,7 @@ class LaneIndex:
 
     def _build(self, parts) -> None:
         self.row_groups: list[RowGroupRef] = []
+        self.selected: dict[int, np.ndarray] = {}  # filtered: each row group's chosen local rows
         rows_parts, lane_rg, lane_ep, lane_side, lane_len, dec_len, dec_pos = [], [], [], [], [], [], []
         offset = row_base = 0
         for fi, path, rgs, sizes, cols in parts:
@@ -123,15 +142,22 @@ class LaneIndex:
             group = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
             local = np.arange(len(ep), dtype=np.int64) - np.repeat(np.cumsum([0] + sizes[:-1]), sizes)
             order = group_rows(group, ep, side)
+            keep = cols.get("keep")
+            if keep is not None:  # the filter's rows only: whole lanes (a lane is one agent's)
+                order = order[keep[order]]
             g, e, s, st = group[order], ep[order], side[order], step[order].astype(np.int64)
             lane_start = np.ones(len(order), bool)
             lane_start[1:] = (g[1:] != g[:-1]) | (e[1:] != e[:-1]) | (s[1:] != s[:-1])
             self._check(lane_start, st, dec[order], g, path, rgs, sizes, cols)
             dec_start = lane_start | np.diff(st, prepend=-1).astype(bool)  # a new decision where step_id changes
             starts = np.flatnonzero(lane_start)
-            for rg, n in zip(rgs, sizes):
-                self.row_groups.append(RowGroupRef((fi, rg["index"]), n, rg["split"], offset))
+            chosen = np.bincount(group[keep], minlength=len(sizes)) if keep is not None else sizes
+            for rg, n, k in zip(rgs, sizes, chosen):
+                self.row_groups.append(RowGroupRef((fi, rg["index"]), int(k), rg["split"], offset))
                 offset += n
+            if keep is not None:
+                for gi in range(len(sizes)):
+                    self.selected[first_g + gi] = np.flatnonzero(keep[group == gi]).astype(np.int64)
             rows_parts.append(local[order].astype(np.int32))
             lane_rg.append(first_g + g[starts])
             lane_ep.append(e[starts].astype(np.int64))
@@ -239,6 +265,66 @@ class LaneIndex:
                 self.lane_row0,
             )
         )
+
+
+class RowFilter:
+    """``dataset.filter``: rows of agents rated at least ``min_rating`` and/or named in ``players``.
+
+    Resolved before planning: a row group whose Parquet statistics exclude every row is not even read; the
+    others' ``rating`` and ``player`` columns choose whole lanes (a lane is one agent's decisions)."""
+
+    COLUMNS: ClassVar[list[str]] = ["rating", "player"]
+
+    def __init__(self, min_rating: float | None, players: list[str] | None) -> None:
+        self.min_rating = None if min_rating is None else float(min_rating)
+        self.players = None if players is None else [str(p) for p in players]
+
+    @classmethod
+    def of(cls, spec) -> RowFilter | None:
+        if not spec:
+            return None
+        get = spec.get if hasattr(spec, "get") else lambda k, d=None: getattr(spec, k, d)
+        f = cls(get("min_rating", None), get("players", None))
+        return f if f.min_rating is not None or f.players is not None else None
+
+    def __str__(self) -> str:
+        parts = ([f"min_rating={self.min_rating:g}"] if self.min_rating is not None else []) + (
+            [f"players={self.players}"] if self.players is not None else []
+        )
+        return ", ".join(parts)
+
+    def check_columns(self, pf, path) -> None:
+        names = pf.schema_arrow.names
+        missing = [c for c in self.COLUMNS if c not in names]
+        if missing:
+            raise DataError(
+                f"dataset.filter needs the columns {missing}, which this corpus's game does not write",
+                path=path,
+                fix="filter a corpus of the real game (dataset=cabt), or unset dataset.filter",
+            )
+
+    def may_hold(self, rg_meta, pf) -> bool:
+        """False when the row group's statistics rule out every row (then it is never read)."""
+        names = pf.schema_arrow.names
+        if self.min_rating is not None:
+            st = rg_meta.column(names.index("rating")).statistics
+            if st is not None and st.has_min_max and st.max < self.min_rating:
+                return False
+        if self.players is not None:
+            st = rg_meta.column(names.index("player")).statistics
+            if st is not None and st.has_min_max and not any(st.min <= p <= st.max for p in self.players):
+                return False
+            if st is not None and st.has_min_max is False and st.null_count == rg_meta.num_rows:
+                return False
+        return True
+
+    def keep(self, cols: dict) -> np.ndarray:
+        keep = np.ones(len(cols["rating"]), bool)
+        if self.min_rating is not None:
+            keep &= np.nan_to_num(cols["rating"].astype(np.float64), nan=-np.inf) >= self.min_rating
+        if self.players is not None:
+            keep &= np.isin(np.asarray(cols["player"], dtype=object), np.asarray(self.players, dtype=object))
+        return keep
 
 
 class LaneViews(Sequence):

@@ -307,10 +307,11 @@ class Planner:
         return sum(r.rows for r in self.index.row_groups if r.split == split)
 
     def split_row_ids(self, split: str) -> np.ndarray:
+        chosen = self.index.selected  # a filtered index: each row group's chosen rows
         return np.concatenate(
             [
-                np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
-                for r in self.index.row_groups
+                (r.row_offset + chosen[i]) if chosen else np.arange(r.row_offset, r.row_offset + r.rows, dtype=np.int64)
+                for i, r in enumerate(self.index.row_groups)
                 if r.split == split
             ]
             or [np.empty(0, np.int64)]

@@ -7,11 +7,13 @@ record into per-row training columns (features, masks, labels, would-KO, aux tar
 
 from .encode import FEATURE_DIM, encode_episode, encoder_config
 from .engine import ACTION_DIM, HAND_SLOTS
+from .game import GAME
 from .record import SIM_VERSION, ReplayError, simulate_episode
 
 __all__ = [
     "ACTION_DIM",
     "FEATURE_DIM",
+    "GAME",
     "HAND_SLOTS",
     "SIM_VERSION",
     "ReplayError",

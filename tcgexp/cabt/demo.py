@@ -1,0 +1,182 @@
+"""The demo corpus of the real game: self-play between the scripted teachers, rated by a round-robin.
+
+``ROSTER`` is the demo's players: skill levels (``novice``, ``club``, ``expert``) with decks the card
+database's rules build. Their ratings are measured, never assigned: ``round_robin`` plays every pair (and the
+engine's own ``random`` agent, the anchor at 1000) and fits a Bradley-Terry model on the Elo scale; ``make_demo``
+writes each day's episodes as harness JSONs (names in ``info.TeamNames``) with a sidecar in Kaggle's episode
+metadata form (``agents[i].initialScore``: the measured rating; ``endTime``: the day), so the demo goes through
+the import path like any episode a user brings. The engine's shuffles cannot be seeded (``std::random_device``):
+the same seed picks the same pairings, seats and hidden styles, while the games themselves differ from build
+to build; the replay ZIP, written once, is the reproducible source.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from .cards import CardDB
+from .decks import standard_decks
+from .engine import engine, harness_deck
+from .selfplay import play_episode
+from .teachers import Teacher, random_agent
+
+# (name, skill, deck type): the decks measured strongest against the engine's random agent lead
+ROSTER = (
+    ("expert-fighting", "expert", "fighting"),
+    ("expert-psychic", "expert", "psychic"),
+    ("club-metal", "club", "metal"),
+    ("club-water", "club", "water"),
+    ("novice-grass", "novice", "grass"),
+    ("novice-darkness", "novice", "darkness"),
+)
+RANDOM = "random"
+RATINGS_FILE = "ratings.json"  # under the corpus root: the round-robin, measured once per root
+
+
+def _db() -> tuple[CardDB, dict[str, list[int]]]:
+    eng = engine()
+    db = CardDB(eng.cards(), eng.attacks())
+    return db, standard_decks(db)
+
+
+def make_agent(name: str, db: CardDB, decks: dict, seed: int):
+    if name == RANDOM:  # the engine's random agent, with the harness's own deck
+        return random_agent(random.Random(seed), harness_deck())
+    _, skill, deck = next(r for r in ROSTER if r[0] == name)
+    return Teacher(name, skill, decks[deck], db, seed)
+
+
+def play(a: str, b: str, seed: int, bo: int = 1, db=None, decks=None) -> dict:
+    db, decks = (db, decks) if db is not None else _db()
+    agents = [make_agent(a, db, decks, seed * 2 + 1), make_agent(b, db, decks, seed * 2 + 2)]
+    return play_episode(engine(), agents, bo=bo, info={"TeamNames": [a, b]})
+
+
+def bradley_terry(names: list[str], wins: dict[tuple[str, str], float], anchor: str, iters: int = 500) -> dict:
+    """Elo-scale ratings (anchor = 1000) from pairwise win counts (a draw counts half to each side)."""
+    strength = dict.fromkeys(names, 1.0)
+    games = {}
+    for (a, b), w in wins.items():
+        games[(a, b)] = w + wins.get((b, a), 0.0)
+    for _ in range(iters):
+        new = {}
+        for i in names:
+            w_i = sum(w for (a, _), w in wins.items() if a == i) + 0.5  # a half-win prior keeps it finite
+            denom = sum(games[(i, j)] / (strength[i] + strength[j]) for (a, j) in games if a == i)
+            new[i] = w_i / max(denom, 1e-9)
+        scale = new[anchor]
+        strength = {k: v / scale for k, v in new.items()}
+    return {k: round(1000 + 400 * math.log10(v), 1) for k, v in strength.items()}
+
+
+def round_robin(games_per_pair: int, seed: int, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Every pair of ROSTER and RANDOM plays `games_per_pair` games (seats alternate); ratings and win rates."""
+    db, decks = _db()
+    names = [r[0] for r in ROSTER] + [RANDOM]
+    wins: dict[tuple[str, str], float] = {}
+    pairs = [(a, b) for k, a in enumerate(names) for b in names[k + 1 :]]
+    total, done = len(pairs) * games_per_pair, 0
+    for pa, pb in pairs:
+        for g in range(games_per_pair):
+            a, b = (pa, pb) if g % 2 == 0 else (pb, pa)
+            ep = play(a, b, seed * 1_000_003 + done, db=db, decks=decks)
+            r = ep["rewards"]
+            wins[(a, b)] = wins.get((a, b), 0.0) + (1.0 if r[0] > r[1] else 0.5 if r[0] == r[1] else 0.0)
+            wins[(b, a)] = wins.get((b, a), 0.0) + (1.0 if r[1] > r[0] else 0.5 if r[0] == r[1] else 0.0)
+            done += 1
+            if progress:
+                progress(done, total)
+    ratings = bradley_terry(names, wins, RANDOM)
+    vs_random = {}
+    for n in names[:-1]:
+        w, k = wins.get((n, RANDOM), 0.0), games_per_pair
+        vs_random[n] = {"wins": w, "games": k, "rate": w / k, "interval95": wilson(w, k)}
+    return {
+        "games_per_pair": games_per_pair,
+        "ratings": ratings,
+        "vs_random": vs_random,
+        "wins": {f"{a} > {b}": w for (a, b), w in sorted(wins.items())},
+    }
+
+
+def vs_random(name: str, games: int, seed: int = 0) -> dict:
+    """`name` against the engine's random agent (its own deck), seats alternating: wins, rate, 95 % interval."""
+    db, decks = _db()
+    wins = 0.0
+    for g in range(games):
+        a, b = (name, RANDOM) if g % 2 == 0 else (RANDOM, name)
+        r = play(a, b, seed * 1_000_003 + g, db=db, decks=decks)["rewards"]
+        me = 0 if g % 2 == 0 else 1
+        wins += 1.0 if r[me] > r[1 - me] else 0.5 if r[0] == r[1] else 0.0
+    return {"player": name, "games": games, "wins": wins, "rate": wins / games, "interval95": wilson(wins, games)}
+
+
+def wilson(wins: float, n: int, z: float = 1.96) -> list[float]:
+    if n == 0:
+        return [0.0, 1.0]
+    p = wins / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return [round(c - h, 4), round(c + h, 4)]
+
+
+def ratings(root: Path, seed: int, games_per_pair: int = 10, progress=None) -> dict:
+    """The roster's measured ratings for this corpus root (the round-robin runs once, then is read back)."""
+    path = Path(root) / RATINGS_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    found = round_robin(games_per_pair, seed, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(found, indent=1, sort_keys=True))
+    tmp.replace(path)
+    return found
+
+
+def make_demo(
+    folder: Path,
+    *,
+    date: str,
+    episodes: int,
+    seed: int,
+    bo: int,
+    ratings_of: dict,
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """`episodes` self-play episodes for `date`: ``<folder>/d<k>.json`` and its ``d<k>_info.json`` sidecar."""
+    db, decks = _db()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    names = [r[0] for r in ROSTER]
+    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
+    for k in range(episodes):
+        a, b = rng.sample(names, 2)
+        ep = play(a, b, rng.randrange(2**31), bo=bo, db=db, decks=decks)
+        ep["id"] = f"demo-{date}-{seed}-{k}"
+        when = int(day.timestamp()) + 60 * k
+        meta = {
+            "id": k,
+            "createTime": {"seconds": when},
+            "endTime": {"seconds": when + 30},
+            "agents": [
+                {
+                    "index": i,
+                    "submissionId": names.index(n) + 1,
+                    "reward": ep["rewards"][i],
+                    "initialScore": ratings_of.get(n),
+                    "updatedScore": ratings_of.get(n),
+                }
+                for i, n in enumerate((a, b))
+            ],
+        }
+        (folder / f"d{k:06d}.json").write_text(json.dumps(ep, separators=(",", ":")))
+        (folder / f"d{k:06d}_info.json").write_text(json.dumps(meta))
+        if progress:
+            progress(k + 1, episodes)

@@ -1,0 +1,161 @@
+"""The real game as the corpus sees it: one object (``GAME``) behind the data layer's game interface.
+
+What the corpus asks of a game whose days come from episode files (``tcgexp.data.episodes``): its columns
+beyond the common ones, the widths of ``features`` and ``action_mask``, what pins a corpus built with it (the
+engine package's version, the card database's digest per engine version, the encoder's layout), how to read
+one episode file and its sidecar into (episode, players, date), how to encode an episode into rows, and how
+to make demo episodes (self-play between the scripted teachers).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from functools import cache
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import features
+from .episode import MAX_ROUNDS, EpisodeRefused, check_format, encode_episode
+
+OPTION_DIM = features.OPTION_DIM
+STATE_DIM = features.STATE_DIM
+
+
+@cache
+def tables(version: int) -> features.Tables:
+    from .cards import CardDB
+    from .engine import engine
+
+    eng = engine(version)
+    return features.Tables(CardDB(eng.cards(), eng.attacks()), eng.digest())
+
+
+def _date(value) -> str | None:
+    """A UTC date from Kaggle's time forms: {"seconds": N}, an epoch number, an ISO string."""
+    try:
+        if isinstance(value, dict) and "seconds" in value:
+            value = float(value["seconds"])
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return dt.datetime.fromtimestamp(float(value), dt.UTC).date().isoformat()
+        if isinstance(value, str) and value:
+            return dt.datetime.fromisoformat(value).astimezone(dt.UTC).date().isoformat()
+    except (ValueError, OverflowError, OSError, TypeError):
+        return None
+    return None
+
+
+class CabtGame:
+    name = "cabt"
+    source = "episodes"  # days come from episode files (tcgexp-data action=import), not from a simulator
+
+    def columns(self, max_options: int) -> tuple[pa.Field, ...]:
+        f = lambda n, t: pa.field(n, t, nullable=False)
+        return (
+            # stored without its padding, read back as [rows, max_options * OPTION_DIM] (tcgexp.data.schema's
+            # padded columns: these two metadata keys)
+            pa.field(
+                "option_features",
+                pa.list_(pa.float32()),
+                nullable=False,
+                metadata={
+                    b"tcgexp.width": str(max_options * OPTION_DIM).encode(),
+                    b"tcgexp.unit": str(OPTION_DIM).encode(),
+                },
+            ),
+            f("single_option", pa.bool_()),
+            f("min_count", pa.int16()),
+            f("max_count", pa.int16()),
+            f("picks", pa.int16()),
+            f("round", pa.int16()),
+            pa.field("player", pa.string()),
+            pa.field("opponent", pa.string()),
+            f("rating", pa.float32()),
+            f("opponent_rating", pa.float32()),
+            f("deck_hash", pa.int64()),
+            f("end_status", pa.int8()),
+        )
+
+    def dims(self, max_options: int) -> tuple[int, int]:
+        return STATE_DIM, max_options
+
+    def identity(self, versions) -> dict:
+        from .engine import PACKAGE, package_version
+
+        return {
+            "game": self.name,
+            "package": PACKAGE,
+            "package_version": package_version(),
+            "engine_versions": sorted(versions),
+            "card_db_sha256": {str(v): tables(v).db_digest for v in sorted(versions)},
+            "layout": features.layout(),
+            "max_rounds": MAX_ROUNDS,
+        }
+
+    # -- one episode file --------------------------------------------------------------------
+    def read(self, raw: bytes, loads=json.loads) -> dict:
+        try:
+            ep = loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EpisodeRefused(f"not JSON (truncated or damaged: {exc})") from None
+        check_format(ep)
+        if not isinstance(ep.get("id"), (str, int)) or ep.get("id") in ("", None):
+            raise EpisodeRefused("the episode has no id")
+        return ep
+
+    def version(self, ep: dict) -> int:
+        return int((ep.get("configuration") or {}).get("version", 2))
+
+    def players(self, ep: dict, sidecar: dict | None) -> tuple[list[dict], str | None]:
+        """([{name, rating}] per seat, the UTC date) from the episode's ``info`` and Kaggle's episode metadata.
+
+        Names: the sidecar's agents[i].teamName / name, else ``info.TeamNames[i]``, else ``info.Agents[i].Name``;
+        ratings: the sidecar's agents[i].initialScore (the rating the agent played at), else its updatedScore;
+        the date: the sidecar's endTime, else createTime. Absent: None."""
+        info = ep.get("info") or {}
+        names = list(info.get("TeamNames") or [])
+        agents_info = info.get("Agents") or []
+        out = []
+        side_agents = {}
+        if sidecar:
+            for k, a in enumerate(sidecar.get("agents") or ()):
+                if isinstance(a, dict):
+                    side_agents[int(a.get("index", k))] = a
+        for i in (0, 1):
+            a = side_agents.get(i, {})
+            name = a.get("teamName") or a.get("name")
+            if name is None and i < len(names):
+                name = names[i]
+            if name is None and i < len(agents_info) and isinstance(agents_info[i], dict):
+                name = agents_info[i].get("Name")
+            rating = a.get("initialScore", a.get("updatedScore"))
+            rating = float(rating) if isinstance(rating, (int, float)) and not isinstance(rating, bool) else None
+            out.append({"name": None if name is None else str(name), "rating": rating})
+        date = None
+        if sidecar:
+            date = _date(sidecar.get("endTime")) or _date(sidecar.get("createTime"))
+        return out, date
+
+    def encode(self, ep: dict, *, match: int, players: list[dict], max_options: int, would_ko: bool, check_only=False):
+        return encode_episode(
+            ep,
+            match=match,
+            tb=tables(self.version(ep)),
+            max_options=max_options,
+            players=players,
+            would_ko=would_ko,
+            check_only=check_only,
+        )
+
+    def make_demo(self, folder, *, date: str, episodes: int, seed: int, bo: int, progress=None) -> None:
+        """Self-play episodes between the scripted teachers (``demo.make_demo``), rated by the round-robin kept
+        beside the corpus (``<root>/ratings.json``, measured at the first demo day)."""
+        from . import demo
+
+        root = Path(folder).parents[1]
+        measured = demo.ratings(root, seed=0, progress=progress)["ratings"]
+        demo.make_demo(folder, date=date, episodes=episodes, seed=seed, bo=bo, ratings_of=measured, progress=progress)
+
+
+GAME = CabtGame()
