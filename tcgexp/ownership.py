@@ -61,6 +61,15 @@ def describe(info: dict) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
 
 
+def killed_while(holder: dict) -> str:
+    """How a run that left no record ended, and what it was doing (its lock file's last ``phase``)."""
+    phase = holder.get("phase")
+    return (
+        f"ended without a record{f' while {phase}' if isinstance(phase, str) and phase else ''}: killed by a signal "
+        "(SIGKILL, the kernel's OOM killer, a crash such as SIGBUS or SIGSEGV) or a lost machine"
+    )
+
+
 def read_info(path: Path) -> dict:
     """A marker's or lock file's JSON; {} when missing, empty or not JSON (an older, empty marker)."""
     try:

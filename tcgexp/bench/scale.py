@@ -89,7 +89,10 @@ def child(spec: dict) -> dict:
     """One size, in its own process: index, step counts, plans, lane checkpoint, peak RSS."""
     import mlx.core as mx
 
-    from ..lifecycle.checkpoint import SparseLanes, _lane_tensors  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..lifecycle.checkpoint import (
+        SparseLanes,
+        _lane_tensors,
+    )  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     files = [Path(f) for f in spec["files"]]
     manifests = [json.loads(Path(m).read_text()) for m in spec["manifests"]]

@@ -102,7 +102,12 @@ def reference(z, c, h0) -> np.ndarray:
 def run(args: argparse.Namespace) -> None:
     import mlx.core as mx
 
-    from ..learn.scan import SCAN_BLOCK, Z_MAX, hard_sigmoid, linear_scan  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..learn.scan import (
+        SCAN_BLOCK,
+        Z_MAX,
+        hard_sigmoid,
+        linear_scan,
+    )  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     setup()  # MKL before mlx.core
 

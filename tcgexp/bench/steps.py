@@ -127,7 +127,9 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
         return op_cost(kind[4:])
     import mlx.core as mx
 
-    from ..learn.model import RecurrentPolicy  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..learn.model import (
+        RecurrentPolicy,
+    )  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     setup()  # MKL before mlx.core
 

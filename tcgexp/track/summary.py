@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from ..ownership import RUN_LOCK, held_by_someone
+from ..ownership import RUN_LOCK, held_by_someone, killed_while, read_info
 from . import multirun
 from .findings import NO_INTERVAL, Metric, fmt, markdown, objective
 from .stats import mean_interval
@@ -123,7 +123,7 @@ def no_record(job_dir: Path) -> tuple[str | None, str]:
     if held:
         return "RUNNING", ""
     if held is False:
-        return "KILLED", "ended without a record (SIGKILL, the kernel's OOM killer or a lost machine)"
+        return "KILLED", killed_while(read_info(job_dir / RUN_LOCK))
     return None, ""
 
 

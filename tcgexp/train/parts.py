@@ -69,3 +69,6 @@ class RunContext:
     memory_probe: Callable[[], float] | None = None  # replaces the caches' psutil probe (tests)
     overrides: list[str] | None = None  # the command line's: every checkpoint records them
     started: float = field(default_factory=time.perf_counter)
+    # says what the run is doing now in its folder's lock file (``Claim.note``): the next run there names the phase
+    # of a run that died without a record (a crash while a library loads)
+    note: Callable[[str], None] = lambda phase: None

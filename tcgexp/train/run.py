@@ -24,7 +24,7 @@ from rich.console import Console
 from .. import sim
 from ..cache.registry import reclaim
 from ..config import build
-from ..console import say_now
+from ..console import say_now, user_error
 from ..data.corpus import Corpus
 from ..data.storeproc import abandon_all
 from ..errors import ConfigError
@@ -35,7 +35,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..lifecycle.distributed import World
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.rank_status import note_rank
-from ..lifecycle.result_file import leave_failed
+from ..lifecycle.result_file import leave_ending, leave_failed
 from ..lifecycle.resume import Saved
 from ..lifecycle.rundir import claimed, run_dir_of
 from ..lifecycle.signals import (
@@ -105,6 +105,8 @@ def train(
     # rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and after the
     # block Python's default would end them before their line.
     with claimed(run_dir, rank=world.rank, continues=run_dir_of(cfg.resume)) as held, StopSignals() as signals:
+        since = time.time()  # every ending from here on leaves result.json (but a refusal's: it leaves nothing)
+        ending = partial(leave_ending, run_dir, since=since, rank=world.rank, world_size=world.size)
         if held.killed:  # said once, by the run that finds it
             console.print(f"[train] {held.killed}", markup=False, soft_wrap=True)
             held.killed = None
@@ -118,6 +120,7 @@ def train(
                 signals=signals,
                 memory_probe=memory_probe,
                 overrides=overrides,
+                note=held.note,
             )
             result = run(cfg, context)
             if result["status"] == "interrupted":
@@ -128,15 +131,24 @@ def train(
                 )
                 print(line, file=sys.stderr, flush=True)
                 raise RunInterrupted(exit_code(result["signal"]), line, result)
-        except ForcedStop as stop:
+        except ForcedStop as stop:  # a second signal, or a wait for data abandoned: no step finished, no result yet
             line = stop_line(stop, run_dir)
+            ending("interrupted", line.removeprefix("[train] "), signal=stop.signame)
             print(line, file=sys.stderr, flush=True)
             raise RunInterrupted(exit_code(stop.signame), line) from None
+        except KeyboardInterrupt:  # a run whose handlers could not be installed (not the main thread)
+            ending("interrupted", "interrupted by SIGINT (Ctrl-C)", signal="SIGINT")
+            raise
         except USER_ERRORS as exc:
             if world.size > 1:  # a rank died, diverged, ...: the launcher is about to SIGTERM the others
                 if isinstance(exc, DistributedError):  # (rank 0 may be the one gone: a survivor says so on disk)
                     leave_failed(run_dir, str(exc), rank=world.rank, world_size=world.size)
                 say_now(exc)
+            if held.phase == "training":  # (before it, a refusal: the run leaves nothing)
+                ending("failed", user_error(exc, USER_ERRORS) or str(exc), signal=None)
+            raise
+        except Exception as exc:  # a bug: recorded, its traceback kept
+            ending("failed", f"{type(exc).__name__}: {exc}", signal=None)
             raise
     return result
 
@@ -146,6 +158,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
         ctx.console.print(reclaimed, markup=False, soft_wrap=True)
+    ctx.note("preparing its data")
     data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), every epoch's counts
     budget = row_budget_line(cfg, data.planner.split_rows("train"), data.planned_steps[0] if data.planned_steps else 0)
     if budget and ctx.world.lead:

@@ -72,6 +72,8 @@ class Trainer:
         self.data, self.learner, self.caches = data, learner, caches
         self.tracked = TrackedSteps(self.tracker, self.world, caches, self.track_every)
         say = self.run.console.print if self.world.lead else None
+        if self.kernels != "pure":  # a library is built or loaded: where a run can die without a word
+            self.run.note(f"building or loading tcgexp's fused kernels (trainer.kernels={self.kernels})")
         stepper = Stepper(
             learner.model,
             learner.optimizer,
@@ -97,6 +99,7 @@ class Trainer:
             world=self.world,
             hint=divergence_hint(self.run.cfg, self),
         )
+        self.run.note("training")  # from here on every ending writes result.json
         with self.display:
             status, error, raised = run_loop(loop)
         return self.finish(loop, loaders[0], status, error, raised)
