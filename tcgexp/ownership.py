@@ -194,6 +194,7 @@ class HeldLock:
     def __init__(self, path: Path, kind: str) -> None:
         self.path, self.kind = Path(path), kind
         self._fh = None  # a file object, not a bare fd: if its holder is garbage-collected, so is the lock
+        self.before = ""  # the file's content before this holder wrote its own
 
     def acquire(self) -> dict | None:
         # Held through a read-only handle: a file kept open for writing would stop its filesystem
@@ -206,6 +207,8 @@ class HeldLock:
             return read_info(self.path) or {"pid": "?", "host": "?", "started": "?"}
         try:  # ours now: the holder's info, for whoever finds it held
             with open(self.path, "r+") as out:
+                self.before = out.read()  # put back by a holder that was refused (release(restore=True))
+                out.seek(0)
                 out.truncate(0)
                 out.write(json.dumps(holder_info(self.kind)))
         except BaseException:
@@ -218,8 +221,17 @@ class HeldLock:
     def held(self) -> bool:
         return self._fh is not None
 
-    def release(self) -> None:
+    def release(self, *, restore: bool = False) -> None:
+        """Let go; `restore`: a holder refused before it did anything puts the file's content back as it was (a
+        refused command writes nothing)."""
         if self._fh is not None:
+            if restore:
+                try:
+                    with open(self.path, "r+") as out:
+                        out.truncate(0)
+                        out.write(self.before)
+                except OSError:
+                    pass
             fh, self._fh = self._fh, None
             fh.close()  # closing the last descriptor releases the flock
 
