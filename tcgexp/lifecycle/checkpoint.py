@@ -43,6 +43,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..data.manifest import file_sha256
 from ..learn.diverge import strict
+from ..overrides import shell_override
 from .ckpt_files import (  # some re-exported
     CHECKSUMS,
     FILES,
@@ -204,7 +205,7 @@ def find(resume: str) -> Path:
             if cand != p and cand.is_symlink():
                 raise CheckpointError(
                     f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
-                    f"a run wrote there; resume={cand.resolve()} reads that checkpoint itself"
+                    f"a run wrote there; {shell_override('resume', str(cand.resolve()))} reads that checkpoint itself"
                 )
             return cand
     raise CheckpointError(

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from ..console import in_multirun
 from ..errors import ConfigError
+from ..overrides import shell_override
 from ..ownership import RUN_LOCK, HeldLock, describe, held_by_someone, holder_info, killed_while, read_info
 from .ckpt_files import check_folder
 
@@ -393,7 +394,7 @@ def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: P
     if not same_run and (left := previous_run(run_dir)):
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds another run's {left}, which this run would replace: "
-            f"continue that run with resume={run_dir}, or give this run its own folder "
+            f"continue that run with {shell_override('resume', str(run_dir))}, or give this run its own folder "
             "(hydra.run.dir=...)"
         )
     check_folder(run_dir / "checkpoints")  # checkpoint folders it would replace hold only checkpoints

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..lifecycle.rundir import RUN_MARKER, mark
+from ..overrides import shell_override
 from ..ownership import HeldLock, describe
 from .space import WHERE, overrides_of
 
@@ -157,8 +158,6 @@ def check_new_study(sweep_dir: Path, name: str) -> None:
     """Before study `name` is created in `sweep_dir`: no trial folder there may be another study's (a folder
     moved or copied from elsewhere keeps its study's trials, stamped with that study's name). Refused in one
     line, before anything is written: a refused command leaves the study database as it was."""
-    from ..overrides import override
-
     for folder in trial_folders(sweep_dir):
         have = _read(folder / STAMP)
         if have is None and not _has_outputs(folder):
@@ -170,7 +169,7 @@ def check_new_study(sweep_dir: Path, name: str) -> None:
             else "a run an earlier tcgexp trained (no trial stamp)"
         )
         continue_it = (
-            f"continue that study here with {shell_quote(override('hydra.sweeper.study_name', str(other)))} (a "
+            f"continue that study here with {shell_override('hydra.sweeper.study_name', str(other))} (a "
             f"folder moved from elsewhere keeps its study's name), or "
             if isinstance(other, str)
             else ""
@@ -199,12 +198,6 @@ def check_free(run_dir: Path, study: str, number: int, sweep_dir: Path) -> None:
         f"adopted and no trial asked; give this study its own folder (another hydra.sweep.dir), or continue the "
         f"study that trained it (hydra.sweeper.study_name=<its name>, with {sweep_dir})"
     )
-
-
-def shell_quote(word: str) -> str:
-    import shlex
-
-    return shlex.quote(word)
 
 
 def adopt(run_dir: Path, want: dict, sweep_dir: Path, *, write: bool = True) -> None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, fields
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
+from ..overrides import shell_override
 from ..schema import check, validate
 from . import asha, dbbounds, identity
 from . import space as spaces
@@ -223,7 +224,7 @@ class HalvingSearch:
     def say_stopped(self) -> None:
         say(
             f"stopped; every trial keeps its latest/: run the same command to continue the study (or any command "
-            f"with hydra.sweep.dir={self.sweep_dir}, however that folder is written)"
+            f"with {shell_override('hydra.sweep.dir', str(self.sweep_dir))}, however that folder is written)"
         )
 
     def batch_size(self) -> int:

@@ -10,11 +10,10 @@ overrides left it), the Aim repo or server and the sweep's id in Aim's runs.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from pathlib import Path
 from typing import Any
 
-from ..overrides import printable
+from ..overrides import command_line, override, printable
 from .findings import SEEDS_TO_ADD
 
 NAME = "multirun.yaml"
@@ -89,7 +88,7 @@ def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
     renamed = []
     for o in hydra:
         if o.startswith("hydra.sweep.dir="):
-            renamed.append(f"{o}-seeds{seeds}")
+            renamed.append(renamed_dir(o, f"-seeds{seeds}"))
         elif not o.startswith("hydra.sweeper.seeds="):
             renamed.append(o)
     if is_halving(cfg):
@@ -99,8 +98,23 @@ def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
         first = first if isinstance(first, int) else 0
         task = [o for o in task if o.split("=", 1)[0].lstrip("+~") != "seed"]
         task.append("seed=" + ",".join(str(first + i) for i in range(seeds)))
-    # a study database's password is not printed (a report is shared): the command shows *** in its place
-    return " ".join(["tcgexp-train", "--multirun", *(shlex.quote(printable(o)) for o in renamed + task)])
+    # a study database's password is not printed (a report is shared): the command shows *** in its place; each
+    # word quoted for the shell, so a path with spaces, quotes or accents pastes as Hydra received it
+    return command_line("tcgexp-train", "--multirun", *(printable(o) for o in renamed + task))
+
+
+def renamed_dir(line: str, suffix: str) -> str:
+    """``hydra.sweep.dir=<folder>`` with `suffix` added to the folder's name (its value parsed, so a quoted
+    folder stays one folder); a folder written with an interpolation keeps its text, the suffix after it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(line).value()
+    except Exception:  # noqa: BLE001 - Hydra received it, so it parses; as typed otherwise
+        value = None
+    if not isinstance(value, str) or "${" in value:
+        return f"{line}{suffix}"
+    return override("hydra.sweep.dir", value + suffix)
 
 
 def tracking(cfg) -> dict | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def lines(sweep_dir: Path) -> list[str]:
     aim = link(sweep_dir, keys_of(sweep_dir), groups_of(sweep_dir, found or []))
     if aim:
         out.append(f"Aim, the runs coloured by what was swept: {aim[0]}, then open {aim[1]}")
-    out.append(f"rebuild this report any time: {REBUILD} {sweep_dir}")
+    out.append(f"rebuild this report any time: {REBUILD} {shlex.quote(str(sweep_dir))}")
     return out
 
 

@@ -47,6 +47,7 @@ from ..lifecycle.signals import (
     exit_code,
     stop_line,
 )
+from ..overrides import shell_override
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS
@@ -127,7 +128,7 @@ def train(
                 p = result["processed"]
                 line = (
                     f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
-                    f"latest/ written, spill removed; continue with resume={run_dir}"
+                    f"latest/ written, spill removed; continue with {shell_override('resume', str(run_dir))}"
                 )
                 print(line, file=sys.stderr, flush=True)
                 raise RunInterrupted(exit_code(result["signal"]), line, result)
