@@ -24,17 +24,31 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..launch import launched_rank, rank_suffix
-from ..ownership import remove_spill_root, spill_root_of
+from ..ownership import HeldLock, remove_spill_root, spill_root_of
+from . import multirun
 from .report import say
-from .summary import write_summary
+from .summary import SWEEP_LOCK, write_summary
 
 
 class SweepReport(Callback):
     ended = False
     started = 0.0  # when this command's multirun began (on_multirun_start)
 
+    lock: HeldLock | None = None  # the sweep's hold on its folder while it runs (the report tells "not started yet")
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()
+        sweep_dir = Path(config.hydra.sweep.dir)
+        # while this sweep runs, a job without a folder is one not started yet; after it, one deleted. The halving
+        # sweeper holds the same lock itself (tcgexp.sweep.identity.hold)
+        if multirun.get(config, "hydra.sweeper._target_") != multirun.HALVING and sweep_dir.is_dir():
+            try:
+                lock = HeldLock(sweep_dir / SWEEP_LOCK, "sweep")
+                if lock.acquire() is None:
+                    self.lock = lock
+                    atexit.register(lock.release)
+            except OSError:  # a read-only sweep folder: its report says what it can
+                pass
         # Hydra's basic sweeper raises a failed job's error before on_multirun_end: the findings so far
         # are then said as this process exits (after the error's line), from the report the jobs left
         atexit.register(self.say_if_stopped, Path(config.hydra.sweep.dir))
@@ -77,6 +91,8 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.ended = True
+        if self.lock is not None:
+            self.lock.release()
         sweep_dir = Path(config.hydra.sweep.dir)
         if sys.exc_info()[1] is not None and not self.reported_since_start(sweep_dir):
             return  # refused before any job of this command ended: its error is the answer, not an earlier report

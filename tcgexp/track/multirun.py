@@ -18,6 +18,7 @@ from .findings import SEEDS_TO_ADD
 
 NAME = "multirun.yaml"
 HALVING = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
+BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def load(sweep_dir: Path):
@@ -63,6 +64,24 @@ def defaults(cfg, keys: list[str]) -> dict[str, Any]:
 
 def is_halving(cfg) -> bool:
     return get(cfg, "hydra.sweeper._target_") == HALVING
+
+
+def planned_jobs(cfg) -> list[list[str]] | None:
+    """Every job a grid sweep (Hydra's basic sweeper) launches, in job-number order, each as its overrides, worked
+    out from what the sweep recorded (``hydra.sweeper.params`` and the command's overrides) as the sweeper works
+    it out; None for any other sweeper, or what cannot be read here (a glob over a config group)."""
+    if get(cfg, "hydra.sweeper._target_") != BASIC:
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = get(cfg, "hydra.sweeper.params") or {}
+        lines = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in get(cfg, "hydra.overrides.task") or []]
+        [jobs] = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(lines), None)
+        return [list(job) for job in jobs]
+    except Exception:  # noqa: BLE001 - Hydra's own error: the jobs are then what their folders say
+        return None
 
 
 def sweep_id(sweep_dir: Path, cfg=None) -> str:

@@ -23,7 +23,18 @@ from . import multirun
 from .aim_link import link
 from .context import swept_keys
 from .findings import SEEDS_TO_ADD, objective, sentence
-from .summary import grid_params, job_dirs, job_row, read_trials, replicates, write_summary
+from .summary import (
+    Summary,
+    grid_params,
+    grid_rows,
+    halving_rows,
+    job_dirs,
+    read_trials,
+    replicates,
+    summarize,
+    unreadable_rows,
+    write_atomic,
+)
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
 
@@ -53,7 +64,7 @@ def why_none(sweep_dir: Path) -> str:
     if trials:
         statuses = [t["state"] for t in trials["trials"]]
     else:
-        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        rows = grid_rows(sweep_dir, multirun.load(sweep_dir))
         only_seeds = replicates(
             rows, grid_params(sweep_dir, rows), objective(multirun.optimized_metric(multirun.load(sweep_dir)))
         )
@@ -61,7 +72,7 @@ def why_none(sweep_dir: Path) -> str:
             return only_seeds
         statuses = [r["status"] for r in rows]
     done = [s for s in statuses if s.upper() in ("COMPLETED", "COMPLETE") or s.startswith("pruned")]
-    ended = [s for s in statuses if s.upper() in ("FAILED", "KILLED", "INTERRUPTED")]
+    ended = [s for s in statuses if s.upper() in ("FAILED", "KILLED", "INTERRUPTED", "MISSING", "DAMAGED", "NAN")]
     if statuses and not done and len(ended) == len(statuses):
         return f"none: no job completed ({len(ended)} ended without a result; summary.md lists each error)"
     if not trials and not swept_keys(sweep_dir) and len(statuses) == 1:
@@ -69,13 +80,39 @@ def why_none(sweep_dir: Path) -> str:
     return "none yet (two options must complete to be compared)"
 
 
-def lines(sweep_dir: Path) -> list[str]:
+def unread(sweep_dir: Path, rows: list[dict] | None = None) -> str | None:
+    """The line naming the jobs (trials) the report could not read as they are (a folder gone, a result.json
+    that does not read, a completed run without a finite value), the best trial first when it is one; or None."""
+    trials = read_trials(sweep_dir)
+    if rows is None:
+        rows = halving_rows(sweep_dir, trials) if trials else grid_rows(sweep_dir, multirun.load(sweep_dir))
+    bad = unreadable_rows(rows)
+    if not bad:
+        return None
+    what = "trial" if trials else "job"
+    bad.sort(key=lambda r: not r.get("best"))
+    shown = "; ".join(
+        f"{'the best, ' if r.get('best') else ''}{what} {r['job']}, {r['status'].lower()}: {r['error']}"
+        for r in bad[:3]
+    )
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return f"{len(bad)} {what}(s) cannot be read as they ended, none counted as completed: {shown}{more}"
+
+
+def lines(sweep_dir: Path, made: Summary | None = None) -> list[str]:
+    """The sweep's last lines: from the report `made` in memory, or from the files in the sweep dir."""
     sweep_dir = Path(sweep_dir)
-    try:
-        found = json.loads((sweep_dir / "findings.json").read_text())
-    except (OSError, ValueError):
-        found = None
+    if made is not None:
+        found = made.found
+    else:
+        try:
+            found = json.loads((sweep_dir / "findings.json").read_text())
+        except (OSError, ValueError):
+            found = None
     out = []
+    damaged = unread(sweep_dir, made.rows if made is not None else None)
+    if damaged:
+        out.append(damaged)
     if found is None:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
@@ -93,8 +130,8 @@ def lines(sweep_dir: Path) -> list[str]:
     return out
 
 
-def say(sweep_dir: Path) -> None:
-    for line in lines(sweep_dir):
+def say(sweep_dir: Path, made: Summary | None = None) -> None:
+    for line in lines(sweep_dir, made):
         print(f"[sweep] {line}", file=sys.stderr, flush=True)
 
 
@@ -113,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
-    if not read_trials(sweep_dir) and not job_dirs(sweep_dir):
+    if not read_trials(sweep_dir) and not job_dirs(sweep_dir) and not multirun.planned_jobs(multirun.load(sweep_dir)):
         below = sweeps_below(sweep_dir)
         hint = (
             f"; the newest sweeps below it: {', '.join(str(d) for d in below)}"
@@ -121,8 +158,21 @@ def main(argv: list[str] | None = None) -> None:
             else "; give the folder a --multirun wrote (hydra.sweep.dir)"
         )
         raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json){hint}")
-    write_summary(sweep_dir)
-    say(sweep_dir)
+    made = summarize(sweep_dir)
+    try:
+        for name, data in made.files.items():
+            write_atomic(sweep_dir / name, data)
+    except OSError as exc:  # a read-only sweep folder (a finished sweep on a shared mount): the report on the console
+        print(made.files["summary.md"].decode(), flush=True)
+        say(sweep_dir, made)
+        print(
+            f"[sweep] the report's files were not written into {sweep_dir} ({exc.strerror or exc}): summary.md is "
+            "printed above; give tcgexp-report a folder it can write (a copy of the sweep dir) for the files",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    say(sweep_dir, made)
 
 
 if __name__ == "__main__":
