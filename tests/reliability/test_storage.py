@@ -103,6 +103,8 @@ def test_clean_on_a_read_only_corpus_is_one_line_and_deletes_nothing(tmp_path, t
 CHILD = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
+    from tcgexp.learn.blas import setup
+    setup()  # MKL before anything imports mlx, as an entry point does
     from tcgexp.train import train
     from tcgexp.app import compose
     import tcgexp.train.trainer as trainer
