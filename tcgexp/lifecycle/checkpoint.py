@@ -120,6 +120,19 @@ def check_finite_weights(model, path: Path) -> None:
             )
 
 
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a disk that is full (or a quota reached)."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(word in str(exc) for word in ("No space left on device", "Disk quota exceeded")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
     path = Path(path)
     check_finite_weights(model, path)

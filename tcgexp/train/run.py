@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
@@ -174,13 +175,22 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     transform = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
     # spill, caches and tracker live and die with this run (each rank its own); the tracked run closes in its own
     # process while the caches close and the spill goes (the outer stack waits for it last, bounded)
+    # the checkpoints first: the spill keeps the room their next save needs free (when they share a disk)
+    checkpoints = build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints")
+    if hasattr(checkpoints, "estimate_bytes"):  # (a plug-in's checkpointer may keep no reserve)
+        checkpoints.estimate_bytes = checkpoint_estimate(learner)
     with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
         stack.callback(remove_spill_root, spill)
         make_spill_root(spill)
         caches = tuple(
             stack.enter_context(
                 build(cfg.cache)(
-                    data.corpus.files, TRAIN_COLUMNS, spill_dir=spill / name, name=name, memory_probe=ctx.memory_probe
+                    data.corpus.files,
+                    TRAIN_COLUMNS,
+                    spill_dir=spill / name,
+                    name=name,
+                    memory_probe=ctx.memory_probe,
+                    keep_free=getattr(checkpoints, "reserve_for", None),
                 )
             )
             for name in ("train", "val")
@@ -191,13 +201,20 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
         tracker = open_tracker(cfg, ctx, learner.aim_hash)
         outer.callback(close_tracker, tracker, ctx.signals)
         stack.enter_context(tracked(tracker))
-        trainer: Trainer = build(cfg.trainer)(
-            checkpoints=build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints"), tracker=tracker, run=ctx
-        )
+        trainer: Trainer = build(cfg.trainer)(checkpoints=checkpoints, tracker=tracker, run=ctx)
         result = trainer.fit(data, learner, caches, loaders)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
     return {**result, "model": learner.model}
+
+
+def checkpoint_estimate(learner: Learner) -> int:
+    """One checkpoint's size before the first is written: the weights and the optimizer's state as they are, and
+    256 KiB for the lanes in flight and state.json (the size written replaces it after the first save)."""
+    arrays = [v for _, v in tree_flatten(learner.model.parameters())] + [
+        v for _, v in tree_flatten(learner.optimizer.state) if isinstance(v, mx.array)
+    ]
+    return sum(int(v.nbytes) for v in arrays) + 2**18
 
 
 def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:

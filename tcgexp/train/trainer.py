@@ -216,13 +216,26 @@ class Trainer:
         }
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.lifecycle.resume)
             state["overrides"] = list(self.run.overrides)
-        self.checkpoints.write(
-            self.checkpoints.names(kind, p.epoch, self.epochs),
-            model=lr.model,
-            optimizer=lr.optimizer,
-            lanes={"train": live},
-            state=state,
-        )
+        names = self.checkpoints.names(kind, p.epoch, self.epochs)
+        parts = {"model": lr.model, "optimizer": lr.optimizer, "lanes": {"train": live}, "state": state}
+        try:
+            self.checkpoints.write(names, **parts)
+        except ckpt.CheckpointWriteError as exc:
+            # the disk filled anyway: the spill (a cache) gives its space to the checkpoint, once
+            spills = [c.give_back_spill for c in self.caches if hasattr(c, "give_back_spill")]
+            full = ckpt.out_of_space(exc) or getattr(self.checkpoints, "short_of_space", lambda: False)()
+            freed = sum(give("the disk is full") for give in spills) if full else 0
+            if not freed:
+                raise
+            self.run.console.print(
+                f"[train] the disk filled while a checkpoint was written: the row-group spill gave back "
+                f"{freed / 2**20:.1f} MiB and is off for the rest of the run; writing it again",
+                markup=False,
+                soft_wrap=True,
+            )
+            self.checkpoints.write(names, **parts)
+        for cache in self.caches:  # the checkpoints grew: the spill leaves the next save's room free again
+            getattr(cache, "keep_spill_reserve", lambda: 0)()
 
     def live_lanes(self) -> ckpt.SparseLanes:
         """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own,
