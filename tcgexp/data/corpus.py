@@ -39,7 +39,7 @@ from .select import check_built, check_count, selected_dates
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
 from .tier import Tier
 
-DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated", days done, days in all)
+DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated" | "rebuilt", days done, days in all)
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
 
@@ -234,7 +234,8 @@ class Corpus:
         max_new_days: int = DataAppConfig.max_new_days,
         on_day: DayFn | None = None,
     ) -> dict[str, str]:
-        """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
+        """Build missing days, validate finished ones (a finished day whose Parquet is gone is built again from its
+        replay ZIP, unless only built days are used); returns {date: "built" | "validated" | "rebuilt"}.
 
         At most `max_new_days` days are built (more is refused before any, in one line with the
         count); `on_day(date, outcome, done, total)` hears of each day as it is finished.
@@ -251,7 +252,7 @@ class Corpus:
         with self.locked():
             if only_built:
                 self.check_selected()
-            return self._build(progress, on_day or (lambda date, outcome, done, total: None))
+            return self._build(progress, on_day or (lambda date, outcome, done, total: None), rebuild=not only_built)
 
     def check_new_days(self, limit: int) -> None:
         if limit < 0:
@@ -344,7 +345,7 @@ class Corpus:
         except OSError:
             return None
 
-    def _build(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
+    def _build(self, progress: ProgressFn | None, on_day: DayFn, rebuild: bool = True) -> dict[str, str]:
         catalog = self.catalog
         outcome: dict[str, str] = {}
         pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
@@ -379,6 +380,7 @@ class Corpus:
                         ahead=2 * self.workers,
                         verify=self.verify,
                         progress=progress,
+                        rebuild=rebuild,
                     )
                     outcome[spec.date], self.manifests[spec.date] = builder.run()
                     self.encoded[spec.date] = builder.encoded
