@@ -152,8 +152,20 @@ def remove_spill_root(spill_root: Path) -> None:
     spill_root = Path(spill_root)
     if spill_root.is_symlink() or not spill_root.is_dir():
         return
-    for child in spill_root.iterdir():
-        remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
+    foreign = []
+    for child in sorted(spill_root.iterdir()):
+        if child.is_dir() and not child.is_symlink() and (child / SPILL_MARKER).is_file():
+            remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
+        else:
+            foreign.append(child.name)
+    if foreign:  # said once for the folder, whatever it holds (a run's whole folder put there once made 7 warnings)
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        warnings.warn(
+            f"not deleting what tcgexp did not create in {spill_root} ({shown}: no {SPILL_MARKER} marker); left as "
+            "it is",
+            RuntimeWarning,
+            stacklevel=1,  # (called from an ExitStack: the caller's frame would be contextlib's)
+        )
     try:
         spill_root.rmdir()  # only ever removes an empty directory
     except OSError:

@@ -135,12 +135,14 @@ def refuse_place(where: Path, key: str) -> None:
     for parent in [where, *where.parents]:
         if parent.exists() and not parent.is_dir():
             raise ConfigError(f"{key}={where}: {parent} is a file, not a folder; {fix}")
-    for path in {where, resolved}:  # as typed and through links: inside another run's checkpoints/ or spill
-        for folder in path.parents:
-            if folder.name in MANAGED and (folder.parent / RUN_MARKER).is_file():
+    for path in {where, resolved}:  # as typed and through links: another run's checkpoints/ or spill, or inside
+        for folder in (path, *path.parents):
+            managed = folder.name in MANAGED or folder.name.startswith(".cache_spill.rank")  # (each rank's spill)
+            if managed and (folder.parent / RUN_MARKER).is_file():
+                what = f"the {folder.name} folder" if folder == path else f"inside {folder}, the folder"
                 raise ConfigError(
-                    f"{key}={where} is inside {folder}, which the run in {folder.parent} manages (it "
-                    f"replaces and removes what is there); {fix}"
+                    f"{key}={where} is {what} that the run in {folder.parent} manages (it replaces and removes "
+                    f"what is there); {fix}"
                 )
 
 
