@@ -48,6 +48,8 @@ class Learner:
     memory: LaneMemory
     aim_hash: str | None = None
     resumed_from: Path | None = None
+    # the step path of each segment before this one (its checkpoint's record: [{"kernels", "from_step"}, ...])
+    kernels_before: list[dict] = field(default_factory=list)
     # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
     start_rows: int = field(init=False, default=0)
     start_opt_steps: int = field(init=False, default=0)

@@ -297,7 +297,17 @@ def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
     if saved is None:
         return Learner(model, optimizer, schedule, TrainState(), memory)
     aim_hash = saved.restore(model, optimizer, memory, blas=ctx.blas, console=ctx.console)
-    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path)
+    before = kernel_segments(saved.state)
+    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path, before)
+
+
+def kernel_segments(state: dict) -> list[dict]:
+    """The step path of each segment a checkpoint's run took (``kernels_segments``; a checkpoint written before
+    they were recorded: its one ``kernels`` from the start)."""
+    recorded = state.get("kernels_segments")
+    if isinstance(recorded, list) and all(isinstance(s, dict) and isinstance(s.get("kernels"), str) for s in recorded):
+        return [{"kernels": s["kernels"], "from_step": int(s.get("from_step") or 0)} for s in recorded]
+    return [{"kernels": state["kernels"], "from_step": 0}] if isinstance(state.get("kernels"), str) else []
 
 
 def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: str | None):

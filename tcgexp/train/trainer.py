@@ -83,6 +83,11 @@ class Trainer:
             say=say,
         )
         self.step_path = stepper.path  # result.json and every checkpoint record it
+        # and every segment's (a run resumed on the other path ran both): consecutive ones on one path merged
+        self.segments: list[dict] = []
+        for s in [*learner.kernels_before, {"kernels": stepper.path, "from_step": learner.start_opt_steps}]:
+            if not self.segments or self.segments[-1]["kernels"] != s["kernels"]:
+                self.segments.append(s)
         if say:
             say(f"[train] {stepper.path_line}")
         check_precision(stepper, learner, data, loaders[0].transform)
@@ -133,7 +138,9 @@ class Trainer:
             blas=self.run.blas,
             aim_hash=self.tracked.final_hash(),
         )
-        result["kernels"] = self.step_path
+        # every path the run took, in order ("fused", or "pure, then fused" for a run resumed on the other)
+        result["kernels"] = ", then ".join(s["kernels"] for s in self.segments)
+        result["kernels_segments"] = self.segments
         report(result, self.run.run_dir, self.caches, self.run.console, alone)
         if status == "failed":  # a rank is gone, or this one failed: no collective can follow
             raise raised if raised is not None and not isinstance(raised, DistributedError) else DistributedError(error)
@@ -209,6 +216,7 @@ class Trainer:
             "aim_hash": self.tracked.hash,
             "blas": self.run.blas,
             "kernels": self.step_path,
+            "kernels_segments": self.segments,
             "cache": {k: sum_counters(v) for k, v in counters.items()},
             "cache_per_rank": counters,
             "world": {"size": world.size, "shards": self.data.planner.shards},
