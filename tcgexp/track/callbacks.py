@@ -52,14 +52,18 @@ class SweepReport(Callback):
         # Hydra's basic sweeper raises a failed job's error before on_multirun_end: the findings so far
         # are then said as this process exits (after the error's line), from the report the jobs left
         atexit.register(self.say_if_stopped, Path(config.hydra.sweep.dir))
-        # a local Aim repo, created before any job (parallel jobs then only open it). Not for a resume: its
-        # jobs track where their checkpoints' runs live, which the config here does not say yet (its
-        # tracking.repo would be the default, ".": an empty .aim/ left in the folder the user ran from);
-        # each job's tracker creates its repo under the same lock when it must
-        if config.get("tracking") and config.tracking.get("repo") is not None and not config.get("resume"):
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # a local Aim repo, made before the job's tracker opens it, under the repo's init lock (parallel jobs: one
+        # makes it, the others wait and open it); here, not when the sweep starts, so a sweep refused before its
+        # first job leaves no .aim/ behind. Not for a resume: its jobs track where their checkpoints' runs live,
+        # which the config here does not say yet (its tracking.repo would be the default, ".": an empty .aim/ left
+        # in the folder the user ran from); each job's tracker creates its repo under the same lock when it must
+        repo = config.tracking.get("repo") if config.get("tracking") else None
+        if repo is not None and not config.get("resume") and not (Path(str(repo)) / ".aim").exists():
             from .aim_repo import ensure_repo
 
-            ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it
+            ensure_repo(repo)  # (one there, even a damaged one, is the tracker's to open and to say)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)

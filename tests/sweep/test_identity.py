@@ -225,3 +225,28 @@ def test_a_moved_sweep_folder_is_refused_and_the_refusal_writes_nothing(tmp_path
     ok(sweep(tmp_path, *space, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={folder}", study_name))
     assert studies(folder / "optuna.db") == [old]
     assert [t["state"] for t in trials(folder)["trials"]] == ["complete", "complete"]
+
+
+def test_a_refused_sweep_writes_nothing_in_the_folder_it_was_started_from(tmp_path):
+    """A halving sweep refused before its first trial (a contradictory space), with the default tracking: its
+    launch folder stays empty (the sweep callback made the Aim repo there before the sweeper could refuse)."""
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "--multirun",
+            "hydra/sweeper=halving",
+            f"dataset.root={tmp_path / 'data'}",
+            "optimizer.lr=interval(1e-2,1e-4)",
+        ],
+        cwd=launch,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "needs low < high" in refused(res)
+    assert list(launch.iterdir()) == [] and not (tmp_path / "data").exists()
