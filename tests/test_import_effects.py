@@ -88,6 +88,11 @@ def test_what_an_entry_point_imports_first_loads_no_mlx():
         "tcgexp.kernels.__main__",
         "tcgexp.track.report",
         "tcgexp.lifecycle.launcher",
+        # the Hydra callbacks: a launcher's worker (joblib, submitit) unpickles them before the job sets up its
+        # BLAS (run_guard's import of the resume module loaded mlx.core there: every joblib job refused)
+        "tcgexp.train.run_guard",
+        "tcgexp.track.callbacks",
+        "hydra_plugins.tcgexp_sweepers.halving",
     ]
     code = (
         "import importlib, json, sys\n"

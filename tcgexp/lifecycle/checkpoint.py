@@ -43,13 +43,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..data.manifest import file_sha256
 from ..learn.diverge import strict
-from ..overrides import shell_override
-from .ckpt_files import (  # some re-exported
+from .ckpt_files import (
     CHECKSUMS,
     FILES,
     CheckpointError,
     CheckpointWriteError,
     check_replaceable,
+    find,  # noqa: F401 - re-exported: ckpt.find, where the readers look for it
     fsync_dir,
     read_files,
     replace,
@@ -196,35 +196,6 @@ def verify(path: Path, files: dict[str, bytes] | None = None) -> bool:
         if hashlib.sha256(files[name]).hexdigest() != sums[name]:
             raise _damaged(path / name, "sha256 differs from checksums.json")
     return True
-
-
-def find(resume: str) -> Path:
-    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/).
-
-    A ``latest/`` (or ``.latest.old``) found inside a run dir must be a real folder: tcgexp replaces it
-    by renaming folders, so a link there is not what a run wrote (``resume=`` its target instead).
-    """
-    p = Path(resume).expanduser()
-    # a crash between the two renames leaves only .latest.old: still a complete checkpoint
-    for cand in (
-        p,
-        p / "latest",
-        p / "checkpoints" / "latest",
-        p.parent / f".{p.name}.old",
-        p / ".latest.old",
-        p / "checkpoints" / ".latest.old",
-    ):
-        if (cand / "state.json").exists():
-            if cand != p and cand.is_symlink():
-                raise CheckpointError(
-                    f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
-                    f"a run wrote there; {shell_override('resume', str(cand.resolve()))} reads that checkpoint itself"
-                )
-            return cand
-    raise CheckpointError(
-        f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
-        "checkpoints/latest/); pass a run dir or a checkpoint dir"
-    )
 
 
 def _damaged(path: Path, why) -> CheckpointError:

@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from ..overrides import shell_override
+
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
 CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
 OURS = (*FILES, CHECKSUMS)
@@ -166,3 +168,54 @@ def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
         "it): stop that run first (SIGTERM writes its latest/), or resume from a checkpoint no "
         "run writes (epoch_NNNN/)"
     )
+
+
+def find(resume: str) -> Path:
+    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/). (Here, beside the folder rules, with no
+    MLX: a job's callbacks find a requeued run's checkpoint before the job has set up its BLAS.)
+
+    A ``latest/`` (or ``.latest.old``) found inside a run dir must be a real folder: tcgexp replaces it
+    by renaming folders, so a link there is not what a run wrote (``resume=`` its target instead).
+    """
+    p = Path(resume).expanduser()
+    # a crash between the two renames leaves only .latest.old: still a complete checkpoint
+    for cand in (
+        p,
+        p / "latest",
+        p / "checkpoints" / "latest",
+        p.parent / f".{p.name}.old",
+        p / ".latest.old",
+        p / "checkpoints" / ".latest.old",
+    ):
+        if (cand / "state.json").exists():
+            if cand != p and cand.is_symlink():
+                raise CheckpointError(
+                    f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
+                    f"a run wrote there; {shell_override('resume', str(cand.resolve()))} reads that checkpoint itself"
+                )
+            return cand
+    raise CheckpointError(
+        f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
+        "checkpoints/latest/); pass a run dir or a checkpoint dir"
+    )
+
+
+def requeued_resume(run_dir: Path) -> str | None:
+    """The run dir to continue when this job is a SLURM requeue of itself, else None.
+
+    SLURM restarts a requeued job (``scontrol requeue``, preemption with ``PreemptMode=REQUEUE``,
+    submitit's SIGUSR2 requeue before the time limit) with the same command and
+    ``SLURM_RESTART_COUNT`` >= 1, so its Hydra job lands in the same run dir: there, the run's own
+    ``latest/`` is where to go on, not step 0. Anything else (a first start, a run dir with no
+    checkpoint yet) starts fresh.
+    """
+    import os
+
+    count = os.environ.get("SLURM_RESTART_COUNT", "")
+    if not count.isdigit() or int(count) < 1:
+        return None
+    try:
+        find(str(run_dir))
+    except CheckpointError:
+        return None
+    return str(run_dir)

@@ -29,6 +29,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..overrides import override
 from ..track.aim_run import OPEN_SECONDS, recorded_run
 from . import checkpoint as ckpt
+from .ckpt_files import requeued_resume  # noqa: F401 - re-exported (the train app's entry reads it here)
 from .distributed import World
 from .provenance import (
     check_progress,
@@ -87,27 +88,6 @@ def resume_config(
     if run_dir is not None and (run_dir / ".hydra").is_dir():
         OmegaConf.save(new, run_dir / ".hydra" / "config.yaml")  # what ran, not what was typed
     return new, list(merged.values())
-
-
-def requeued_resume(run_dir: Path) -> str | None:
-    """The run dir to continue when this job is a SLURM requeue of itself, else None.
-
-    SLURM restarts a requeued job (``scontrol requeue``, preemption with ``PreemptMode=REQUEUE``,
-    submitit's SIGUSR2 requeue before the time limit) with the same command and
-    ``SLURM_RESTART_COUNT`` >= 1, so its Hydra job lands in the same run dir: there, the run's own
-    ``latest/`` is where to go on, not step 0. Anything else (a first start, a run dir with no
-    checkpoint yet) starts fresh.
-    """
-    import os
-
-    count = os.environ.get("SLURM_RESTART_COUNT", "")
-    if not count.isdigit() or int(count) < 1:
-        return None
-    try:
-        ckpt.find(str(run_dir))
-    except ckpt.CheckpointError:
-        return None
-    return str(run_dir)
 
 
 @dataclass

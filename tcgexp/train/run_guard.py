@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..console import flatten, verbose
 from ..errors import ConfigError
 from ..launch import launched_rank
-from ..lifecycle.resume import requeued_resume
+from ..lifecycle.ckpt_files import requeued_resume
 from ..lifecycle.rundir import SWEEP_MARKER, check, check_job_dirs, claim, mark, run_dir_of
 from ..plugins import check_launcher
 from .errors import USER_ERRORS
