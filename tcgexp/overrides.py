@@ -62,8 +62,12 @@ def override(key: str, value: Any) -> str:
 
 
 def shell_override(key: str, value: Any) -> str:
-    """``key=value`` as one word of a shell line a user pastes: Hydra reads back `value` (``override``)."""
-    return shlex.quote(override(key, value))
+    """``key=value`` as one word of a shell line a user pastes: Hydra reads back `value` (``override``). Never
+    raises (it is said in the lines that end a run): a value no override can hold is quoted for the shell alone."""
+    try:
+        return shlex.quote(override(key, value))
+    except ConfigError:
+        return shlex.quote(f"{key}={value}")
 
 
 def readable(line: str) -> str:

@@ -99,9 +99,11 @@ class DayBuilder:
         verify: str = "quick",
         progress: ProgressFn | None = None,
         rebuild: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
         self.rebuild = rebuild  # a finished day whose Parquet is gone is built again from its ZIP (False: refused)
+        self.read_only = read_only  # the corpus is on read-only storage (what the refusal then advises)
         self.executor, self.ahead, self.verify = executor, ahead, verify
         self.progress = progress or (lambda stage, done, total: None)
         self.encoded: list[int] = []  # shards encoded by this call (resume tests read it)
@@ -150,7 +152,10 @@ class DayBuilder:
                 "manifest exists but its day file is missing",
                 path=p.parquet,
                 fix=(
-                    "python -m tcgexp.data with the same dataset settings builds it again from its replay ZIP"
+                    f"the corpus is on read-only storage: restore the file, or build it again from its replay ZIP "
+                    f"where {p.root} can be written (python -m tcgexp.data with the same dataset settings)"
+                    if self.read_only
+                    else "python -m tcgexp.data with the same dataset settings builds it again from its replay ZIP"
                     if p.zip.exists()
                     else f"its replay ZIP {p.zip} is gone too: restore the file, or delete {p.manifest} and "
                     "python -m tcgexp.data simulates the day again from its seed"

@@ -148,6 +148,7 @@ class Corpus:
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
         self.store: Store | None = None  # a root in a store: opened below, after the selection's own checks
+        self.read_only = False  # set when the build lock could only be had on a read-only handle (locked)
         self.tier: Tier | None = None
         self._remote_catalog: RemoteCatalog | None = None
         self._remote_files: list = []
@@ -252,7 +253,8 @@ class Corpus:
         with self.locked():
             if only_built:
                 self.check_selected()
-            return self._build(progress, on_day or (lambda date, outcome, done, total: None), rebuild=not only_built)
+            on_day = on_day or (lambda date, outcome, done, total: None)
+            return self._build(progress, on_day, rebuild=not only_built and not self.read_only)
 
     def check_new_days(self, limit: int) -> None:
         if limit < 0:
@@ -320,6 +322,7 @@ class Corpus:
             lock, mode = open(self.root / ".build.lock", "a"), fcntl.LOCK_EX  # noqa: SIM115
         except OSError as exc:
             lock, mode = self._read_only_lock(exc), fcntl.LOCK_SH
+            self.read_only = True  # finished days only: nothing is built (a day's lost Parquet is refused, named)
         with lock if lock is not None else nullcontext():
             if lock is not None:
                 fcntl.flock(lock, mode)
@@ -381,6 +384,7 @@ class Corpus:
                         verify=self.verify,
                         progress=progress,
                         rebuild=rebuild,
+                        read_only=self.read_only,
                     )
                     outcome[spec.date], self.manifests[spec.date] = builder.run()
                     self.encoded[spec.date] = builder.encoded
