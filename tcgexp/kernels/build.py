@@ -232,12 +232,14 @@ def built(say=None) -> Path:
     except BuildError as none:  # what is built needs no compiler to load
         return prebuilt(root, base_key(mlx_dir, mlx_version, nb_version), none)
     target = root / build_key(cxx, mlx_dir, mlx_version, nb_version)
-    if target.exists() and damage(target) is None:
+    why = damage(target) if target.exists() else None
+    if target.exists() and why is None:
         return target
     try:
         return _build(root, target, cxx, mlx_dir, mlx_version, nb_dir, nb_version, say)
     except OSError as exc:  # an unwritable cache, a full disk
-        raise BuildError(f"cannot build into {root}: {exc} (TCGEXP_KERNELS_CACHE chooses the folder)") from None
+        was = f"the build in {target} cannot be loaded ({why}), and " if why else ""
+        raise BuildError(f"{was}cannot build into {root}: {exc} (TCGEXP_KERNELS_CACHE chooses the folder)") from None
 
 
 def _build(

@@ -151,3 +151,22 @@ def test_a_run_killed_by_a_signal_as_its_kernels_load_is_named_by_the_next_run_i
     [line] = said(after, "ended without a record")
     assert f"(pid {crashed.pid} " in line
     assert "while building or loading tcgexp's fused kernels (trainer.kernels=auto)" in line and "SIGBUS" in line, line
+
+
+def test_a_damaged_library_in_a_cache_that_cannot_be_written_is_one_line(tmp_path, built_here):
+    """A compiler, but a read-only cache: the damaged build is not loaded and cannot be replaced; auto takes the
+    pure step, its line naming both."""
+    folder = cache_with(tmp_path, built_here, damage_to="truncated")
+    cache = folder.parent
+    if subprocess.run(["mount", "--bind", str(cache), str(cache)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount here")
+    try:
+        if subprocess.run(["mount", "-o", "remount,bind,ro", str(cache)], capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        done = train(tmp_path, folder, f"hydra.run.dir={tmp_path / 'run'}")
+    finally:
+        subprocess.run(["umount", str(cache)], capture_output=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = said(done, "trainer.kernels")
+    assert line.startswith(f"[train] pure MLX step (trainer.kernels=auto: the build in {folder} cannot be loaded")
+    assert "is 1,000 bytes" in line and "Read-only file system" in line, line
