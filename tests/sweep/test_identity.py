@@ -159,9 +159,11 @@ def test_a_trial_folder_that_trained_other_params_is_refused_never_adopted(tmp_p
 
 def test_a_changed_space_in_a_named_folder_is_refused_naming_the_difference(tmp_path):
     ok(sweep(tmp_path, "model.hidden=choice(8,16)", "hydra.sweeper.n_trials=1", "hydra.sweep.dir=named"))
+    before = tree(tmp_path)
     for changed in ("model.hidden=choice(16,8)", "model.hidden=choice(8)", "model.hidden=choice(8,16,32)"):
         line = refused(sweep(tmp_path, changed, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={tmp_path / 'named'}"))
         assert "was run with other settings" in line and changed.split("=", 1)[1] in line, line
+        assert tree(tmp_path) == before, "a refused command writes nothing (multirun.yaml, the lock, the study)"
     assert len(trials(tmp_path / "named")["trials"]) == 1
 
 
