@@ -66,6 +66,7 @@ def test_every_printed_command_pastes_into_bash_and_runs(tmp_path):
         "hydra.sweeper.min_epochs=1",
         "hydra.sweeper.max_epochs=1",
         "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler=grid",  # both configurations, so the finding has no interval: the re-run is printed
         "optimizer.lr=choice(0.001,0.01)",
         "tracking=aim",
         override("tracking.repo", str(repo)),
