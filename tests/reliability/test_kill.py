@@ -25,7 +25,9 @@ OVERRIDES = [*TINY_TRAIN, "checkpoint.latest_every_steps=2"]
 # Fault injection lives in the child process only: it patches one function to SIGKILL itself.
 CHILD = textwrap.dedent("""
     import os, signal, sys, json
-    from tcgexp.train import train  # first: it loads MKL before mlx.core, as every run does
+    from tcgexp.learn.blas import setup
+    setup()  # first: MKL before mlx.core, as every entry point does (importing tcgexp does nothing)
+    from tcgexp.train import train
     import mlx.core as mx
     from tcgexp.app import compose
     import tcgexp.train.loop as loop
