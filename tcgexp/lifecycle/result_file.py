@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from ..learn.diverge import strict
 
 NAME = "result.json"
+_WRITTEN: dict[str, float] = {}  # result.json files this process wrote, and when (time.time())
 
 
 def write_result(run_dir: Path, result: dict, *, replace: bool = True) -> bool:
@@ -26,20 +28,25 @@ def write_result(run_dir: Path, result: dict, *, replace: bool = True) -> bool:
     try:
         if replace:
             os.replace(tmp, final)
-            return True
-        try:
-            os.link(tmp, final)  # atomic, and never over another rank's
-        except FileExistsError:
-            return False
+        else:
+            try:
+                os.link(tmp, final)  # atomic, and never over another rank's
+            except FileExistsError:
+                return False
+        _WRITTEN[str(final.absolute())] = time.time()
         return True
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def written_since(run_dir: Path, since: float) -> bool:
-    """Whether the run dir's result.json was written at or after `since` (``time.time()``): by this run."""
+    """Whether the run dir's result.json was written at or after `since` (``time.time()``): by this run (this
+    process's own record of it: a file system's coarse mtime could say otherwise), or by another process."""
+    final = Path(run_dir) / NAME
+    if _WRITTEN.get(str(final.absolute()), float("-inf")) >= since:
+        return True
     try:
-        return (Path(run_dir) / NAME).stat().st_mtime >= since
+        return final.stat().st_mtime >= since
     except OSError:
         return False
 

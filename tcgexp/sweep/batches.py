@@ -63,11 +63,11 @@ class Run:
         self.records = {r.trial.number: r for r in records}
         for r in records:  # the folders where they are now (the layout stays; the folder may be written another way)
             r.run_dirs = [self.run_dir(r.trial.number, s) for s in range(self.s.seeds)]
-        for write in (False, True):  # every folder checked before any is stamped: a refusal writes nothing
+        # a finished trial is reported only if its folders trained it; every folder is checked before any is
+        # stamped (a folder of an earlier tcgexp, proved by its overrides), so a refusal writes nothing
+        for write in (False, True):
             for r in records:
-                self.adopt(
-                    r, made_only=True, write=write
-                )  # a finished trial is reported only if its folders trained it
+                self.adopt(r, made_only=True, write=write)
         self.n_trials = n_trials
         self.held: list[tuple[int, str | None]] = []  # trials a full disk stopped (settle), said at the batch's end
         self.out = results.Outputs(search.sweep_dir, search.config, space, budgets, metric, direction, self.s.seeds)
