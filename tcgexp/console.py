@@ -19,6 +19,7 @@ import contextlib
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,18 @@ INTERRUPTED = (
 )
 
 
+PACKAGE = str(Path(__file__).resolve().parent)
+_DEFAULT_FORMAT = warnings.formatwarning
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning tcgexp raised (a spill turned off, a folder left as it is) as one line, ``warning: ...``; any
+    other package's as Python shows it."""
+    if str(Path(filename).resolve()).startswith(PACKAGE):
+        return f"warning: {message}\n"
+    return _DEFAULT_FORMAT(message, category, filename, lineno, line)
+
+
 def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate an entry point's ``main`` (above ``@hydra.main``): user errors exit with one line.
 
@@ -175,6 +188,8 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
             if verbose():
                 os.environ["HYDRA_FULL_ERROR"] = "1"
                 return main(*args, **kwargs)
+            shown = warnings.formatwarning
+            warnings.formatwarning = one_line_warning  # tcgexp's own warnings as one line each, no source line
             before = os.environ.get("HYDRA_FULL_ERROR")
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises, so the error comes here whole
             try:
@@ -194,6 +209,7 @@ def one_line_errors(*user_errors: type) -> Callable[[Callable[..., Any]], Callab
                 where = f"a sweep job failed (every job's error: {report}): " if report else ""
                 raise SystemExit(f"error: {where}{line}") from None
             finally:
+                warnings.formatwarning = shown
                 if before is None:
                     os.environ.pop("HYDRA_FULL_ERROR", None)
                 else:

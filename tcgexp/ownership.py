@@ -61,6 +61,15 @@ def describe(info: dict) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {info.get('started', '?')}"
 
 
+def killed_while(holder: dict) -> str:
+    """How a run that left no record ended, and what it was doing (its lock file's last ``phase``)."""
+    phase = holder.get("phase")
+    return (
+        f"ended without a record{f' while {phase}' if isinstance(phase, str) and phase else ''}: killed by a signal "
+        "(SIGKILL, the kernel's OOM killer, a crash such as SIGBUS or SIGSEGV) or a lost machine"
+    )
+
+
 def read_info(path: Path) -> dict:
     """A marker's or lock file's JSON; {} when missing, empty or not JSON (an older, empty marker)."""
     try:
@@ -143,8 +152,20 @@ def remove_spill_root(spill_root: Path) -> None:
     spill_root = Path(spill_root)
     if spill_root.is_symlink() or not spill_root.is_dir():
         return
-    for child in spill_root.iterdir():
-        remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
+    foreign = []
+    for child in sorted(spill_root.iterdir()):
+        if child.is_dir() and not child.is_symlink() and (child / SPILL_MARKER).is_file():
+            remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
+        else:
+            foreign.append(child.name)
+    if foreign:  # said once for the folder, whatever it holds (a run's whole folder put there once made 7 warnings)
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        warnings.warn(
+            f"not deleting what tcgexp did not create in {spill_root} ({shown}: no {SPILL_MARKER} marker); left as "
+            "it is",
+            RuntimeWarning,
+            stacklevel=1,  # (called from an ExitStack: the caller's frame would be contextlib's)
+        )
     try:
         spill_root.rmdir()  # only ever removes an empty directory
     except OSError:
@@ -185,6 +206,7 @@ class HeldLock:
     def __init__(self, path: Path, kind: str) -> None:
         self.path, self.kind = Path(path), kind
         self._fh = None  # a file object, not a bare fd: if its holder is garbage-collected, so is the lock
+        self.before = ""  # the file's content before this holder wrote its own
 
     def acquire(self) -> dict | None:
         # Held through a read-only handle: a file kept open for writing would stop its filesystem
@@ -197,6 +219,8 @@ class HeldLock:
             return read_info(self.path) or {"pid": "?", "host": "?", "started": "?"}
         try:  # ours now: the holder's info, for whoever finds it held
             with open(self.path, "r+") as out:
+                self.before = out.read()  # put back by a holder that was refused (release(restore=True))
+                out.seek(0)
                 out.truncate(0)
                 out.write(json.dumps(holder_info(self.kind)))
         except BaseException:
@@ -209,8 +233,17 @@ class HeldLock:
     def held(self) -> bool:
         return self._fh is not None
 
-    def release(self) -> None:
+    def release(self, *, restore: bool = False) -> None:
+        """Let go; `restore`: a holder refused before it did anything puts the file's content back as it was (a
+        refused command writes nothing)."""
         if self._fh is not None:
+            if restore:
+                try:
+                    with open(self.path, "r+") as out:
+                        out.truncate(0)
+                        out.write(self.before)
+                except OSError:
+                    pass
             fh, self._fh = self._fh, None
             fh.close()  # closing the last descriptor releases the flock
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from tcgexp.cache.policy import Policy, admit
@@ -22,14 +23,20 @@ from tcgexp.data.source import Arrays, Key
 
 
 def make_spill(
-    enabled: bool, capacity: int, budget_bytes: int, directory: str | Path | None, name: str
+    enabled: bool,
+    capacity: int,
+    budget_bytes: int,
+    directory: str | Path | None,
+    name: str,
+    keep_free: Callable[[Path], int] | None = None,
 ) -> SpillStore | None:
-    """The spill tier, or None: off, nothing to evict (capacity 0), no budget, or a folder it cannot use."""
+    """The spill tier, or None: off, nothing to evict (capacity 0), no budget, or a folder it cannot use.
+    `keep_free`: bytes its filesystem must keep free (``SpillStore``)."""
     if not (enabled and capacity > 0 and budget_bytes > 0):  # a zero-capacity cache never evicts, never spills
         return None
     directory = directory if directory is not None else tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-")
     try:
-        return SpillStore(directory, budget_bytes)
+        return SpillStore(directory, budget_bytes, keep_free)
     except OSError as exc:  # unwritable or read-only: the spill is an optimisation, not the run
         warnings.warn(
             f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be re-decoded from Parquet",

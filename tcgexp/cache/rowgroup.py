@@ -93,6 +93,7 @@ class RowGroupCache:
         spill_dir: str | Path | None = None,
         memory_probe: Callable[[], float] | None = None,
         name: str = "train",
+        keep_free: Callable[[Path], int] | None = None,
     ) -> None:
         self.name = name
         self._source = ParquetSource(files, columns, name=f"cache-{name}")
@@ -128,7 +129,7 @@ class RowGroupCache:
         made = policy(capacity)
         self._tiers = Residency(
             made,
-            make_spill(spill, made.capacity, spill_budget_bytes, spill_dir, name),
+            make_spill(spill, made.capacity, spill_budget_bytes, spill_dir, name, keep_free),
             lock=self._lock,
             counts=self._n,
             guard_capacity=opt_step_guard == "all",
@@ -145,6 +146,14 @@ class RowGroupCache:
     @property
     def spill_dir(self) -> Path | None:
         return self._spill.dir if self._spill is not None else None
+
+    def keep_spill_reserve(self) -> int:
+        """Shrink the spill to leave its reserve free again (``SpillStore.keep_reserve``): the bytes dropped."""
+        return self._spill.keep_reserve() if self._spill is not None else 0
+
+    def give_back_spill(self, reason: str) -> int:
+        """Delete every spill file and stop spilling (a checkpoint needs the disk): the bytes freed."""
+        return self._spill.give_back(reason) if self._spill is not None else 0
 
     def num_row_groups(self, file_index: int) -> int:
         return self._source.row_groups[file_index]

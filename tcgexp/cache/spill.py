@@ -22,6 +22,13 @@ Why each rule exists:
 - An error of any kind while writing (disk full, a filesystem turned
   read-only, even the cleanup's own unlink failing) disables spilling for this
   store with one warning: the cache keeps working, only slower.
+- Room for what matters more on the same disk: ``keep_free`` (the run's: the
+  bytes its next checkpoint needs, when the checkpoints share the spill's
+  filesystem) is left free beside the byte budget; a write that would eat into
+  it drops older files first, or is skipped. The spill is a cache: a run once
+  filled a small disk with it and then failed its next checkpoint. And when the
+  disk fills anyway, ``give_back`` empties the store and turns it off, so the
+  checkpoint that failed can be written again.
 
 Thread safety: a private lock guards the index and the counters; file I/O runs
 outside it. A load racing a budget drop of the same file is not an error.
@@ -37,6 +44,7 @@ import warnings
 import weakref
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -116,9 +124,12 @@ class _Entry:
 class SpillStore:
     """``put`` / ``load`` / ``close`` over one private directory of .npz files."""
 
-    def __init__(self, directory: str | os.PathLike, budget_bytes: int) -> None:
+    def __init__(
+        self, directory: str | os.PathLike, budget_bytes: int, keep_free: Callable[[Path], int] | None = None
+    ) -> None:
         self.dir = Path(directory)
         self.budget = int(budget_bytes)
+        self.keep_free = keep_free  # bytes to leave free on the spill's filesystem (given the spill dir), or None
         lock = _prepare_dir(self.dir)
         entry = registry.register(self.dir)
         self._finalizer = weakref.finalize(self, _teardown, str(self.dir), lock, entry)
@@ -186,10 +197,12 @@ class SpillStore:
         if any(a.dtype.hasobject for a in arrays.values()):
             return False  # never write anything that would need pickle to read
         need = estimate_bytes(arrays)
+        short = self._disk_short(need)  # bytes the disk lacks for this file beside what must stay free
         with self._lock:
             if not self.enabled or self.closed or key in self._index or key in self._writing:
                 return False  # the row group's bytes never change: one file suffices
-            if need > self.budget or not self._make_room(need, rank, ranks):
+            disk = 0 if short is None else short + self._reserved  # writes in progress are not on the disk yet
+            if need > self.budget or not self._make_room(need, rank, ranks, disk):
                 self.skipped += 1
                 return False
             self._reserved += need
@@ -229,9 +242,24 @@ class SpillStore:
             self.spills += 1
         return True
 
-    def _make_room(self, need: int, rank: float | None, ranks: dict | None) -> bool:
-        """Under the lock: drop files until ``need`` more bytes fit, or change nothing."""
-        excess = self._bytes + self._reserved + need - self.budget
+    def _disk_short(self, need: int) -> int | None:
+        """How many bytes the spill's filesystem lacks to take `need` more while leaving ``keep_free`` free (<= 0:
+        none), or None when nothing is to be kept free there."""
+        if self.keep_free is None:
+            return None
+        try:
+            keep = int(self.keep_free(self.dir))
+            if keep <= 0:
+                return None
+            st = os.statvfs(self.dir)
+        except (OSError, ValueError):
+            return None
+        return need + keep - st.f_bavail * st.f_frsize
+
+    def _make_room(self, need: int, rank: float | None, ranks: dict | None, disk_short: int = 0) -> bool:
+        """Under the lock: drop files until ``need`` more bytes fit the budget and the disk has ``disk_short`` more
+        bytes free (what this store's own files give back), or change nothing."""
+        excess = max(self._bytes + self._reserved + need - self.budget, disk_short)
         if excess <= 0:
             return True
         if ranks is None:
@@ -294,6 +322,29 @@ class SpillStore:
             self.hits += 1
             self.bytes_read += sum(arr.nbytes for arr in out.values())
         return out
+
+    def keep_reserve(self) -> int:
+        """After the disk's use grew elsewhere (a checkpoint was written): drop the oldest files until ``keep_free``
+        is free again; the bytes dropped."""
+        short = self._disk_short(0)
+        if short is None or short <= 0:
+            return 0
+        with self._lock:
+            before = self._bytes
+            self._make_room(0, None, None, short + self._reserved)
+            return before - self._bytes
+
+    def give_back(self, reason: str) -> int:
+        """The disk filled anyway: every file deleted and spilling turned off for this store (``reason`` is what the
+        report says); the bytes freed. What needed the space (a checkpoint) is worth more than the cache."""
+        with self._lock:
+            freed = self._bytes
+            for key in list(self._index):
+                self._drop(key)
+            if self.enabled:
+                self.disabled_reason = reason
+            self.enabled = False
+        return freed
 
     def discard(self, key) -> None:
         with self._lock:

@@ -98,18 +98,27 @@ class DayBuilder:
         ahead: int = 2,
         verify: str = "quick",
         progress: ProgressFn | None = None,
+        rebuild: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
+        self.rebuild = rebuild  # a finished day whose Parquet is gone is built again from its ZIP (False: refused)
+        self.read_only = read_only  # the corpus is on read-only storage (what the refusal then advises)
         self.executor, self.ahead, self.verify = executor, ahead, verify
         self.progress = progress or (lambda stage, done, total: None)
         self.encoded: list[int] = []  # shards encoded by this call (resume tests read it)
 
     # -- the whole day -------------------------------------------------------------------
     def run(self) -> tuple[str, dict]:
-        """Return ("validated" | "built", manifest)."""
+        """Return ("validated" | "built" | "rebuilt", manifest). A finished day whose Parquet file is gone is
+        built again from its replay ZIP (the durable source), its manifest replaced last: "rebuilt"."""
         p = self.paths
+        outcome = "built"
         if p.manifest.exists():
-            return "validated", self.validate()
+            if p.parquet.exists() or not p.zip.exists() or not self.rebuild:
+                return "validated", self.validate()
+            self.same_settings(read_manifest(p.manifest))  # built with these settings, or refused as ever
+            outcome = "rebuilt"
         t0 = time.perf_counter()
         day = self.source()
         with day:
@@ -123,23 +132,34 @@ class DayBuilder:
         if p.zip.exists():  # shards are derived; never drop derived data whose source is gone
             # resume.json, written when the build claimed the dir, is what says tcgexp made it
             remove_owned(p.work, p.resume.name, what="build work dir")
-        return "built", manifest
+        return outcome, manifest
 
-    def validate(self) -> dict:
-        p = self.paths
-        manifest = read_manifest(p.manifest)
+    def same_settings(self, manifest: dict) -> None:
         if manifest["fingerprint"] != self.fingerprint:
             raise BuildRefused(
                 f"day {self.spec.date} was built with fingerprint {manifest['fingerprint'][:12]}, the current "
                 f"config gives {self.fingerprint[:12]} ({diff_config(manifest.get('config', {}), self.config())})",
-                path=p.manifest,
+                path=self.paths.manifest,
                 fix="a finished day is never rebuilt: restore the config, or point dataset.root elsewhere",
             )
+
+    def validate(self) -> dict:
+        p = self.paths
+        manifest = read_manifest(p.manifest)
+        self.same_settings(manifest)
         if not p.parquet.exists():
             raise BuildRefused(
                 "manifest exists but its day file is missing",
                 path=p.parquet,
-                fix="delete the manifest to rebuild the day from its replay ZIP",
+                fix=(
+                    f"the corpus is on read-only storage: restore the file, or build it again from its replay ZIP "
+                    f"where {p.root} can be written (python -m tcgexp.data with the same dataset settings)"
+                    if self.read_only
+                    else "python -m tcgexp.data with the same dataset settings builds it again from its replay ZIP"
+                    if p.zip.exists()
+                    else f"its replay ZIP {p.zip} is gone too: restore the file, or delete {p.manifest} and "
+                    "python -m tcgexp.data simulates the day again from its seed"
+                ),
             )
         check_day(
             p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM, full=self.verify == "full"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
+from ..overrides import shell_override
 from .errors import DataError
 from .manifest import read_manifest
 
@@ -81,7 +82,7 @@ class Catalog:
                     raise DataError(
                         f"catalog cannot be read ({exc})",
                         path=self.path,
-                        fix=f"check the disk; python -m tcgexp.data dataset.root={self.root} "
+                        fix=f"check the disk; python -m tcgexp.data {shell_override('dataset.root', str(self.root))} "
                         "re-indexes it from the day manifests",
                     ) from None
                 self.rebuild(exc)

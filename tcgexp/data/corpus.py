@@ -43,7 +43,7 @@ from .select import check_built, check_count, selected_dates
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
 from .tier import Tier
 
-DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated", days done, days in all)
+DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated" | "rebuilt", days done, days in all)
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
 
@@ -192,6 +192,7 @@ class Corpus:
         self.remote = is_remote(root)
         self.root = str(root).rstrip("/") if self.remote else Path(root).expanduser().absolute()
         self.store: Store | None = None  # a root in a store: opened below, after the selection's own checks
+        self.read_only = False  # set when the build lock could only be had on a read-only handle (locked)
         self.tier: Tier | None = None
         self._remote_catalog: RemoteCatalog | None = None
         self._remote_files: list = []
@@ -299,7 +300,8 @@ class Corpus:
         max_new_days: int = DataAppConfig.max_new_days,
         on_day: DayFn | None = None,
     ) -> dict[str, str]:
-        """Build missing days, validate finished ones; returns {date: "built" | "validated"}.
+        """Build missing days, validate finished ones (a finished day whose Parquet is gone is built again from its
+        replay ZIP, unless only built days are used); returns {date: "built" | "validated" | "rebuilt"}.
 
         At most `max_new_days` days are built (more is refused before any, in one line with the
         count); `on_day(date, outcome, done, total)` hears of each day as it is finished.
@@ -316,7 +318,8 @@ class Corpus:
         with self.locked():
             if only_built:
                 self.check_selected()
-            return self._build(progress, on_day or (lambda date, outcome, done, total: None))
+            on_day = on_day or (lambda date, outcome, done, total: None)
+            return self._build(progress, on_day, rebuild=not only_built and not self.read_only)
 
     def check_new_days(self, limit: int) -> None:
         if limit < 0:
@@ -384,6 +387,7 @@ class Corpus:
             lock, mode = open(self.root / ".build.lock", "a"), fcntl.LOCK_EX  # noqa: SIM115
         except OSError as exc:
             lock, mode = self._read_only_lock(exc), fcntl.LOCK_SH
+            self.read_only = True  # finished days only: nothing is built (a day's lost Parquet is refused, named)
         with lock if lock is not None else nullcontext():
             if lock is not None:
                 fcntl.flock(lock, mode)
@@ -409,7 +413,7 @@ class Corpus:
         except OSError:
             return None
 
-    def _build(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
+    def _build(self, progress: ProgressFn | None, on_day: DayFn, rebuild: bool = True) -> dict[str, str]:
         if self.episodes is not None:
             return self._build_episodes(progress, on_day)
         catalog = self.catalog
@@ -446,6 +450,8 @@ class Corpus:
                         ahead=2 * self.workers,
                         verify=self.verify,
                         progress=progress,
+                        rebuild=rebuild,
+                        read_only=self.read_only,
                     )
                     outcome[spec.date], self.manifests[spec.date] = builder.run()
                     self.encoded[spec.date] = builder.encoded

@@ -13,8 +13,9 @@ keyword argument, each field checked at the call (``csrc/primitive.cpp``: a miss
 mis-shaped one is one ValueError naming it); results come back as dicts keyed the same way.
 
 ``load()`` builds the extension against the MLX installed now (``build.py``: once per MLX version,
-cached) and imports it, or says in one line why it cannot: no compiler, a nanobind that does not
-match MLX's, a device other than the CPU. ``tcgexp.learn.fused_step`` composes the step from it;
+cached), checks its library against the size and sha256 recorded when it was built, and imports it, or
+says in one line why it cannot: no compiler (and nothing built), a damaged build and no compiler to build
+it again, a nanobind that does not match MLX's, a device other than the CPU. ``tcgexp.learn.fused_step`` composes the step from it;
 ``trainer.kernels`` (auto | fused | pure) chooses the path.
 """
 
@@ -25,7 +26,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from .build import MODULE, BuildError, built
+from .build import MODULE, BuildError, built, library
 
 _LOADED: dict[str, tuple[ModuleType | None, str]] = {}
 
@@ -52,8 +53,8 @@ def load(say: Callable[[str], None] | None = None) -> tuple[ModuleType | None, s
         return _LOADED[key]
 
     try:
-        folder = built(say)
-        lib = next(folder.glob(MODULE + "*.so"))
+        folder = built(say)  # its library checked against the size and sha256 recorded when it was built
+        lib = library(folder)
         spec = importlib.util.spec_from_file_location(f"{__name__}.{MODULE}", lib)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -6,7 +6,12 @@ be there yet (``pip install -e .`` on a fresh machine builds tcgexp before it in
 pip's build isolation would offer another copy. So the extension is built the first time a run asks
 for it, from the MLX that run imported, into ``<cache>/<key>/`` where the key hashes the sources,
 the MLX and nanobind versions, the Python ABI and the compiler; ``pip install -U mlx`` simply makes
-a new key. No CMake: MLX's CMake package adds only its include folder and C++20, and nanobind's
+a new key. Each build records its library's size and sha256 (``build.json``), and a library is loaded only
+after it is checked against them: a truncated one (a full disk, a copy cut short) would be mapped past its end
+and kill the run with SIGBUS, without a word, in every later run. A damaged or foreign build is built again
+(moved aside and replaced whole), or, without a compiler, not loaded (the run takes the pure step, saying
+why). Without a compiler a verified build for this MLX, sources and nanobind is loaded whichever compiler
+made it. No CMake: MLX's CMake package adds only its include folder and C++20, and nanobind's
 sources compile with one command (``nb_combined.cpp``). A build takes ~30-60 s on 2 cores; a
 file lock makes concurrent runs (a sweep's jobs, a launch's ranks) wait for one build.
 
@@ -21,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sysconfig
 import tempfile
@@ -110,22 +116,98 @@ def mlx_nanobind_abi(mlx_dir: Path) -> str | None:
     return None
 
 
-def build_key(cxx: str, mlx_dir: Path, mlx_version: str, nb_version: str) -> str:
+def base_key(mlx_dir: Path, mlx_version: str, nb_version: str) -> str:
+    """What a build must match to be loaded here, whichever compiler made it: the sources, the MLX (its folder
+    and version), nanobind, the Python ABI and the flags."""
     h = hashlib.sha256()
     for name in sorted(p.name for p in CSRC.iterdir()):
         h.update(name.encode() + (CSRC / name).read_bytes())
+    for part in (str(mlx_dir), mlx_version, nb_version, sysconfig.get_config_var("EXT_SUFFIX") or "", *FLAGS):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def build_key(cxx: str, mlx_dir: Path, mlx_version: str, nb_version: str) -> str:
+    """The build's folder name: the base key and the compiler (its path and version)."""
+    h = hashlib.sha256(base_key(mlx_dir, mlx_version, nb_version).encode())
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-    for part in (
-        str(mlx_dir),
-        mlx_version,
-        nb_version,
-        sysconfig.get_config_var("EXT_SUFFIX") or "",
-        cxx,
-        *version,
-        *FLAGS,
-    ):
+    for part in (cxx, *version):
         h.update(part.encode() + b"\0")
     return f"mlx-{mlx_version}-{h.hexdigest()[:16]}"
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _info(folder: Path) -> dict | None:
+    try:
+        info = json.loads((folder / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def library(folder: Path) -> Path:
+    """The built module's file, as the folder's build.json names it."""
+    return folder / _info(folder)["library"]["name"]
+
+
+def damage(folder: Path) -> str | None:
+    """Why the build in `folder` must not be loaded, or None: its library checked against the size and sha256
+    its build.json recorded (a truncated library is mapped past its end: SIGBUS, no word, every run)."""
+    info = _info(folder)
+    if info is None:
+        return "its build.json is missing or unreadable"
+    lib = info.get("library")
+    if not (isinstance(lib, dict) and isinstance(lib.get("name"), str) and "/" not in lib["name"]):
+        return "it records no size and digest of its library (built by an earlier tcgexp)"
+    path = folder / lib["name"]
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return f"its library {lib['name']} is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"its library {lib['name']} is not a regular file"
+    if st.st_size != lib.get("size"):
+        return f"its library {lib['name']} is {st.st_size:,} bytes, {lib.get('size', 0):,} when it was built"
+    try:
+        digest = sha256_of(path)
+    except OSError as exc:
+        return f"its library {lib['name']} cannot be read ({exc.strerror or exc})"
+    if digest != lib.get("sha256"):
+        return f"its library {lib['name']} is not the file that was built (its sha256 differs)"
+    return None
+
+
+def prebuilt(root: Path, base: str, no_compiler: BuildError) -> Path:
+    """Without a compiler: a verified build for this MLX, sources and nanobind (any compiler's, the newest
+    first); else BuildError saying there is no compiler, and which build here is damaged, if one is."""
+    try:
+        folders = sorted(
+            (p.parent for p in root.glob("mlx-*/build.json")), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+    except OSError:
+        folders = []
+    damaged = []
+    for folder in folders:
+        if (_info(folder) or {}).get("base") != base:
+            continue
+        why = damage(folder)
+        if why is None:
+            return folder
+        damaged.append((folder, why))
+    if damaged:
+        folder, why = damaged[0]
+        raise BuildError(
+            f"the kernels built in {folder} cannot be loaded ({why}) and there is {no_compiler} to build them "
+            f"again; install one, or delete {folder}"
+        )
+    raise no_compiler
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -140,18 +222,24 @@ def _run(cmd: list[str], what: str) -> None:
 
 
 def built(say=None) -> Path:
-    """The folder holding the built module for this MLX, building it first when missing (BuildError why not)."""
-    cxx = compiler()
+    """The folder holding the built module for this MLX, its library verified: built first when missing, built
+    again when damaged; without a compiler, a verified build of another compiler (BuildError why not)."""
     mlx_dir, mlx_version = _mlx()
     nb_dir, nb_version = _nanobind()
     root = cache_root()
+    try:
+        cxx = compiler()
+    except BuildError as none:  # what is built needs no compiler to load
+        return prebuilt(root, base_key(mlx_dir, mlx_version, nb_version), none)
     target = root / build_key(cxx, mlx_dir, mlx_version, nb_version)
-    if (target / "build.json").exists():
+    why = damage(target) if target.exists() else None
+    if target.exists() and why is None:
         return target
     try:
         return _build(root, target, cxx, mlx_dir, mlx_version, nb_dir, nb_version, say)
     except OSError as exc:  # an unwritable cache, a full disk
-        raise BuildError(f"cannot build into {root}: {exc} (TCGEXP_KERNELS_CACHE chooses the folder)") from None
+        was = f"the build in {target} cannot be loaded ({why}), and " if why else ""
+        raise BuildError(f"{was}cannot build into {root}: {exc} (TCGEXP_KERNELS_CACHE chooses the folder)") from None
 
 
 def _build(
@@ -166,13 +254,17 @@ def _build(
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same key
-        if (target / "build.json").exists():
+        for stale in root.glob(".build-*"):  # a build killed half-way (nobody builds while we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        why = damage(target) if target.exists() else None
+        if target.exists() and why is None:
             return target
         if say:
-            say(f"building tcgexp's kernels for mlx {mlx_version} (once, into {target})")
+            again = f": the build there cannot be loaded ({why})" if why else ""
+            say(f"building tcgexp's kernels for mlx {mlx_version} (once, into {target}){again}")
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
         try:
-            _compile(tmp, cxx, mlx_dir, nb_dir)
+            lib = _compile(tmp, cxx, mlx_dir, nb_dir)
             (tmp / "build.json").write_text(
                 json.dumps(
                     {
@@ -181,17 +273,24 @@ def _build(
                         "nanobind_abi": ours,
                         "compiler": cxx,
                         "flags": list(FLAGS),
+                        "base": base_key(mlx_dir, mlx_version, nb_version),
+                        # what a loader checks before it maps the library (``damage``)
+                        "library": {"name": lib.name, "size": lib.stat().st_size, "sha256": sha256_of(lib)},
                     },
                     indent=1,
                 )
             )
+            if target.exists():  # damaged: set aside whole, then removed (a process that mapped it keeps its copy)
+                aside = root / f".damaged-{target.name}-{os.getpid()}"
+                os.rename(target, aside)
+                shutil.rmtree(aside, ignore_errors=True)
             os.rename(tmp, target)  # whole or not at all: a reader sees build.json only in a finished build
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
-def _compile(out: Path, cxx: str, mlx_dir: Path, nb_dir: Path) -> None:
+def _compile(out: Path, cxx: str, mlx_dir: Path, nb_dir: Path) -> Path:
     py_include = sysconfig.get_paths()["include"]
     if not (Path(py_include) / "Python.h").exists():
         raise BuildError(f"Python's headers are missing ({py_include}/Python.h: install python3-dev)")
@@ -220,13 +319,21 @@ def _compile(out: Path, cxx: str, mlx_dir: Path, nb_dir: Path) -> None:
     )
     for obj in objs:
         os.remove(obj)
+    return lib
 
 
 def _nanobind_object(cxx: str, nb_dir: Path, py_include: str) -> Path:
-    """nanobind's own sources, compiled once per nanobind and Python (shared by every kernels build)."""
+    """nanobind's own sources, compiled once per nanobind and Python (shared by every kernels build); its size
+    and sha256 beside it (``.json``), checked before it is linked: a damaged one is compiled again."""
     tag = hashlib.sha256(f"{nb_dir}{cxx}{py_include}{NB_FLAGS}".encode()).hexdigest()[:16]
     obj = cache_root() / f"nanobind-{tag}.o"
-    if not obj.exists():
+    seal = obj.with_suffix(".json")
+    try:
+        recorded = json.loads(seal.read_text())
+        whole = obj.stat().st_size == recorded["size"] and sha256_of(obj) == recorded["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        whole = False
+    if not whole:
         tmp = obj.with_suffix(f".{os.getpid()}.o")
         _run(
             [
@@ -243,4 +350,5 @@ def _nanobind_object(cxx: str, nb_dir: Path, py_include: str) -> Path:
             "nanobind",
         )
         os.replace(tmp, obj)
+        seal.write_text(json.dumps({"size": obj.stat().st_size, "sha256": sha256_of(obj)}))
     return obj

@@ -43,12 +43,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..data.manifest import file_sha256
 from ..learn.diverge import strict
-from .ckpt_files import (  # some re-exported
+from .ckpt_files import (
     CHECKSUMS,
     FILES,
     CheckpointError,
     CheckpointWriteError,
     check_replaceable,
+    find,  # noqa: F401 - re-exported: ckpt.find, where the readers look for it
     fsync_dir,
     read_files,
     replace,
@@ -117,6 +118,19 @@ def check_finite_weights(model, path: Path) -> None:
                 f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "
                 "(the run diverged); the previous checkpoint is kept"
             )
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is a disk that is full (or a quota reached)."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(word in str(exc) for word in ("No space left on device", "Disk quota exceeded")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:

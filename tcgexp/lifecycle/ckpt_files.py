@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from ..overrides import shell_override
+
 FILES = ("model.safetensors", "optimizer.safetensors", "lanes.safetensors", "state.json")
 CHECKSUMS = "checksums.json"  # written last: a checkpoint is sealed once it exists
 OURS = (*FILES, CHECKSUMS)
@@ -169,7 +171,8 @@ def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
 
 
 def find(resume: str) -> Path:
-    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/).
+    """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/). (Here, beside the folder rules, with no
+    MLX: a job's callbacks find a requeued run's checkpoint before the job has set up its BLAS.)
 
     A ``latest/`` (or ``.latest.old``) found inside a run dir must be a real folder: tcgexp replaces it
     by renaming folders, so a link there is not what a run wrote (``resume=`` its target instead).
@@ -188,7 +191,7 @@ def find(resume: str) -> Path:
             if cand != p and cand.is_symlink():
                 raise CheckpointError(
                     f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
-                    f"a run wrote there; resume={cand.resolve()} reads that checkpoint itself"
+                    f"a run wrote there; {shell_override('resume', str(cand.resolve()))} reads that checkpoint itself"
                 )
             return cand
     raise CheckpointError(

@@ -38,6 +38,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..console import say_now
 from ..launch import launch_time, launched
+from ..overrides import shell_override
 from ..ownership import HeldLock, read_info
 from .errors import DistributedError
 from .parent_watch import watch_launcher
@@ -204,7 +205,7 @@ class World:
         )
         return PeerLost(
             f"[distributed] rank {self.rank} of {self.size}: {who}; lost at {what} ({exc}); the run "
-            f"stops on every rank; resume={self.run_dir} continues from its last latest/ with "
+            f"stops on every rank; {shell_override('resume', str(self.run_dir))} continues from its last latest/ with "
             f"{self.size} ranks"
         )
 

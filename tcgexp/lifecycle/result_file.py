@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from ..learn.diverge import strict
 
 NAME = "result.json"
+_WRITTEN: dict[str, float] = {}  # result.json files this process wrote, and when (time.time())
 
 
 def write_result(run_dir: Path, result: dict, *, replace: bool = True) -> bool:
@@ -26,14 +28,49 @@ def write_result(run_dir: Path, result: dict, *, replace: bool = True) -> bool:
     try:
         if replace:
             os.replace(tmp, final)
-            return True
-        try:
-            os.link(tmp, final)  # atomic, and never over another rank's
-        except FileExistsError:
-            return False
+        else:
+            try:
+                os.link(tmp, final)  # atomic, and never over another rank's
+            except FileExistsError:
+                return False
+        _WRITTEN[str(final.absolute())] = time.time()
         return True
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def written_since(run_dir: Path, since: float) -> bool:
+    """Whether the run dir's result.json was written at or after `since` (``time.time()``): by this run (this
+    process's own record of it: a file system's coarse mtime could say otherwise), or by another process."""
+    final = Path(run_dir) / NAME
+    if _WRITTEN.get(str(final.absolute()), float("-inf")) >= since:
+        return True
+    try:
+        return final.stat().st_mtime >= since
+    except OSError:
+        return False
+
+
+def leave_ending(
+    run_dir: Path, status: str, error: str, *, signal: str | None, since: float, rank: int, world_size: int
+) -> bool:
+    """A run that ended where the trainer writes no result (a second signal, a wait for data abandoned, a
+    crash outside the loop): result.json says how, unless this run wrote one already. Other ranks than 0
+    never replace one. True if written."""
+    if not Path(run_dir).is_dir() or written_since(run_dir, since):
+        return False
+    record = {
+        "status": status,
+        "error": error,
+        "signal": signal,
+        "run_dir": str(run_dir),
+        "world_size": world_size,
+        "written_by_rank": rank,
+    }
+    try:
+        return write_result(run_dir, strict(record), replace=rank == 0)
+    except OSError:  # a full or read-only disk: the one line on stderr is all that can be left
+        return False
 
 
 def leave_failed(run_dir: Path, error: str, *, rank: int, world_size: int) -> None:

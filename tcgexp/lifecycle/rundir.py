@@ -41,7 +41,8 @@ from pathlib import Path
 
 from ..console import in_multirun
 from ..errors import ConfigError
-from ..ownership import RUN_LOCK, HeldLock, describe, held_by_someone, holder_info, read_info
+from ..overrides import shell_override
+from ..ownership import RUN_LOCK, HeldLock, describe, held_by_someone, holder_info, killed_while, read_info
 from .ckpt_files import CheckpointError, check_folder, find
 
 RUN_MARKER = ".tcgexp-run"
@@ -134,12 +135,14 @@ def refuse_place(where: Path, key: str) -> None:
     for parent in [where, *where.parents]:
         if parent.exists() and not parent.is_dir():
             raise ConfigError(f"{key}={where}: {parent} is a file, not a folder; {fix}")
-    for path in {where, resolved}:  # as typed and through links: inside another run's checkpoints/ or spill
-        for folder in path.parents:
-            if folder.name in MANAGED and (folder.parent / RUN_MARKER).is_file():
+    for path in {where, resolved}:  # as typed and through links: another run's checkpoints/ or spill, or inside
+        for folder in (path, *path.parents):
+            managed = folder.name in MANAGED or folder.name.startswith(".cache_spill.rank")  # (each rank's spill)
+            if managed and (folder.parent / RUN_MARKER).is_file():
+                what = f"the {folder.name} folder" if folder == path else f"inside {folder}, the folder"
                 raise ConfigError(
-                    f"{key}={where} is inside {folder}, which the run in {folder.parent} manages (it "
-                    f"replaces and removes what is there); {fix}"
+                    f"{key}={where} is {what} that the run in {folder.parent} manages (it replaces and removes "
+                    f"what is there); {fix}"
                 )
 
 
@@ -317,7 +320,17 @@ class Claim:
         self.run_dir, self.lock = run_dir, lock
         self.killed = killed  # what a run that held this folder before and left no record was (unrecorded_end)
         self.owner: int | None = None  # the thread whose run took the claim over (claimed)
+        self.phase: str | None = None  # what the run last said it was doing (note)
         self.depth = 0
+
+    def note(self, phase: str) -> None:
+        """Say in the lock file what the run is doing now (``unrecorded_end`` names it to the next holder, should
+        the run die where it writes no record: a signal while it loads a library, a crash in native code)."""
+        self.phase = phase
+        try:
+            self.lock.path.write_text(json.dumps({**read_info(self.lock.path), "phase": phase}))
+        except OSError:
+            pass
 
     def release(self, *, refused: bool) -> None:
         """Unlock; a run refused before it left an output then undoes the claim (``discard``), unless it is a
@@ -346,8 +359,10 @@ def run_dir_of(resume) -> Path | None:
 
 def unrecorded_end(run_dir: Path, holder: dict) -> str | None:
     """The run that held `run_dir`'s lock before (`holder`, as its lock file says) when it ended with no record:
-    result.json missing or older than that run's start. Only SIGKILL, the kernel's OOM killer or a lost
-    machine end a run so (every other ending writes result.json); the kernel dropped its lock."""
+    result.json missing or older than that run's start. Only a signal that ends the process where it stands
+    (SIGKILL, the kernel's OOM killer, a crash in native code: SIGBUS, SIGSEGV) or a lost machine end a run so
+    (every other ending writes result.json); the kernel dropped its lock. The run's last noted phase says
+    where it was."""
     started = holder.get("started")
     if not started or holder.get("ended") or holder.get("host") != socket.gethostname():
         return None
@@ -360,10 +375,7 @@ def unrecorded_end(run_dir: Path, holder: dict) -> str | None:
             return None
     except (OSError, ValueError):
         return None
-    return (
-        f"the run that held {run_dir} before ({describe(holder)}) ended without a record: killed (SIGKILL, "
-        "the kernel's OOM killer or a lost machine)"
-    )
+    return f"the run that held {run_dir} before ({describe(holder)}) {killed_while(holder)}"
 
 
 def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: Path | None = None) -> Claim:
@@ -384,7 +396,7 @@ def claim(run_dir: Path, *, rank: int = 0, hydra_made: bool = True, continues: P
     if not same_run and (left := previous_run(run_dir)):
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds another run's {left}, which this run would replace: "
-            f"continue that run with resume={run_dir}, or give this run its own folder "
+            f"continue that run with {shell_override('resume', str(run_dir))}, or give this run its own folder "
             "(hydra.run.dir=...)"
         )
     check_folder(run_dir / "checkpoints")  # checkpoint folders it would replace hold only checkpoints

@@ -31,6 +31,7 @@ import time
 from typing import Self
 
 from ..launch import keep_exit
+from ..overrides import shell_override
 
 # SIGTERM and SIGINT are always ours for the run; the others only while nobody
 # else (submitit's requeue handler, a user's hook) has claimed them.
@@ -82,11 +83,11 @@ def stop_line(stop: ForcedStop, run_dir) -> str:
     if isinstance(stop, WaitAbandoned):
         return (
             f"[train] stopped by {stop.signame}: {stop.what} did not come within {STOP_GRACE_S:.0f} s of it, "
-            f"so the run left without finishing its step; its last latest/ is kept, resume={run_dir} "
+            f"so the run left without finishing its step; its last latest/ is kept, {shell_override('resume', str(run_dir))} "
             "continues from it"
         )
     return (
-        f"[train] stopped at once by a second {stop.signame}; spill removed; resume={run_dir} "
+        f"[train] stopped at once by a second {stop.signame}; spill removed; {shell_override('resume', str(run_dir))} "
         f"continues from its last latest/ (every checkpoint.latest_every_steps)"
     )
 

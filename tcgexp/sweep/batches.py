@@ -64,7 +64,11 @@ class Run:
         self.records = {r.trial.number: r for r in records}
         for r in records:  # the folders where they are now (the layout stays; the folder may be written another way)
             r.run_dirs = [self.run_dir(r.trial.number, s) for s in range(self.s.seeds)]
-            self.adopt(r, made_only=True)  # a finished trial is reported only if its folders trained it
+        # a finished trial is reported only if its folders trained it; every folder is checked before any is
+        # stamped (a folder of an earlier tcgexp, proved by its overrides), so a refusal writes nothing
+        for write in (False, True):
+            for r in records:
+                self.adopt(r, made_only=True, write=write)
         self.n_trials = n_trials
         self.held: list[tuple[int, str | None]] = []  # trials a full disk stopped (settle), said at the batch's end
         self.out = results.Outputs(search.sweep_dir, search.config, space, budgets, metric, direction, self.s.seeds)
@@ -77,7 +81,7 @@ class Run:
         sub = f"{number}" if self.s.seeds == 1 else f"{number}/seed{seed}"
         return str((self.search.sweep_dir / sub).absolute())
 
-    def adopt(self, r: studies.Record, made_only: bool = False) -> None:
+    def adopt(self, r: studies.Record, made_only: bool = False, write: bool = True) -> None:
         """Each of the trial's folders is this trial's, before its results are read or its latest/ resumed
         (``identity.adopt``: a folder another study's trial trained is refused, never reported).
         `made_only`: only the folders that exist (a trial asked but never launched has none yet)."""
@@ -86,7 +90,7 @@ class Run:
                 continue
             seed = self.seed0 + s if self.s.seeds > 1 else None
             want = identity.identity(self.study.study_name, r.trial.number, r.params, seed)
-            identity.adopt(Path(run_dir), want, self.search.sweep_dir)
+            identity.adopt(Path(run_dir), want, self.search.sweep_dir, write=write)
 
     # -- choosing what runs next ---------------------------------------------------------------------------
     def next_units(self, capacity: int) -> list[studies.Record]:
@@ -118,7 +122,11 @@ class Run:
         return None
 
     def new_trial(self) -> studies.Record:
+        number = len(self.study.trials)  # the number Optuna gives the next trial: its folders must be free first
+        for s in range(self.s.seeds):
+            identity.check_free(Path(self.run_dir(number, s)), self.study.study_name, number, self.search.sweep_dir)
         trial = self.study.ask(self.space.distributions())
+        studies.save_sampler(self.study, self.s.sampler, self.s.sampler_seed)  # what it drew is the study's now
         r = studies.Record(
             asha.Trial(trial.number),
             trial._trial_id,
@@ -255,6 +263,7 @@ class Run:
         except RuntimeError as exc:  # the grid sampler's "grid done" stop: the trial is recorded all the same
             if "Study.stop" not in str(exc):
                 raise
+        studies.save_sampler(self.study, self.s.sampler, self.s.sampler_seed)  # (a sampler may draw as it is told)
         self.out.mark(r, state)
         if state == asha.FAILED:
             say(f"trial {r.trial.number} failed ({r.error}); the sweep goes on")

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..lifecycle.rundir import RUN_MARKER, mark
+from ..overrides import shell_override
 from ..ownership import HeldLock, describe
 from .space import WHERE, overrides_of
 
@@ -138,10 +139,72 @@ def set_aside_result(run_dir: Path) -> None:
         os.replace(result, result.with_name("result.previous.json"))
 
 
-def adopt(run_dir: Path, want: dict, sweep_dir: Path) -> None:
+def trial_folders(sweep_dir: Path) -> list[Path]:
+    """The sweep dir's trial folders as the sweeper makes them: ``<n>/``, and ``<n>/seed<s>/`` with replicates."""
+    try:
+        numbered = sorted(
+            (p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+        )
+    except OSError:
+        return []
+    out = []
+    for folder in numbered:
+        out.append(folder)
+        out += sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith("seed") and p.name[4:].isdigit())
+    return out
+
+
+def check_new_study(sweep_dir: Path, name: str) -> None:
+    """Before study `name` is created in `sweep_dir`: no trial folder there may be another study's (a folder
+    moved or copied from elsewhere keeps its study's trials, stamped with that study's name). Refused in one
+    line, before anything is written: a refused command leaves the study database as it was."""
+    for folder in trial_folders(sweep_dir):
+        have = _read(folder / STAMP)
+        if have is None and not _has_outputs(folder):
+            continue
+        other = (have or {}).get("study")
+        what = (
+            f"trial {have.get('trial')} of study {other!r} ({_shown(have.get('params') or {})})"
+            if have is not None
+            else "a run an earlier tcgexp trained (no trial stamp)"
+        )
+        continue_it = (
+            f"continue that study here with {shell_override('hydra.sweeper.study_name', str(other))} (a "
+            f"folder moved from elsewhere keeps its study's name), or "
+            if isinstance(other, str)
+            else ""
+        )
+        raise ConfigError(
+            f"{WHERE}: {folder} holds {what}, and this sweep would start a new study {name!r} there: nothing was "
+            f"adopted and nothing written; {continue_it}give this sweep a new hydra.sweep.dir"
+        )
+
+
+def check_free(run_dir: Path, study: str, number: int, sweep_dir: Path) -> None:
+    """Before trial `number` of `study` is asked: its folder holds no other trial's stamp and no run (asking
+    writes the trial into the study; a refusal after it would leave a trial no folder can hold)."""
+    have = _read(Path(run_dir) / STAMP)
+    if have is not None and (have.get("study"), have.get("trial")) == (study, number):
+        return
+    if have is None and not (Path(run_dir).is_dir() and _has_outputs(Path(run_dir))):
+        return
+    what = (
+        f"trial {have.get('trial')} of study {have.get('study')!r} ({_shown(have.get('params') or {})})"
+        if have is not None
+        else "a run an earlier tcgexp trained (no trial stamp)"
+    )
+    raise ConfigError(
+        f"{WHERE}: {run_dir}, where trial {number} of study {study!r} would train, holds {what}: nothing was "
+        f"adopted and no trial asked; give this study its own folder (another hydra.sweep.dir), or continue the "
+        f"study that trained it (hydra.sweeper.study_name=<its name>, with {sweep_dir})"
+    )
+
+
+def adopt(run_dir: Path, want: dict, sweep_dir: Path, *, write: bool = True) -> None:
     """Make sure `run_dir` is the folder of the trial `want` names before its results are read or its
     ``latest/`` resumed: its stamp (or, made before stamps, its recorded overrides) must say so; an
-    empty or new folder is claimed and stamped. Anything else is refused in one line: nothing adopted."""
+    empty or new folder is claimed and stamped. Anything else is refused in one line: nothing adopted.
+    `write=False`: only the check (a sweep checks every folder before it stamps any)."""
     run_dir = Path(run_dir)
     stamp = run_dir / STAMP
     have = _read(stamp)
@@ -175,6 +238,8 @@ def adopt(run_dir: Path, want: dict, sweep_dir: Path) -> None:
                 f"{WHERE}: {run_dir} holds a run of other parameters than trial {want['trial']} of "
                 f"study {want['study']!r} ({' '.join(missing)}): {trained}; {fix}"
             )
+    if not write:
+        return
     mark(run_dir, "hydra.sweep.dir", RUN_MARKER, hydra_made=True)
     tmp = run_dir / f".{STAMP}.tmp"
     tmp.write_text(json.dumps(want, indent=1))

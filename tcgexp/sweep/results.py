@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
+from ..overrides import command_line
 from ..track.aim_run import mark_run
 from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
@@ -121,9 +122,11 @@ class Outputs:
         return str(repo), outcome.aim_hash(run_dir)
 
     def command(self, r) -> str:
+        """The command that trains `r`'s configuration straight, as a POSIX shell line (each word quoted where it must
+        be: a fixed ``tracking.repo`` in a folder with spaces and accents pastes and runs)."""
         seed = [f"seed={OmegaConf.select(self.config, 'seed')}"] if self.seeds > 1 else []
-        return " ".join(
-            ["tcgexp-train", *self.space.fixed, *overrides_of(r.params), f"trainer.epochs={self.budgets[-1]}", *seed]
+        return command_line(
+            "tcgexp-train", *self.space.fixed, *overrides_of(r.params), f"trainer.epochs={self.budgets[-1]}", *seed
         )
 
     def finish(self, records: dict, halving: asha.Halving, study) -> None:

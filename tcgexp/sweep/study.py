@@ -11,10 +11,21 @@ an intermediate value at step = the rung's epochs (optuna-dashboard draws them a
 what the sweeper needs to continue it (rung, per-seed values, run dirs) is in its user attribute
 ``tcgexp``. The study's user attribute ``tcgexp_halving`` holds the settings that must not change when a
 study is continued (space, rungs, seeds, objective).
+
+The sampler continues too (``tcgexp_sampler``): after every ask and tell, the state of every random number
+generator the sampler holds (its own and those of the samplers inside it: TPE's random start, CMA-ES's
+independent sampler) is written into the study as JSON, and a continuing sweep puts it back into a sampler
+made with the same name and seed. So a stopped and continued study proposes the same configurations, in the
+same order, as the study run through would have. (Re-seeding from the number of trials, what tcgexp did
+before, only avoids drawing the first configurations again: it draws another sequence. Optuna's own advice
+for resuming a seeded study is to pickle the sampler; the state alone, as JSON, restores the same sequence
+without a pickle in a database anyone may write.) A study of an earlier tcgexp, without that state, is
+re-seeded from its number of trials, as then.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,15 +86,24 @@ def open_storage(storage: str | None, sweep_dir: Path):
         ) from None
 
 
-def open_study(storage, key: str, name: str, direction: str, sampler, settings: dict):
-    """The study `name`, created or continued; a continued one must have the same `settings`."""
+def open_study(storage, key: str, name: str, direction: str, sampler, settings: dict, before_create=None):
+    """The study `name`, created or continued; a continued one must have the same `settings` (refused, nothing
+    written). `before_create`: what must hold before a new study is written (it raises to refuse)."""
     import optuna
 
+    url = getattr(storage, "url", key)
+    exists = name in dbbounds.bounded(url, key, lambda: optuna.get_all_study_names(storage), "cannot list studies")
+    if not exists and before_create is not None:
+        before_create()
     study = dbbounds.bounded(
-        getattr(storage, "url", key),
+        url,
         key,
-        lambda: optuna.create_study(
-            storage=storage, study_name=name, direction=direction, sampler=sampler, load_if_exists=True
+        lambda: (
+            optuna.load_study(storage=storage, study_name=name, sampler=sampler)
+            if exists
+            else optuna.create_study(
+                storage=storage, study_name=name, direction=direction, sampler=sampler, load_if_exists=True
+            )
         ),
         f"cannot create or load study {name!r}",
     )
@@ -102,6 +122,80 @@ def open_study(storage, key: str, name: str, direction: str, sampler, settings: 
             "hydra.sweeper.study_name)"
         )
     return study
+
+
+SAMPLER = "tcgexp_sampler"  # the study's user attribute holding the sampler's random states
+
+
+def _generators(sampler, path: str = "", depth: int = 0):
+    """(attribute path, numpy generator) for every random number generator `sampler` holds, in itself and the
+    samplers inside it (TPE's random sampler, CMA-ES's independent one), in a stable order."""
+    import numpy as np
+    import optuna
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    for name, value in sorted(vars(sampler).items()):
+        where = f"{path}.{name}" if path else name
+        if isinstance(value, LazyRandomState):
+            yield where, value.rng
+        elif isinstance(value, (np.random.RandomState, np.random.Generator)):
+            yield where, value
+        elif isinstance(value, optuna.samplers.BaseSampler) and depth < 3:
+            yield from _generators(value, where, depth + 1)
+
+
+def sampler_state(sampler) -> dict[str, list | dict]:
+    """The state of every generator the sampler holds, as JSON (``np.random.RandomState.get_state``, or a
+    ``Generator``'s bit generator state)."""
+    import numpy as np
+
+    out: dict[str, list | dict] = {}
+    for where, rng in _generators(sampler):
+        if isinstance(rng, np.random.RandomState):
+            kind, keys, pos, has_gauss, cached = rng.get_state()
+            out[where] = [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+        else:
+            out[where] = json.loads(json.dumps(rng.bit_generator.state, default=lambda a: a.tolist()))
+    return out
+
+
+def set_sampler_state(sampler, state: dict) -> bool:
+    """Put `state` (``sampler_state``'s) back into a sampler of the same kind; False (nothing changed) when its
+    generators are not the ones the state names."""
+    import numpy as np
+
+    found = dict(_generators(sampler))
+    if set(found) != set(state):
+        return False
+    for where, rng in found.items():
+        if isinstance(rng, np.random.RandomState):
+            kind, keys, pos, has_gauss, cached = state[where]
+            rng.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+        else:
+            rng.bit_generator.state = state[where]
+    return True
+
+
+def save_sampler(study, name: str, seed: int | None) -> None:
+    """After an ask or a tell: the sampler's state into the study, so a continuing sweep proposes what this one
+    would have proposed next."""
+    study.set_user_attr(SAMPLER, {"sampler": name, "seed": seed, "state": sampler_state(study.sampler)})
+
+
+def continued_sampler(study, name: str, seed: int | None, grid: dict | None = None):
+    """The sampler for `study`: made from `name` and `seed`, with the state the study saved when it was run with
+    the same ones; else (a new study; one an earlier tcgexp ran, or run with another sampler) its seed moved on
+    by the study's trials, so it never draws the first ones again."""
+    saved = study.user_attrs.get(SAMPLER)
+    if isinstance(saved, dict) and saved.get("sampler") == name and saved.get("seed") == seed:
+        sampler = make_sampler(name, seed, grid)
+        try:
+            if set_sampler_state(sampler, saved.get("state") or {}):
+                return sampler
+        except (TypeError, ValueError, KeyError):  # a state this numpy cannot take: as before it was kept
+            pass
+    n = len(study.trials)
+    return make_sampler(name, None if seed is None else seed + n, grid)
 
 
 def make_sampler(name: str, seed: int | None, grid: dict | None = None):

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..console import user_error
 from ..errors import ConfigError
 from ..lifecycle.rundir import SWEEP_MARKER, discard
+from ..overrides import shell_override
 from ..schema import check, validate
 from ..train.metric import check_metric, higher_is_better
 from ..train.preflight import check_memory
@@ -118,9 +119,9 @@ class HalvingSearch:
     def sweep(self, arguments: list[str]) -> None:
         try:
             self.start(arguments)
-        except ConfigError:  # refused before any trial: the sweep dir this command claimed goes again
-            if self.lock is not None:
-                self.lock.release()
+        except ConfigError:  # refused before any trial: nothing written (the lock file as it was), and the sweep
+            if self.lock is not None:  # dir this command claimed goes again
+                self.lock.release(restore=True)
             discard(self.sweep_dir, SWEEP_MARKER)
             raise
         try:
@@ -164,17 +165,21 @@ class HalvingSearch:
             "direction": direction,
         }
         grid = {k: p.grid() for k, p in space.params.items()} if self.s.sampler == "grid" else None
-        study = studies.open_study(storage, key, name, direction, None, settings)  # refused before any trial
-        # a continued study's sampler seed moves on by its trials, so it never draws the first ones again
-        seed = None if self.s.sampler_seed is None else self.s.sampler_seed + len(study.trials)
-        study.sampler = studies.make_sampler(self.s.sampler, seed, grid)
-        self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        # refused before any trial, and before anything is written: another study's trial folders here (a folder
+        # moved from elsewhere) before a new study is created, other settings before a continued one is touched
+        study = studies.open_study(
+            storage, key, name, direction, None, settings, lambda: identity.check_new_study(self.sweep_dir, name)
+        )
+        # a continued study's sampler goes on from the state the study saved: the same configurations, in the same
+        # order, as the study run through would have proposed
+        study.sampler = studies.continued_sampler(study, self.s.sampler, self.s.sampler_seed, grid)
         records = [r for r in map(studies.Record.of, study.trials) if r is not None]
         for r in records:  # as new_trial kept them: a range's own values
             r.params = space.exact(r.params)
         self.job_idx = int(study.user_attrs.get("tcgexp_jobs", 0))
-        self.run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)
+        self.run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)  # folders checked
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         say(
             f"study {name!r} in {key}: {len(space.params)} swept keys, rungs {', '.join(map(str, budgets))} epochs "
             f"(eta {self.s.eta}), {n_trials} configurations x {self.s.seeds} seed(s), sampler {self.s.sampler}"
@@ -220,7 +225,7 @@ class HalvingSearch:
     def say_stopped(self) -> None:
         say(
             f"stopped; every trial keeps its latest/: run the same command to continue the study (or any command "
-            f"with hydra.sweep.dir={self.sweep_dir}, however that folder is written)"
+            f"with {shell_override('hydra.sweep.dir', str(self.sweep_dir))}, however that folder is written)"
         )
 
     def batch_size(self) -> int:

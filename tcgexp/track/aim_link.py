@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import urllib.parse
 from pathlib import Path
 
@@ -85,6 +86,6 @@ def link(sweep_dir: Path, keys: list[str], groups: int = 0) -> tuple[str, str] |
         return None
     path = explorer_path(sweep_dir, keys, groups)
     if "repo" in where:
-        return f"aim up --repo {where['repo']}", f"http://127.0.0.1:{UI_PORT}{path}"
+        return f"aim up --repo {shlex.quote(where['repo'])}", f"http://127.0.0.1:{UI_PORT}{path}"
     host = urllib.parse.urlparse(where["uri"].replace("aim://", "http://", 1)).hostname or "<server>"
     return ("the Aim server's host runs `aim up --repo <its repo> --host 0.0.0.0`", f"http://{host}:{UI_PORT}{path}")

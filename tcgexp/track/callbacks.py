@@ -24,27 +24,45 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from ..launch import launched_rank, rank_suffix
-from ..ownership import remove_spill_root, spill_root_of
+from ..ownership import HeldLock, remove_spill_root, spill_root_of
+from . import multirun
 from .aim_repo import ensure_repo
 from .report import say
-from .summary import write_summary
+from .summary import SWEEP_LOCK, write_summary
 
 
 class SweepReport(Callback):
     ended = False
     started = 0.0  # when this command's multirun began (on_multirun_start)
 
+    lock: HeldLock | None = None  # the sweep's hold on its folder while it runs (the report tells "not started yet")
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.started = time.time()
+        sweep_dir = Path(config.hydra.sweep.dir)
+        # while this sweep runs, a job without a folder is one not started yet; after it, one deleted. The halving
+        # sweeper holds the same lock itself (tcgexp.sweep.identity.hold)
+        if multirun.get(config, "hydra.sweeper._target_") != multirun.HALVING and sweep_dir.is_dir():
+            try:
+                lock = HeldLock(sweep_dir / SWEEP_LOCK, "sweep")
+                if lock.acquire() is None:
+                    self.lock = lock
+                    atexit.register(lock.release)
+            except OSError:  # a read-only sweep folder: its report says what it can
+                pass
         # Hydra's basic sweeper raises a failed job's error before on_multirun_end: the findings so far
         # are then said as this process exits (after the error's line), from the report the jobs left
         atexit.register(self.say_if_stopped, Path(config.hydra.sweep.dir))
-        # a local Aim repo, created before any job (parallel jobs then only open it). Not for a resume: its
-        # jobs track where their checkpoints' runs live, which the config here does not say yet (its
-        # tracking.repo would be the default, ".": an empty .aim/ left in the folder the user ran from);
-        # each job's tracker creates its repo under the same lock when it must
-        if config.get("tracking") and config.tracking.get("repo") is not None and not config.get("resume"):
-            ensure_repo(config.tracking.repo)  # before any job: parallel jobs then only open it
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # a local Aim repo, made before the job's tracker opens it, under the repo's init lock (parallel jobs: one
+        # makes it, the others wait and open it); here, not when the sweep starts, so a sweep refused before its
+        # first job leaves no .aim/ behind. Not for a resume: its jobs track where their checkpoints' runs live,
+        # which the config here does not say yet (its tracking.repo would be the default, ".": an empty .aim/ left
+        # in the folder the user ran from); each job's tracker creates its repo under the same lock when it must
+        repo = config.tracking.get("repo") if config.get("tracking") else None
+        if repo is not None and not config.get("resume") and not (Path(str(repo)) / ".aim").exists():
+            ensure_repo(repo)  # (one there, even a damaged one, is the tracker's to open and to say)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         job_dir = Path(config.hydra.runtime.output_dir)
@@ -77,6 +95,8 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.ended = True
+        if self.lock is not None:
+            self.lock.release()
         sweep_dir = Path(config.hydra.sweep.dir)
         if sys.exc_info()[1] is not None and not self.reported_since_start(sweep_dir):
             return  # refused before any job of this command ended: its error is the answer, not an earlier report

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
-from ..overrides import printable
+from ..overrides import command_line, override, printable
 from .context import identity
 from .findings import SEEDS_TO_ADD
 
 NAME = "multirun.yaml"
 HALVING = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
 INTERLEAVED = "hydra_plugins.tcgexp_sweepers.interleaved.InterleavedSweeper"
+BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def load(sweep_dir: Path):
@@ -67,6 +67,24 @@ def defaults(cfg, keys: list[str]) -> dict[str, Any]:
 
 def is_halving(cfg) -> bool:
     return get(cfg, "hydra.sweeper._target_") == HALVING
+
+
+def planned_jobs(cfg) -> list[list[str]] | None:
+    """Every job a grid sweep (Hydra's basic sweeper) launches, in job-number order, each as its overrides, worked
+    out from what the sweep recorded (``hydra.sweeper.params`` and the command's overrides) as the sweeper works
+    it out; None for any other sweeper, or what cannot be read here (a glob over a config group)."""
+    if get(cfg, "hydra.sweeper._target_") != BASIC:
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        params = get(cfg, "hydra.sweeper.params") or {}
+        lines = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in get(cfg, "hydra.overrides.task") or []]
+        [jobs] = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(lines), None)
+        return [list(job) for job in jobs]
+    except Exception:  # noqa: BLE001 - Hydra's own error: the jobs are then what their folders say
+        return None
 
 
 def is_interleaved(cfg) -> bool:
@@ -117,7 +135,7 @@ def sweep_id(sweep_dir: Path, cfg=None) -> str:
     return identity(where_it_ran(sweep_dir, cfg))
 
 
-def planned_jobs(cfg) -> int | None:
+def planned_count(cfg) -> int | None:
     """How many jobs a grid sweep has (the product of its sweeps' lengths, as Hydra's basic sweeper counts
     them); None for a halving sweep or what cannot be read."""
     if is_halving(cfg):
@@ -146,7 +164,7 @@ def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
     renamed = []
     for o in hydra:
         if o.startswith("hydra.sweep.dir="):
-            renamed.append(f"{o}-seeds{seeds}")
+            renamed.append(renamed_dir(o, f"-seeds{seeds}"))
         elif not o.startswith("hydra.sweeper.seeds="):
             renamed.append(o)
     if is_halving(cfg):
@@ -156,8 +174,23 @@ def rerun_command(sweep_dir: Path, cfg=None, seeds: int = SEEDS_TO_ADD) -> str:
         first = first if isinstance(first, int) else 0
         task = [o for o in task if o.split("=", 1)[0].lstrip("+~") != "seed"]
         task.append("seed=" + ",".join(str(first + i) for i in range(seeds)))
-    # a study database's password is not printed (a report is shared): the command shows *** in its place
-    return " ".join(["tcgexp-train", "--multirun", *(shlex.quote(printable(o)) for o in renamed + task)])
+    # a study database's password is not printed (a report is shared): the command shows *** in its place; each
+    # word quoted for the shell, so a path with spaces, quotes or accents pastes as Hydra received it
+    return command_line("tcgexp-train", "--multirun", *(printable(o) for o in renamed + task))
+
+
+def renamed_dir(line: str, suffix: str) -> str:
+    """``hydra.sweep.dir=<folder>`` with `suffix` added to the folder's name (its value parsed, so a quoted
+    folder stays one folder); a folder written with an interpolation keeps its text, the suffix after it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(line).value()
+    except Exception:  # noqa: BLE001 - Hydra received it, so it parses; as typed otherwise
+        value = None
+    if not isinstance(value, str) or "${" in value:
+        return f"{line}{suffix}"
+    return override("hydra.sweep.dir", value + suffix)
 
 
 def tracking(cfg) -> dict | None:

@@ -19,7 +19,7 @@ from .sweep_findings import value_of
 from .words import fmt
 
 DONE = ("COMPLETED", "COMPLETE")
-ENDED_WITHOUT_RESULT = ("FAILED", "KILLED", "INTERRUPTED")
+ENDED_WITHOUT_RESULT = ("FAILED", "KILLED", "INTERRUPTED", "MISSING", "DAMAGED", "NAN")
 STILL_GOING = ("RUNNING", "WAITING")
 NONE_YET = "none yet (two options must complete to be compared)"
 
@@ -51,12 +51,13 @@ def why_none(sweep_dir: Path, rows: list[dict], trials: dict, meta: dict, metric
         only_seeds = replicates(rows, meta, metric)
         if only_seeds:
             return only_seeds
-        statuses = [str(r["status"]).upper() for r in rows]
+        # a job the sweep has not reached yet (its row says NOT STARTED) is counted as not started, below
+        statuses = [str(r["status"]).upper() for r in rows if str(r["status"]).upper() != "NOT STARTED"]
     done = [s for s in statuses if s in DONE or s.startswith("PRUNED")]
     bad = [s for s in statuses if s in ENDED_WITHOUT_RESULT]
     if statuses and not done and len(bad) == len(statuses):
         return f"none: no job completed ({len(bad)} ended without a result; summary.md lists each error)"
-    planned = None if trials else multirun.planned_jobs(multirun.load(sweep_dir))
+    planned = None if trials else multirun.planned_count(multirun.load(sweep_dir))
     # one job (a preset's sweep fixed on the command line, cache=plan over off,plan, is one too)
     if not trials and (planned == 1 or (not swept_keys(sweep_dir) and len(statuses) == 1)):
         return "none: nothing was swept (one job), so there is nothing to compare"

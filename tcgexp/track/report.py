@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -22,7 +23,17 @@ from . import multirun, no_findings
 from .aim_link import link
 from .context import swept_keys
 from .findings import SEEDS_TO_ADD, Metric, objective
-from .summary import grid_params, job_dirs, job_row, read_trials, write_summary
+from .summary import (
+    Summary,
+    grid_params,
+    grid_rows,
+    halving_rows,
+    job_dirs,
+    read_trials,
+    summarize,
+    unreadable_rows,
+    write_atomic,
+)
 from .words import confounds, sentence
 
 REBUILD = "tcgexp-report"  # the console script (python -m tcgexp.track.report)
@@ -51,7 +62,7 @@ def why_none(sweep_dir: Path, ended: bool = False) -> str:
     if trials:
         rows, meta = [], trials["space"]
     else:
-        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        rows = grid_rows(sweep_dir, multirun.load(sweep_dir))
         meta = grid_params(sweep_dir, rows)
     metric = (
         Metric(trials["metric"], trials["direction"] == "maximize")
@@ -61,14 +72,40 @@ def why_none(sweep_dir: Path, ended: bool = False) -> str:
     return no_findings.why_none(sweep_dir, rows, trials, meta, metric, ended)
 
 
-def lines(sweep_dir: Path, ended: bool = False) -> list[str]:
-    """The sweep's last lines. `ended`: said by the sweep's own process at its end (never "none yet")."""
+def unread(sweep_dir: Path, rows: list[dict] | None = None) -> str | None:
+    """The line naming the jobs (trials) the report could not read as they are (a folder gone, a result.json
+    that does not read, a completed run without a finite value), the best trial first when it is one; or None."""
+    trials = read_trials(sweep_dir)
+    if rows is None:
+        rows = halving_rows(sweep_dir, trials) if trials else grid_rows(sweep_dir, multirun.load(sweep_dir))
+    bad = unreadable_rows(rows)
+    if not bad:
+        return None
+    what = "trial" if trials else "job"
+    bad.sort(key=lambda r: not r.get("best"))
+    shown = "; ".join(
+        f"{'the best, ' if r.get('best') else ''}{what} {r['job']}, {r['status'].lower()}: {r['error']}"
+        for r in bad[:3]
+    )
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return f"{len(bad)} {what}(s) cannot be read as they ended, none counted as completed: {shown}{more}"
+
+
+def lines(sweep_dir: Path, made: Summary | None = None, ended: bool = False) -> list[str]:
+    """The sweep's last lines: from the report `made` in memory, or from the files in the sweep dir. `ended`: said
+    by the sweep's own process at its end (never "none yet")."""
     sweep_dir = Path(sweep_dir)
-    try:
-        found = json.loads((sweep_dir / "findings.json").read_text())
-    except (OSError, ValueError):
-        found = None
+    if made is not None:
+        found = made.found
+    else:
+        try:
+            found = json.loads((sweep_dir / "findings.json").read_text())
+        except (OSError, ValueError):
+            found = None
     out = []
+    damaged = unread(sweep_dir, made.rows if made is not None else None)
+    if damaged:
+        out.append(damaged)
     if found is None:
         out.append(f"no findings.json in {sweep_dir} yet (no job has ended)")
     elif not found:
@@ -83,12 +120,12 @@ def lines(sweep_dir: Path, ended: bool = False) -> list[str]:
     aim = link(sweep_dir, keys_of(sweep_dir), groups_of(sweep_dir, found or []))
     if aim:
         out.append(f"Aim, the runs coloured by what was swept: {aim[0]}, then open {aim[1]}")
-    out.append(f"rebuild this report any time: {REBUILD} {sweep_dir}")
+    out.append(f"rebuild this report any time: {REBUILD} {shlex.quote(str(sweep_dir))}")
     return out
 
 
-def say(sweep_dir: Path, ended: bool = False) -> None:
-    for line in lines(sweep_dir, ended):
+def say(sweep_dir: Path, made: Summary | None = None, ended: bool = False) -> None:
+    for line in lines(sweep_dir, made, ended):
         print(f"[sweep] {line}", file=sys.stderr, flush=True)
 
 
@@ -107,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
-    if not read_trials(sweep_dir) and not job_dirs(sweep_dir):
+    if not read_trials(sweep_dir) and not job_dirs(sweep_dir) and not multirun.planned_count(multirun.load(sweep_dir)):
         below = sweeps_below(sweep_dir)
         hint = (
             f"; the newest sweeps below it: {', '.join(str(d) for d in below)}"
@@ -115,8 +152,21 @@ def main(argv: list[str] | None = None) -> None:
             else "; give the folder a --multirun wrote (hydra.sweep.dir)"
         )
         raise FileNotFoundError(f"{sweep_dir}: not a sweep dir (no job folders 0, 1, ... and no trials.json){hint}")
-    write_summary(sweep_dir)
-    say(sweep_dir)
+    made = summarize(sweep_dir)
+    try:
+        for name, data in made.files.items():
+            write_atomic(sweep_dir / name, data)
+    except OSError as exc:  # a read-only sweep folder (a finished sweep on a shared mount): the report on the console
+        print(made.files["summary.md"].decode(), flush=True)
+        say(sweep_dir, made)
+        print(
+            f"[sweep] the report's files were not written into {sweep_dir} ({exc.strerror or exc}): summary.md is "
+            "printed above; give tcgexp-report a folder it can write (a copy of the sweep dir) for the files",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    say(sweep_dir, made)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..ownership import RUN_LOCK, held_by_someone
+from ..ownership import RUN_LOCK, held_by_someone, killed_while, read_info
 from . import multirun
 from .confounds import confounded
 from .context import _typed, distinct_overrides, swept_keys
@@ -26,6 +28,7 @@ from .no_findings import why_none
 from .sweep_findings import grid_findings, halving_findings, label, short, value_of
 from .words import markdown
 
+SWEEP_LOCK = ".tcgexp-sweep.lock"  # held by a sweep while it runs in its folder (tcgexp.sweep.identity.LOCK)
 TRIALS = "trials.json"  # a halving sweep's configurations (tcgexp.sweep.results): the report's input there
 COLUMNS = [
     "job",
@@ -64,8 +67,33 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
+def unreadable(path: Path) -> str | None:
+    """Why a file that is there cannot be read as a JSON object (truncated, overwritten), or None (it reads,
+    or it is not there)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except ValueError as exc:
+        return f"not JSON: {str(exc).splitlines()[0][:80]}; truncated or overwritten?"
+    return None if isinstance(data, dict) else "not a JSON object"
+
+
+def not_finite(result: dict) -> str | None:
+    """What a completed run's result.json holds that is no value (NaN, infinity, or its final loss missing or
+    null, which is how strict JSON writes NaN), or None."""
+    final = result.get("final")
+    if not isinstance(final, dict) or final.get("loss") is None:
+        return "result.json has no final val/loss (null: not a number)"
+    bad = [k for k, v in final.items() if isinstance(v, float) and not math.isfinite(v)]
+    return f"result.json's final val/{bad[0]} is {final[bad[0]]}" if bad else None
+
+
 def job_row(job_dir: Path) -> dict:
     status = _read_json(job_dir / "job_status.json")
+    damaged = unreadable(job_dir / "result.json")
     result = _read_json(job_dir / "result.json")
     overrides = status.get("overrides")
     if overrides is None:
@@ -85,13 +113,18 @@ def job_row(job_dir: Path) -> dict:
         "diverged": "FAILED",
         "failed": "FAILED",
     }.get(result.get("status"), str(result.get("status") or "").upper() or None)
-    unrecorded, why = no_record(job_dir) if not (status or result) else (None, "")
+    unrecorded, why = no_record(job_dir) if not (status or result or damaged) else (None, "")
     row.update(
         job=int(job_dir.name) if job_dir.name.isdigit() else job_dir.name,
         overrides=" ".join(overrides),
         status=status.get("status") or ended or unrecorded or "UNKNOWN",
         error=status.get("error") or result.get("error") or why,
     )
+    # read as it is: never counted completed without a result that holds its values
+    if damaged:
+        row.update(status="DAMAGED", error=f"its result.json cannot be read ({damaged})")
+    elif row["status"] == "COMPLETED" and (nan := not_finite(result)):
+        row.update(status="NAN", error=nan)
     row["seed"] = seed_of(overrides)
     row["diverged"] = result.get("status") == "diverged" or str(row["error"]).startswith("DivergenceError")
     if result:
@@ -133,7 +166,7 @@ def no_record(job_dir: Path) -> tuple[str | None, str]:
     if held:
         return "RUNNING", ""
     if held is False:
-        return "KILLED", "ended without a record (SIGKILL, the kernel's OOM killer or a lost machine)"
+        return "KILLED", killed_while(read_info(job_dir / RUN_LOCK))
     return None, ""
 
 
@@ -174,6 +207,28 @@ def interrupted(rows: list[dict]) -> str:
     """ ", 1 interrupted (resume= continues it)" when a job was stopped by a signal, else ""."""
     n = sum(r["status"] == "INTERRUPTED" for r in rows)
     return f", {n} interrupted (resume=<job dir> continues it)" if n else ""
+
+
+SAID = ("COMPLETED", "FAILED", "INTERRUPTED", "COMPLETE", "PRUNED", "RUNNING", "WAITING")  # counted on their own
+
+
+def others(rows: list[dict]) -> str:
+    """ ", 1 missing, 1 damaged" for the rows whose status the header does not count otherwise (missing folders,
+    unreadable results, NaN, killed, not started), else ""."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        status = str(r["status"])
+        if status not in SAID and not status.startswith("pruned"):
+            counts[status.lower()] = counts.get(status.lower(), 0) + 1
+    order = ("missing", "damaged", "nan", "killed", "running", "not started")
+    ranked = sorted(counts, key=lambda k: (order.index(k) if k in order else len(order), k))
+    return "".join(f", {counts[status]} {status}" for status in ranked)
+
+
+def unreadable_rows(rows: list[dict]) -> list[dict]:
+    """The jobs (or trials) the report could not read as a result: a folder gone, a result.json that does not
+    read, a completed run without a finite value."""
+    return [r for r in rows if r["status"] in ("MISSING", "DAMAGED", "NAN")]
 
 
 def read_trials(sweep_dir: Path) -> dict:
@@ -217,11 +272,26 @@ def halving_rows(sweep_dir: Path, trials: dict) -> list[dict]:
         run = Path(t["run_dirs"][0])
         row = job_row(run) if run.is_dir() else {c: "" for c in COLUMNS}
         state = t["state"] if t["state"] != "pruned" else f"pruned at {t['epochs']}"
+        status = state.upper() if state in ("complete", "failed", "running", "waiting") else state
+        error = t["error"] or ""
+        if t["state"] != "running":  # it trained: each of its folders must still say so
+            gone = [d for d in t["run_dirs"] if not Path(d).is_dir()]
+            damaged = [(d, why) for d in t["run_dirs"] if (why := unreadable(Path(d) / "result.json"))]
+            if gone:
+                status, error = (
+                    "MISSING",
+                    (
+                        f"its folder {gone[0]} is gone (deleted or moved): the value is the study's record, its "
+                        "checkpoints and result are lost"
+                    ),
+                )
+            elif damaged:
+                status, error = "DAMAGED", f"{damaged[0][0]}/result.json cannot be read ({damaged[0][1]})"
         row.update(
             job=t["number"],
             overrides=" ".join(f"{k}={short(v)}" for k, v in t["params"].items()),
-            status=state.upper() if state in ("complete", "failed", "running", "waiting") else state,
-            error=t["error"] or "",
+            status=status,
+            error=error,
             params=t["params"],
             value=t["value"],
             interval=t["interval"],
@@ -250,19 +320,71 @@ def cache_swept(keys) -> bool:
     return any(k == "cache" or k.startswith("cache.") for k in keys)
 
 
+def running(sweep_dir: Path) -> bool:
+    """Whether a sweep holds the folder now (``.tcgexp-sweep.lock``: the halving sweeper's, and the sweep
+    report's for any other sweeper): a job without a folder may not have started yet."""
+    return bool(held_by_someone(Path(sweep_dir) / SWEEP_LOCK))
+
+
+def grid_rows(sweep_dir: Path, cfg) -> list[dict]:
+    """A row per job: each job folder read as it is, and each job the sweep launches (Hydra's basic sweeper)
+    whose folder is not there: MISSING (deleted or moved) once a later job has a folder or the sweep is over,
+    else NOT STARTED."""
+    rows = [job_row(d) for d in job_dirs(sweep_dir)]
+    planned = multirun.planned_jobs(cfg)
+    if planned:
+        have = {r["job"] for r in rows}
+        last = max((j for j in have if isinstance(j, int)), default=-1)
+        live = running(sweep_dir)
+        for num, overrides in enumerate(planned):
+            if num in have:
+                continue
+            row = {c: "" for c in COLUMNS}
+            gone = num < last or not live
+            row.update(
+                job=num,
+                overrides=" ".join(overrides),
+                status="MISSING" if gone else "NOT STARTED",
+                error=f"its folder {Path(sweep_dir) / str(num)} is gone (deleted or moved): its result is lost"
+                if gone
+                else "",
+                seed=seed_of(overrides),
+            )
+            rows.append(row)
+        rows.sort(key=lambda r: r["job"] if isinstance(r["job"], int) else -1)
+    return rows
+
+
 def write_summary(sweep_dir: Path, ended: bool = False) -> list[dict]:
-    """The report's four files; `ended`: the sweep's own process says it is over (no job will start)."""
+    """The report's files, written into the sweep dir (``summarize`` makes them); the rows they were drawn from.
+    `ended`: the sweep's own process says it is over (no job will start)."""
+    made = summarize(sweep_dir, ended)
+    for name, data in made.files.items():
+        write_atomic(Path(sweep_dir) / name, data)
+    return made.rows
+
+
+@dataclass
+class Summary:
+    rows: list[dict]
+    found: list[dict]  # findings.json's rows
+    files: dict[str, bytes]  # findings.json, summary.csv, summary.md, summary.png
+
+
+def summarize(sweep_dir: Path, ended: bool = False) -> Summary:
+    """The report of the sweep dir as it is now, in memory: nothing is written (a read-only sweep folder still
+    gets it, on the console)."""
     sweep_dir = Path(sweep_dir)
     trials = read_trials(sweep_dir)
+    cfg = multirun.load(sweep_dir)
     if trials:
         rows = halving_rows(sweep_dir, trials)
         meta = trials["space"]
     else:
-        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        rows = grid_rows(sweep_dir, cfg)
         meta = grid_params(sweep_dir, rows)
         for r, label in zip(rows, swept(rows)):
             r["swept"] = label
-    cfg = multirun.load(sweep_dir)
     metric = (
         Metric(trials["metric"], trials["direction"] == "maximize")
         if trials
@@ -270,13 +392,13 @@ def write_summary(sweep_dir: Path, ended: bool = False) -> list[dict]:
     )
     found = findings_of(sweep_dir, cfg, rows, trials, meta, metric)
     none = "" if found else why_none(sweep_dir, rows, trials, meta, metric, ended)
-    write_atomic(sweep_dir / "findings.json", (json.dumps(found, indent=2) + "\n").encode())
+    files = {"findings.json": (json.dumps(found, indent=2) + "\n").encode()}
     cached = cache_swept(meta)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS + (HALVING_COLUMNS if trials else []), extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
-    write_atomic(sweep_dir / "summary.csv", buf.getvalue().encode())
+    files["summary.csv"] = buf.getvalue().encode()
     lines = halving_md(sweep_dir, rows, trials, meta) if trials else grid_md(sweep_dir, rows, cached)
     # the answer first: the title and its one paragraph, the findings, then the table they come from
     section = markdown(
@@ -289,11 +411,11 @@ def write_summary(sweep_dir: Path, ended: bool = False) -> list[dict]:
             f"- {'trial' if trials else 'job'} {r['job']} ({r['overrides'] if trials else r['swept']}): {r['error']}"
             for r in failed
         ]
-    write_atomic(sweep_dir / "summary.md", ("\n".join(lines) + "\n").encode())
+    files["summary.md"] = ("\n".join(lines) + "\n").encode()
     from .sweep_plot import plot  # here, not at the top: matplotlib costs ~0.5 s of every report's start-up
 
-    write_atomic(sweep_dir / "summary.png", plot(rows, meta, trials or None, metric))
-    return rows
+    files["summary.png"] = plot(rows, meta, trials or None, metric)
+    return Summary(rows, found, files)
 
 
 def findings_of(sweep_dir: Path, cfg, rows: list[dict], trials: dict, meta: dict, metric: Metric) -> list[dict]:
@@ -369,7 +491,7 @@ def grid_md(sweep_dir: Path, rows: list[dict], cached: bool) -> list[str]:
         f"# Sweep {sweep_dir}",
         "",
         f"{len(rows)} jobs: {sum(r['status'] == 'COMPLETED' for r in rows)} completed, "
-        f"{sum(r['status'] == 'FAILED' for r in rows)} failed{interrupted(rows)}. `swept` lists each job's "
+        f"{sum(r['status'] == 'FAILED' for r in rows)} failed{interrupted(rows)}{others(rows)}. `swept` lists each job's "
         f"overrides less those all jobs share (summary.csv has them all).{note}",
         "",
         "| " + " | ".join(shown) + " |",
@@ -381,14 +503,14 @@ def halving_md(sweep_dir: Path, rows: list[dict], trials: dict, meta: dict) -> l
     keys = list(meta)
     ci = trials["seeds"] > 1
     head = ["trial", *keys, "status", "epochs", trials["metric"] + (" (mean ± 95 %)" if ci else ""), "epochs trained"]
-    states = [t["state"] for t in trials["trials"]]
+    states = [t["state"] if r["status"] not in ("MISSING", "DAMAGED") else "" for t, r in zip(trials["trials"], rows)]
     lines = [
         f"# Halving sweep {sweep_dir}",
         "",
         f"{len(rows)} configurations x {trials['seeds']} seed(s), rungs {', '.join(map(str, trials['rungs']))} "
         f"epochs (eta {trials['eta']}): {states.count('complete')} complete, {states.count('pruned')} pruned "
         f"(at the rung shown), {states.count('failed')} failed, "
-        f"{states.count('running') + states.count('waiting')} in progress. "
+        f"{states.count('running') + states.count('waiting')} in progress{others(rows)}. "
         f"{sum(r['epochs_trained'] for r in rows)} epochs trained, against "
         f"{len(rows) * trials['rungs'][-1] * trials['seeds']} for every configuration at full budget. "
         "The value is the one at the trial's last rung.",

@@ -18,6 +18,7 @@ from ..launch import launched_rank
 from ..learn.blas import setup
 from ..lifecycle.rank_status import reports_exit
 from ..lifecycle.rundir import claimed, requeued_resume, run_dir_of
+from ..overrides import shell_override
 from .errors import USER_ERRORS
 from .metric import check_metric, optimized
 
@@ -43,7 +44,7 @@ def main(cfg: DictConfig) -> float | None:
         if again:
             print(
                 f"[train] requeued job (SLURM_RESTART_COUNT={os.environ['SLURM_RESTART_COUNT']}): continuing "
-                f"from its own checkpoint, resume={again}",
+                f"from its own checkpoint, {shell_override('resume', str(again))}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -7,6 +7,7 @@ the folder): when latest/, epoch_NNNN/ and best/ are written, and where.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..learn.diverge import strict
 from ..lifecycle import checkpoint as ckpt
 from ..lifecycle.distributed import World
 from ..lifecycle.result_file import write_result
+from ..ownership import tree_bytes
 from .parts import DataParts, Learner
 
 
@@ -25,8 +27,35 @@ class Checkpointer:
     (``checkpoint.save``): latest/ every ``latest_every_steps`` optimizer steps, at every stop and every
     epoch end; epoch_NNNN/ every ``every_epochs`` epochs and after the last; best/ on a better validation loss."""
 
+    PER_SAVE = 3  # the most checkpoints one save writes (latest/, epoch_NNNN/, best/), each whole beside the old
+
     def __init__(self, *, every_epochs: int, latest_every_steps: int, folder: Path) -> None:
         self.every_epochs, self.latest_every_steps, self.folder = every_epochs, latest_every_steps, Path(folder)
+        self.estimate_bytes = 0  # one checkpoint's size before the first is written (the run's estimate)
+        self.last_bytes = 0  # the last checkpoint's size, as written
+
+    def reserve_for(self, spill_dir: Path) -> int:
+        """What a spill in `spill_dir` must leave free for the next save: ``PER_SAVE`` checkpoints of the last one's
+        size (or the estimate), when the spill shares the checkpoints' filesystem; else 0."""
+        here = self.nearest()
+        try:
+            same = here is not None and os.stat(spill_dir).st_dev == os.stat(here).st_dev
+        except OSError:
+            return 0
+        return self.PER_SAVE * (self.last_bytes or self.estimate_bytes) if same else 0
+
+    def nearest(self) -> Path | None:
+        """The checkpoints' folder, or the nearest folder above it that exists (before the first save)."""
+        return next((p for p in (self.folder, *self.folder.parents) if p.exists()), None)
+
+    def short_of_space(self) -> bool:
+        """Whether the checkpoints' disk has less room than one checkpoint (MLX says a full disk only as
+        'Unable to write')."""
+        try:
+            st = os.statvfs(self.nearest() or self.folder)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < (self.last_bytes or self.estimate_bytes)
 
     def latest_due(self, opt_steps: int) -> bool:
         return bool(self.latest_every_steps) and opt_steps % self.latest_every_steps == 0
@@ -43,6 +72,7 @@ class Checkpointer:
     def write(self, names: list[str], *, model, optimizer, lanes: dict, state: dict) -> None:
         for name in names:
             ckpt.save(self.folder / name, model=model, optimizer=optimizer, lanes=lanes, state=state)
+            self.last_bytes = tree_bytes(self.folder / name)
 
 
 def rank_counters(world: World, cache, name: str) -> list[dict]:

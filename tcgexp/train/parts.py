@@ -48,6 +48,8 @@ class Learner:
     memory: LaneMemory
     aim_hash: str | None = None
     resumed_from: Path | None = None
+    # the step path of each segment before this one (its checkpoint's record: [{"kernels", "from_step"}, ...])
+    kernels_before: list[dict] = field(default_factory=list)
     # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
     start_rows: int = field(init=False, default=0)
     start_opt_steps: int = field(init=False, default=0)
@@ -69,3 +71,6 @@ class RunContext:
     memory_probe: Callable[[], float] | None = None  # replaces the caches' psutil probe (tests)
     overrides: list[str] | None = None  # the command line's: every checkpoint records them
     started: float = field(default_factory=time.perf_counter)
+    # says what the run is doing now in its folder's lock file (``Claim.note``): the next run there names the phase
+    # of a run that died without a record (a crash while a library loads)
+    note: Callable[[str], None] = lambda phase: None

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from .. import sim
 from ..cache.registry import reclaim
 from ..config import build
-from ..console import say_now
+from ..console import say_now, user_error
 from ..data.corpus import Corpus
 from ..data.storeproc import abandon_all
 from ..errors import ConfigError
@@ -35,7 +36,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..lifecycle.distributed import World
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.rank_status import note_rank
-from ..lifecycle.result_file import leave_failed
+from ..lifecycle.result_file import leave_ending, leave_failed
 from ..lifecycle.resume import Saved
 from ..lifecycle.rundir import claimed, run_dir_of
 from ..lifecycle.signals import (
@@ -47,6 +48,7 @@ from ..lifecycle.signals import (
     exit_code,
     stop_line,
 )
+from ..overrides import shell_override
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
 from ..plan import LaneIndex, Planner
 from ..plan.loader import TRAIN_COLUMNS
@@ -105,6 +107,8 @@ def train(
     # rank of an mlx.launch run exits non-zero the launcher SIGTERMs the others at once, and after the
     # block Python's default would end them before their line.
     with claimed(run_dir, rank=world.rank, continues=run_dir_of(cfg.resume)) as held, StopSignals() as signals:
+        since = time.time()  # every ending from here on leaves result.json (but a refusal's: it leaves nothing)
+        ending = partial(leave_ending, run_dir, since=since, rank=world.rank, world_size=world.size)
         if held.killed:  # said once, by the run that finds it
             console.print(f"[train] {held.killed}", markup=False, soft_wrap=True)
             held.killed = None
@@ -118,25 +122,35 @@ def train(
                 signals=signals,
                 memory_probe=memory_probe,
                 overrides=overrides,
+                note=held.note,
             )
             result = run(cfg, context)
             if result["status"] == "interrupted":
                 p = result["processed"]
                 line = (
                     f"[train] interrupted by {result['signal']} after optimizer step {p['optimizer_steps']}: "
-                    f"latest/ written, spill removed; continue with resume={run_dir}"
+                    f"latest/ written, spill removed; continue with {shell_override('resume', str(run_dir))}"
                 )
                 print(line, file=sys.stderr, flush=True)
                 raise RunInterrupted(exit_code(result["signal"]), line, result)
-        except ForcedStop as stop:
+        except ForcedStop as stop:  # a second signal, or a wait for data abandoned: no step finished, no result yet
             line = stop_line(stop, run_dir)
+            ending("interrupted", line.removeprefix("[train] "), signal=stop.signame)
             print(line, file=sys.stderr, flush=True)
             raise RunInterrupted(exit_code(stop.signame), line) from None
+        except KeyboardInterrupt:  # a run whose handlers could not be installed (not the main thread)
+            ending("interrupted", "interrupted by SIGINT (Ctrl-C)", signal="SIGINT")
+            raise
         except USER_ERRORS as exc:
             if world.size > 1:  # a rank died, diverged, ...: the launcher is about to SIGTERM the others
                 if isinstance(exc, DistributedError):  # (rank 0 may be the one gone: a survivor says so on disk)
                     leave_failed(run_dir, str(exc), rank=world.rank, world_size=world.size)
                 say_now(exc)
+            if held.phase == "training":  # (before it, a refusal: the run leaves nothing)
+                ending("failed", user_error(exc, USER_ERRORS) or str(exc), signal=None)
+            raise
+        except Exception as exc:  # a bug: recorded, its traceback kept
+            ending("failed", f"{type(exc).__name__}: {exc}", signal=None)
             raise
     return result
 
@@ -146,6 +160,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     reclaimed = reclaim(SPILL_MARKER).line()  # spill of runs that died (SIGKILL) anywhere, before adding ours
     if reclaimed:
         ctx.console.print(reclaimed, markup=False, soft_wrap=True)
+    ctx.note("preparing its data")
     data = prepare_data(cfg, ctx.world)  # corpus, lane index, planner (this rank's shard), every epoch's counts
     budget = row_budget_line(cfg, data.planner.split_rows("train"), data.planned_steps[0] if data.planned_steps else 0)
     if budget and ctx.world.lead:
@@ -160,13 +175,22 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     transform = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
     # spill, caches and tracker live and die with this run (each rank its own); the tracked run closes in its own
     # process while the caches close and the spill goes (the outer stack waits for it last, bounded)
+    # the checkpoints first: the spill keeps the room their next save needs free (when they share a disk)
+    checkpoints = build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints")
+    if hasattr(checkpoints, "estimate_bytes"):  # (a plug-in's checkpointer may keep no reserve)
+        checkpoints.estimate_bytes = checkpoint_estimate(learner)
     with contextlib.ExitStack() as outer, contextlib.ExitStack() as stack:
         stack.callback(remove_spill_root, spill)
         make_spill_root(spill)
         caches = tuple(
             stack.enter_context(
                 build(cfg.cache)(
-                    data.corpus.files, TRAIN_COLUMNS, spill_dir=spill / name, name=name, memory_probe=ctx.memory_probe
+                    data.corpus.files,
+                    TRAIN_COLUMNS,
+                    spill_dir=spill / name,
+                    name=name,
+                    memory_probe=ctx.memory_probe,
+                    keep_free=getattr(checkpoints, "reserve_for", None),
                 )
             )
             for name in ("train", "val")
@@ -177,13 +201,20 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
         tracker = open_tracker(cfg, ctx, learner.aim_hash)
         outer.callback(close_tracker, tracker, ctx.signals)
         stack.enter_context(tracked(tracker))
-        trainer: Trainer = build(cfg.trainer)(
-            checkpoints=build(cfg.checkpoint)(folder=ctx.run_dir / "checkpoints"), tracker=tracker, run=ctx
-        )
+        trainer: Trainer = build(cfg.trainer)(checkpoints=checkpoints, tracker=tracker, run=ctx)
         result = trainer.fit(data, learner, caches, loaders)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
     return {**result, "model": learner.model}
+
+
+def checkpoint_estimate(learner: Learner) -> int:
+    """One checkpoint's size before the first is written: the weights and the optimizer's state as they are, and
+    256 KiB for the lanes in flight and state.json (the size written replaces it after the first save)."""
+    arrays = [v for _, v in tree_flatten(learner.model.parameters())] + [
+        v for _, v in tree_flatten(learner.optimizer.state) if isinstance(v, mx.array)
+    ]
+    return sum(int(v.nbytes) for v in arrays) + 2**18
 
 
 def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
@@ -266,7 +297,17 @@ def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
     if saved is None:
         return Learner(model, optimizer, schedule, TrainState(), memory)
     aim_hash = saved.restore(model, optimizer, memory, blas=ctx.blas, console=ctx.console)
-    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path)
+    before = kernel_segments(saved.state)
+    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path, before)
+
+
+def kernel_segments(state: dict) -> list[dict]:
+    """The step path of each segment a checkpoint's run took (``kernels_segments``; a checkpoint written before
+    they were recorded: its one ``kernels`` from the start)."""
+    recorded = state.get("kernels_segments")
+    if isinstance(recorded, list) and all(isinstance(s, dict) and isinstance(s.get("kernels"), str) for s in recorded):
+        return [{"kernels": s["kernels"], "from_step": int(s.get("from_step") or 0)} for s in recorded]
+    return [{"kernels": state["kernels"], "from_step": 0}] if isinstance(state.get("kernels"), str) else []
 
 
 def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: str | None):

@@ -72,6 +72,8 @@ class Trainer:
         self.data, self.learner, self.caches = data, learner, caches
         self.tracked = TrackedSteps(self.tracker, self.world, caches, self.track_every)
         say = self.run.console.print if self.world.lead else None
+        if self.kernels != "pure":  # a library is built or loaded: where a run can die without a word
+            self.run.note(f"building or loading tcgexp's fused kernels (trainer.kernels={self.kernels})")
         stepper = Stepper(
             learner.model,
             learner.optimizer,
@@ -81,6 +83,11 @@ class Trainer:
             say=say,
         )
         self.step_path = stepper.path  # result.json and every checkpoint record it
+        # and every segment's (a run resumed on the other path ran both): consecutive ones on one path merged
+        self.segments: list[dict] = []
+        for s in [*learner.kernels_before, {"kernels": stepper.path, "from_step": learner.start_opt_steps}]:
+            if not self.segments or self.segments[-1]["kernels"] != s["kernels"]:
+                self.segments.append(s)
         if say:
             say(f"[train] {stepper.path_line}")
         check_precision(stepper, learner, data, loaders[0].transform)
@@ -97,6 +104,7 @@ class Trainer:
             world=self.world,
             hint=divergence_hint(self.run.cfg, self),
         )
+        self.run.note("training")  # from here on every ending writes result.json
         with self.display:
             status, error, raised = run_loop(loop)
         return self.finish(loop, loaders[0], status, error, raised)
@@ -130,7 +138,9 @@ class Trainer:
             blas=self.run.blas,
             aim_hash=self.tracked.final_hash(),
         )
-        result["kernels"] = self.step_path
+        # every path the run took, in order ("fused", or "pure, then fused" for a run resumed on the other)
+        result["kernels"] = ", then ".join(s["kernels"] for s in self.segments)
+        result["kernels_segments"] = self.segments
         report(result, self.run.run_dir, self.caches, self.run.console, alone)
         if status == "failed":  # a rank is gone, or this one failed: no collective can follow
             raise raised if raised is not None and not isinstance(raised, DistributedError) else DistributedError(error)
@@ -206,6 +216,7 @@ class Trainer:
             "aim_hash": self.tracked.hash,
             "blas": self.run.blas,
             "kernels": self.step_path,
+            "kernels_segments": self.segments,
             "cache": {k: sum_counters(v) for k, v in counters.items()},
             "cache_per_rank": counters,
             "world": {"size": world.size, "shards": self.data.planner.shards},
@@ -213,13 +224,26 @@ class Trainer:
         }
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.lifecycle.resume)
             state["overrides"] = list(self.run.overrides)
-        self.checkpoints.write(
-            self.checkpoints.names(kind, p.epoch, self.epochs),
-            model=lr.model,
-            optimizer=lr.optimizer,
-            lanes={"train": live},
-            state=state,
-        )
+        names = self.checkpoints.names(kind, p.epoch, self.epochs)
+        parts = {"model": lr.model, "optimizer": lr.optimizer, "lanes": {"train": live}, "state": state}
+        try:
+            self.checkpoints.write(names, **parts)
+        except ckpt.CheckpointWriteError as exc:
+            # the disk filled anyway: the spill (a cache) gives its space to the checkpoint, once
+            spills = [c.give_back_spill for c in self.caches if hasattr(c, "give_back_spill")]
+            full = ckpt.out_of_space(exc) or getattr(self.checkpoints, "short_of_space", lambda: False)()
+            freed = sum(give("the disk is full") for give in spills) if full else 0
+            if not freed:
+                raise
+            self.run.console.print(
+                f"[train] the disk filled while a checkpoint was written: the row-group spill gave back "
+                f"{freed / 2**20:.1f} MiB and is off for the rest of the run; writing it again",
+                markup=False,
+                soft_wrap=True,
+            )
+            self.checkpoints.write(names, **parts)
+        for cache in self.caches:  # the checkpoints grew: the spill leaves the next save's room free again
+            getattr(cache, "keep_spill_reserve", lambda: 0)()
 
     def live_lanes(self) -> ckpt.SparseLanes:
         """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own,

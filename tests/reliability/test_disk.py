@@ -1,8 +1,10 @@
-"""A really full disk (a small tmpfs this test mounts): spilling stops, training goes on; checkpoints fail loudly."""
+"""A really full disk (a small tmpfs this test mounts): spilling stops, training goes on; checkpoints fail loudly;
+the spill leaves the checkpoints their room, and gives its own back when the disk fills anyway."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import warnings
 
@@ -10,6 +12,7 @@ import pytest
 
 from tcgexp.lifecycle.checkpoint import CheckpointWriteError
 from tcgexp.lifecycle.rundir import mark
+from tcgexp.ownership import tree_bytes
 from tcgexp.train import train
 from tests.conftest import compose_config
 from tests.train.conftest import TINY_TRAIN
@@ -67,3 +70,51 @@ def test_full_disk_makes_checkpoints_fail_loudly_never_half_written(tmp_path, tm
     record = json.loads((run_dir / "result.json").read_text())  # the run ended on an error: it says so on disk
     assert record["status"] == "failed" and "free disk space" in record["error"], record
     assert record["processed"]["optimizer_steps"] > 0 and record["history"] == []
+
+
+SMALL_DISK = [
+    *TINY_TRAIN,
+    "cache=hot60",
+    "cache.capacity=2",
+    "cache.policy.hot_fraction=0.0",
+    "cache.spill_budget_bytes=1000000000",  # the budget allows far more than the disk holds
+]
+
+
+@pytest.mark.slow
+def test_the_spill_leaves_the_next_checkpoint_its_room_on_a_small_disk(tmp_path, tmpfs):
+    """Run dir, spill and checkpoints on one small disk (1 MB: the spill alone would take all of it): the spill
+    keeps room for the next save free (it used to fill the disk, turn itself off after a write error, and the next
+    checkpoint failed with 'free disk space and resume' while its own files held the space)."""
+    run_dir = tmpfs(tmp_path / "disk", "1000k") / "run"
+    mark(run_dir)
+    result = train(compose_config(f"dataset.root={tmp_path / 'data'}", *SMALL_DISK), run_dir=run_dir)
+    assert result["status"] == "completed"
+    c = result["cache"]["train"]
+    assert c["ssd_spills"] > 0 and c["spill_disabled"] == 0, c  # it spilled, and never met a full disk
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best", "epoch_0001", "epoch_0002", "latest"]
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_anyway_costs_the_spill_before_a_checkpoint(tmp_path, tmpfs, capsys):
+    """Another writer fills the disk while the run's spill holds files: the next checkpoint fails for space, the
+    spill gives its files back (and stops), and the checkpoint is written again; the run finishes, the other
+    writer's file untouched."""
+    disk = tmpfs(tmp_path / "disk", "1500k")
+    run_dir = disk / "run"
+    mark(run_dir)
+    filler = disk / "someone else's file"
+
+    def probe() -> float:  # called at every cache lookup: once the spill holds enough, the disk fills
+        if not filler.exists() and tree_bytes(run_dir / ".cache_spill") > 450_000:
+            st = os.statvfs(disk)
+            filler.write_bytes(b"x" * max(0, st.f_bavail * st.f_frsize - 16_384))
+        return 0.0
+
+    cfg = compose_config(f"dataset.root={tmp_path / 'data'}", *SMALL_DISK, "loader.workers=0")
+    result = train(cfg, run_dir=run_dir, memory_probe=probe)
+    assert filler.exists(), "the spill never held enough to test this"
+    assert result["status"] == "completed" and result["cache"]["train"]["spill_disabled"] == 1
+    said = [ln for ln in capsys.readouterr().out.splitlines() if "the disk filled while a checkpoint" in ln]
+    assert len(said) == 1 and "gave back" in said[0], said
+    assert (run_dir / "checkpoints" / "latest" / "checksums.json").is_file()

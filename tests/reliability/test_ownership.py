@@ -138,3 +138,35 @@ def test_the_sweep_callback_deletes_only_marked_spill(tmp_path):
         SweepReport().on_job_end(cfg, JobReturn(status=JobStatus.COMPLETED))
     assert not (job / ".cache_spill" / "train").exists()
     assert (job / ".cache_spill" / "notes" / "keep.txt").read_text() == "theirs"
+
+
+@pytest.mark.slow
+def test_what_a_runs_spill_root_holds_of_others_is_one_warning_line_on_the_command_line(tmp_path):
+    """A finished run's .cache_spill holding a whole folder of other things (another run's files, as a run dir put
+    there once left them): its resume says so in one line, no RuntimeWarning with source lines (there were 7)."""
+    import subprocess
+    import sys
+
+    from tests.sweep.conftest import job_env
+
+    run_dir = tmp_path / "run"
+    data = [f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "trainer.epochs=1"]
+    cmd = [sys.executable, "-m", "tcgexp.train", *data, f"hydra.run.dir={run_dir}"]
+    assert subprocess.run(cmd, cwd=tmp_path, env=job_env(), capture_output=True, timeout=300).returncode == 0
+    other = run_dir / ".cache_spill"
+    other.mkdir()
+    for name in ("a.log", "b.json", ".hidden", "checkpoints", "notes"):
+        (other / name).mkdir(parents=True) if "." not in name[1:] else (other / name).write_text("theirs")
+    again = subprocess.run(
+        [*cmd, f"resume={run_dir}", "trainer.epochs=2", "scheduler.reset=true"],
+        cwd=tmp_path,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = [ln for ln in again.stderr.splitlines() if "not deleting" in ln]
+    assert len(said) == 1 and said[0].startswith(f"warning: not deleting what tcgexp did not create in {other} ("), said
+    assert "RuntimeWarning" not in again.stderr and "warnings.warn" not in again.stderr, again.stderr[-3000:]
+    assert sorted(p.name for p in other.iterdir()) == [".hidden", "a.log", "b.json", "checkpoints", "notes"]

@@ -313,7 +313,18 @@ def test_a_resume_of_one_run_into_another_runs_folder_is_refused(corpus, tmp_pat
     assert r["processed"]["optimizer_steps"] == 3, "a resume into its own folder (named by its checkpoint) goes on"
 
 
-@pytest.mark.parametrize("inside", ["checkpoints/latest/run", "checkpoints/later", ".cache_spill/train/run"])
+@pytest.mark.parametrize(
+    "inside",
+    [
+        "checkpoints/latest/run",
+        "checkpoints/later",
+        ".cache_spill/train/run",
+        "checkpoints",  # the managed folders themselves (a run dir there was accepted)
+        ".cache_spill",
+        ".cache_spill.rank1",
+        ".cache_spill.rank1/x",
+    ],
+)
 def test_a_run_dir_inside_another_runs_managed_folders_is_refused(corpus, inside, tmp_path):
     _, data = corpus
     live = tmp_path / "live"

@@ -160,3 +160,28 @@ def test_a_refused_or_failed_run_is_never_taken_for_killed(tmp_path, capsys):
     result = train(compose_config(*data), run_dir=kept)
     assert result["status"] == "completed"
     assert "ended without a record" not in capsys.readouterr().out
+
+
+def test_a_run_that_leaves_at_once_records_how_it_ended(tmp_path):
+    """A second stopping signal (the handler raises ForcedStop wherever the main thread is: here inside a cache
+    lookup of the loop) ends the run before a step finishes, where the trainer writes no result: result.json
+    says it was interrupted, by which signal, with the line the run said (it left none before)."""
+    from tcgexp.lifecycle.signals import ForcedStop, RunInterrupted
+
+    calls = 0
+
+    def probe() -> float:  # the caches' memory probe, called on the main thread with loader.workers=0
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise ForcedStop("SIGTERM")
+        return 0.0
+
+    run_dir = tmp_path / "run"
+    cfg = compose_config(f"dataset.root={tmp_path / 'data'}", *TINY_TRAIN, "loader.workers=0")
+    with pytest.raises(RunInterrupted) as stopped:
+        train(cfg, run_dir=run_dir, memory_probe=probe)
+    assert stopped.value.code == 143
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "interrupted" and record["signal"] == "SIGTERM", record
+    assert record["error"] in stopped.value.message and f"resume={run_dir}" in record["error"], record

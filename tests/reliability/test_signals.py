@@ -158,7 +158,9 @@ def test_a_second_signal_stops_at_once(baseline, tmp_path):
     res = signalled(root, run_dir, second="save")  # SIGTERM, then another inside the latest/ write it starts
     assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
     assert one_line(res.stderr).startswith("[train] stopped at once by a second SIGTERM")
-    assert not (run_dir / "result.json").exists()
+    record = json.loads((run_dir / "result.json").read_text())  # every ending leaves its record (none before)
+    assert record["status"] == "interrupted" and record["signal"] == "SIGTERM", record
+    assert record["error"].startswith("stopped at once by a second SIGTERM"), record
     assert not (run_dir / ".cache_spill").exists()
     resume(root, run_dir, tmp_path / "b")  # from the last periodic latest/
     assert weights(tmp_path / "b") == want

@@ -1,6 +1,7 @@
 """Every signal honoured within its bound, whatever the run waits on: a store frozen mid-run (moto's own server,
 SIGSTOPped once training reads from it) holds the loader's threads, and still the first SIGTERM ends the run
-within 10 s (its latest/ kept: the run resumes from it once the store answers again) and a second within 2 s."""
+within 10 s (its latest/ kept: the run resumes from it once the store answers again) and a second within 2 s;
+either way result.json says the run was interrupted, by which signal, with the line it said."""
 
 from __future__ import annotations
 
@@ -88,6 +89,10 @@ def test_signals_end_a_run_waiting_on_a_frozen_store_within_their_bounds(tmp_pat
         assert took < (2 if second else 10 + 2), f"{took:.1f} s after the {'second' if second else 'first'} SIGTERM"
         last = out.strip().splitlines()[-1]
         assert "SIGTERM" in last and f"resume={run_dir}" in last and "Traceback" not in out, out[-3000:]
+        # the ending is on disk too (it left none: the trainer writes result.json only after a finished step)
+        record = json.loads((run_dir / "result.json").read_text())
+        assert record["status"] == "interrupted" and record["signal"] == "SIGTERM", record
+        assert record["error"] in last, (record, last)
         os.kill(server.pid, signal.SIGCONT)  # the store answers again: the kept latest/ resumes
         resumed = subprocess.run(
             train_cmd(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}"),

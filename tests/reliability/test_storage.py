@@ -76,6 +76,22 @@ def test_an_unfinished_corpus_on_read_only_storage_is_one_clear_error(tmp_path, 
         train(compose_config(f"dataset.root={data}", *TINY_TRAIN), run_dir=tmp_path / "a")
 
 
+def test_a_day_whose_parquet_is_gone_on_read_only_storage_is_one_clear_error(tmp_path, tmpfs):  # noqa: F811
+    """Where the day cannot be built again (a raw OSError traceback from the rebuild's work dir before): one line
+    naming the file, that the storage is read-only, and where building it again works."""
+    from tcgexp.data.errors import DataError
+
+    data = tmpfs(tmp_path / "data", "50m")
+    overrides = [f"dataset.root={data}", *TINY_TRAIN]
+    train(compose_config(*overrides), run_dir=tmp_path / "a")
+    gone = min((data / "bc_data").glob("*.parquet"))
+    gone.unlink()
+    assert remount_ro(data)
+    with pytest.raises(DataError, match="its day file is missing -- the corpus is on read-only storage") as err:
+        train(compose_config(*overrides), run_dir=tmp_path / "b")
+    assert str(gone) in str(err.value)
+
+
 def test_clean_on_a_read_only_corpus_is_one_line_and_deletes_nothing(tmp_path, tmpfs):  # noqa: F811
     from tests.conftest import TINY, make_corpus
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -120,18 +121,35 @@ def test_a_trial_folder_that_trained_other_params_is_refused_never_adopted(tmp_p
         )
         != first["model.hidden"]
     )
-    # the second study an earlier tcgexp opened: the folder as typed, relative to the launch folder
-    line = refused(
-        sweep(
-            tmp_path,
-            *space,
-            f"hydra.sweeper.sampler_seed={seed}",
-            "hydra.sweeper.n_trials=1",
-            "hydra.sweep.dir=sweep",
-            "hydra.sweeper.study_name=sweep",
-        )
-    )
+    command = [
+        *space,
+        f"hydra.sweeper.sampler_seed={seed}",
+        "hydra.sweeper.n_trials=1",
+        "hydra.sweep.dir=sweep",
+        "hydra.sweeper.study_name=sweep",
+    ]
+    # a new study named by the folder as typed: refused before it is created (it used to be, with a trial)
+    line = refused(sweep(tmp_path, *command))
     assert "holds trial 0 of study" in line and "nothing was adopted" in line and "model.hidden" in line, line
+    assert studies(folder / "optuna.db") == [str(folder.resolve())]
+    # the second study an earlier tcgexp opened (the folder as typed, relative to the launch folder), its trial 0
+    # asked with another configuration
+    url = f"sqlite:///{folder / 'optuna.db'}"
+    first_settings = optuna.load_study(study_name=str(folder.resolve()), storage=url).user_attrs["tcgexp_halving"]
+    legacy = optuna.create_study(study_name="sweep", storage=url)
+    legacy.set_user_attr("tcgexp_halving", {**first_settings})
+    other = {"model.hidden": next(h for h in (8, 16, 32, 48) if h != first["model.hidden"])}
+    legacy.enqueue_trial(other)
+    asked = legacy.ask({"model.hidden": optuna.distributions.CategoricalDistribution([8, 16, 32, 48])})
+    assert asked.params == other
+    asked.set_user_attr(
+        "tcgexp",
+        {"rung": 0, "state": "running", "promoted": False, "run_dirs": [str(folder / "0")], "values": {}},
+    )
+    before = tree(folder)
+    line = refused(sweep(tmp_path, *command))
+    assert "holds trial 0 of study" in line and "nothing was adopted" in line and "model.hidden" in line, line
+    assert tree(folder) == before  # refused before anything was written
     assert trained(folder / "0", first) == first
     assert sorted(studies(folder / "optuna.db")) == sorted([str(folder.resolve()), "sweep"])
     line = refused(sweep(tmp_path, *space, "hydra.sweeper.n_trials=1", "hydra.sweep.dir=sweep"))
@@ -141,9 +159,11 @@ def test_a_trial_folder_that_trained_other_params_is_refused_never_adopted(tmp_p
 
 def test_a_changed_space_in_a_named_folder_is_refused_naming_the_difference(tmp_path):
     ok(sweep(tmp_path, "model.hidden=choice(8,16)", "hydra.sweeper.n_trials=1", "hydra.sweep.dir=named"))
+    before = tree(tmp_path)
     for changed in ("model.hidden=choice(16,8)", "model.hidden=choice(8,32)", "model.hidden=choice(8,16,32)"):
         line = refused(sweep(tmp_path, changed, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={tmp_path / 'named'}"))
         assert "was run with other settings" in line and changed.split("=", 1)[1] in line, line
+        assert tree(tmp_path) == before, "a refused command writes nothing (multirun.yaml, the lock, the study)"
     assert len(trials(tmp_path / "named")["trials"]) == 1
 
 
@@ -180,3 +200,55 @@ def test_a_second_start_of_a_running_study_is_refused_naming_its_process(tmp_pat
     for t in rows:
         assert trained(tmp_path / "sweep" / str(t["number"]), t["params"]) == t["params"]
     assert os.path.exists(tmp_path / "sweep" / "optuna.db")
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every file and folder under `folder`, with each file's bytes."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+
+
+def test_a_moved_sweep_folder_is_refused_and_the_refusal_writes_nothing(tmp_path):
+    """A sweep folder moved and continued under its new path is refused in one line, and the refused command
+    (each retry too) leaves every file as it was, the study database included (it used to add a second study with
+    one trial to optuna.db at every try); the study it names continues there."""
+    space = ["model.hidden=choice(8,16,32)", "hydra.sweeper.sampler=random", "hydra.sweeper.sampler_seed=0"]
+    ok(sweep(tmp_path, *space, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'was'}"))
+    old = str((tmp_path / "was").resolve())
+    (tmp_path / "was").rename(tmp_path / "moved")
+    folder = tmp_path / "moved"
+    before = tree(tmp_path)
+    for _ in range(2):
+        line = refused(sweep(tmp_path, *space, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={folder}"))
+        assert studies(folder / "optuna.db") == [old]
+        assert tree(tmp_path) == before
+        assert "nothing was adopted and nothing written" in line and f"study {old!r}" in line, line
+    advice = line.split("continue that study here with ", 1)[1].split(" (a folder moved", 1)[0]
+    [study_name] = shlex.split(advice)  # the override the line gives, as a shell reads it
+    ok(sweep(tmp_path, *space, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={folder}", study_name))
+    assert studies(folder / "optuna.db") == [old]
+    assert [t["state"] for t in trials(folder)["trials"]] == ["complete", "complete"]
+
+
+def test_a_refused_sweep_writes_nothing_in_the_folder_it_was_started_from(tmp_path):
+    """A halving sweep refused before its first trial (a contradictory space), with the default tracking: its
+    launch folder stays empty (the sweep callback made the Aim repo there before the sweeper could refuse)."""
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tcgexp.train",
+            "--multirun",
+            "hydra/sweeper=halving",
+            f"dataset.root={tmp_path / 'data'}",
+            "optimizer.lr=interval(1e-2,1e-4)",
+        ],
+        cwd=launch,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "needs low < high" in refused(res)
+    assert list(launch.iterdir()) == [] and not (tmp_path / "data").exists()

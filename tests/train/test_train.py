@@ -106,7 +106,20 @@ def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_p
     resumed = train(
         train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}", data=data_root), run_dir=tmp_path / "b"
     )
-    assert resumed["kernels"] == then and weights(resumed) == weights(full)
+    # result.json names both paths, in order (it used to name only the last segment's)
+    assert resumed["kernels"] == f"{first}, then {then}" and weights(resumed) == weights(full)
+    assert resumed["kernels_segments"] == [{"kernels": first, "from_step": 0}, {"kernels": then, "from_step": 7}]
+    again = train(
+        train_cfg(
+            f"resume={tmp_path / 'b'}",
+            "trainer.epochs=3",
+            "scheduler.reset=true",
+            f"trainer.kernels={then}",
+            data=data_root,
+        ),
+        run_dir=tmp_path / "c",
+    )
+    assert again["kernels"] == f"{first}, then {then}", "a third segment on the same path adds no step"
 
 
 @pytest.mark.parametrize(
