@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"{sweep_dir}: no such folder (give a sweep's hydra.sweep.dir)")
-    if not read_trials(sweep_dir) and not job_dirs(sweep_dir) and not multirun.planned_count(multirun.load(sweep_dir)):
+    if not read_trials(sweep_dir) and not job_dirs(sweep_dir) and not multirun.planned_jobs(multirun.load(sweep_dir)):
         below = sweeps_below(sweep_dir)
         hint = (
             f"; the newest sweeps below it: {', '.join(str(d) for d in below)}"
