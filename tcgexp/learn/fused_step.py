@@ -43,6 +43,8 @@ def fits(model) -> str | None:
         return f"the model is {type(model).__name__}, the kernels compute RecurrentPolicy's step only"
     if getattr(model, "scan_fn", linear_scan) is not linear_scan:
         return "the model's scan_fn is not linear_scan, the kernels compute that scan only"
+    if model.option_dim:
+        return "the kernels compute the action head only, the model has the option head"
     return None
 
 
