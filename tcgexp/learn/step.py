@@ -23,7 +23,7 @@ from mlx.utils import tree_flatten, tree_map
 from .blas import fit_threads, spare_core
 from .errors import PrecisionError
 from .fused_step import choose
-from .losses import METRICS, losses, masked_logits, model_losses  # noqa: F401 (re-exported)
+from .losses import METRICS, STOP_METRICS, losses, masked_logits, model_losses  # noqa: F401 (re-exported)
 from .model import RecurrentPolicy, written_backward
 
 SUM_KEYS = ("early_rows", "late_rows", "policy_early", "policy_late", "accuracy_early", "accuracy_late")

@@ -93,6 +93,76 @@ def test_a_free_running_demo_epoch_is_bit_identical_on_both_paths(kernels, tmp_p
     assert_same(runs["pure"][1], runs["fused"][1])
 
 
+def cabt_epoch(root) -> tuple[list, int, dict]:
+    """The real game's tiny demo corpus (``cabt_demo_root``) as one epoch of prepared microbatches at the default
+    chunk and row budget; the lanes and the model's sizes (the option head's)."""
+    from functools import partial
+
+    from tcgexp.config import build
+    from tcgexp.data.games import model_dims
+    from tcgexp.learn.batch import prepare
+    from tcgexp.plan import LaneIndex
+    from tcgexp.plan.loader import DirectSource, Loader, train_columns
+    from tests.conftest import CABT_DEMO, compose_config, planner_of
+
+    cfg = compose_config(f"dataset.root={root}", *CABT_DEMO)
+    corpus = build(cfg.dataset)
+    corpus.build()
+    index = LaneIndex.of(corpus)
+    dims = model_dims(corpus.game, int(cfg.dataset.max_options))
+    tb = cfg.tbptt
+    plan = planner_of(index, chunk=tb.chunk, batch_size=tb.batch_size).epoch_plan(0)
+    columns = train_columns(dims["option_dim"])
+    loader = Loader(
+        DirectSource(corpus.files, columns),
+        columns,
+        workers=0,
+        transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=tb.chunk),
+    )
+    batches = list(loader.iterate(plan))
+    assert len(batches) == len(plan) >= 5 and "options" in batches[0].inputs
+    return batches, len(index.lanes), dims
+
+
+@pytest.mark.extra("cabt")
+@pytest.mark.parametrize("memory", [True, False], ids=["memory", "no-memory"])
+@pytest.mark.parametrize("accumulate", [False, True], ids=["one-microbatch-steps", "accumulated"])
+def test_a_free_running_epoch_of_the_real_game_is_bit_identical_on_both_paths(
+    kernels, cabt_demo_root, memory, accumulate
+):
+    """The option head at the default model and row budget (hidden 128, 256 rows: the products split over two
+    threads), free-running over an epoch of the real game's demo corpus: every step's values, and at the end every
+    weight, optimizer moment and lane memory; fused steps, or gradients accumulated over two microbatches."""
+    batches, lanes, dims = cabt_epoch(cabt_demo_root)
+    hidden, runs = 128, {}
+    for path in ("pure", "fused"):
+        mx.random.seed(0)
+        model = RecurrentPolicy(**dims, hidden=hidden, memory=memory)
+        opt = AdamWRule().mlx()
+        opt.init(model.trainable_parameters())
+        s = Stepper(model, opt, aux_weight=0.25, grad_clip=AdamWRule().grad_clip, kernels=path)
+        assert s.path == path, s.path_line
+        mem, values, acc = LaneMemory(lanes, hidden), [], None
+        for i, prep in enumerate(batches):
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            h0 = mem.read(prep, inputs["lane_decisions"].shape[0])
+            if accumulate:
+                v, carry, g = s.grads(inputs, targets, h0)
+                acc = add_grads(acc, g)
+                if i % 2 == 1 or i == len(batches) - 1:
+                    values.append(np.array(s.apply(acc, mx.array(0.5, dtype=mx.float32))))
+                    acc = None
+            else:
+                v, carry = s.step(inputs, targets, h0)
+            mem.write(prep, carry)
+            mx.eval(v, mem.table, s.state)
+            values.append(np.array(v))
+        runs[path] = (values, state_of(s, mem))
+    assert len(runs["pure"][0][0]) >= len(model.metrics)
+    assert all(np.array_equal(a, b) for a, b in zip(runs["pure"][0], runs["fused"][0], strict=True))
+    assert_same(runs["pure"][1], runs["fused"][1])
+
+
 def test_gradient_accumulation_is_bit_identical_on_both_paths(kernels, tmp_path):
     """Stepper.grads summed over three microbatches, then Stepper.apply with its 1/count scale."""
     cfg, batches, lanes = demo_epoch(tmp_path)
