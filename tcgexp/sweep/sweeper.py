@@ -74,7 +74,7 @@ class HalvingSearch:
                 f"{WHERE}: optimized_metric=null gives the sweeper nothing to optimise: set it "
                 "(val/loss, val/accuracy, best/val_loss, ...)"
             )
-        check_metric(metric)
+        check_metric(metric, self.config.get("dataset"))
         natural = "maximize" if higher_is_better(metric) else "minimize"
         if self.s.direction not in (None, natural):
             raise ConfigError(

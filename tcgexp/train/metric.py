@@ -11,22 +11,35 @@ from ..errors import ConfigError
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
 
-def check_metric(name: str | None) -> None:
-    """Refuse an optimized_metric that no run can produce, before any work."""
-    from ..learn.step import METRICS  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+def check_metric(name: str | None, dataset=None) -> None:
+    """Refuse an optimized_metric that no run can produce, before any work; with the run's `dataset` config, one
+    this run cannot produce (the stop head's on a game without offered options)."""
+    # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..learn.step import METRICS, STOP_METRICS
 
     if name is None:
         return
     prefix, _, key = str(name).partition("/")
-    known = {"val": [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late"], "best": ["val_loss"]}
+    val = [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late", *STOP_METRICS]
+    known = {"val": val, "best": ["val_loss"]}
     if key not in known.get(prefix, []):
         choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
         raise ConfigError(f"optimized_metric={name!r} is impossible: it must be one of {choices} (or null)")
+    if key in STOP_METRICS and dataset is not None:
+        from ..data.games import game, model_dims
+
+        chosen = str(dataset.get("game", "sim"))
+        if not model_dims(game(chosen), int(dataset.get("max_options", 64))).get("option_dim"):
+            raise ConfigError(
+                f"optimized_metric={name} is the option head's stop head, but dataset.game={chosen} offers no "
+                "options: choose val/loss, val/accuracy, ... (or a game with offered options, dataset=cabt_demo)"
+            )
 
 
 def higher_is_better(name: str) -> bool:
     """Whether `name` improves upwards (accuracy) rather than downwards (the losses)."""
-    return str(name).partition("/")[2].startswith("accuracy")
+    key = str(name).partition("/")[2]
+    return key.startswith("accuracy") or key.endswith("_accuracy")
 
 
 def optimized(result: dict[str, Any], name: str | None) -> float | None:
