@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -208,10 +209,11 @@ def free_port(run: int = 1) -> int:
 def aim_server(tmp_path):
     repo = tmp_path / "server_repo"
     repo.mkdir()
-    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True)
+    aim = str(Path(sys.executable).with_name("aim"))  # the venv's, whether or not it is activated
+    subprocess.run([aim, "init", "--repo", str(repo)], check=True, capture_output=True)
     port = free_port()
     proc = subprocess.Popen(
-        ["aim", "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
+        [aim, "server", "--repo", str(repo), "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -71,7 +71,9 @@ def test_a_garbage_dot_aim_file_costs_tracking_not_training(tmp_path, baseline):
 def aim_repo(repo):
     """A real, empty Aim repo at `repo`, made by Aim's own CLI."""
     repo.mkdir()
-    subprocess.run(["aim", "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
+    # the `aim` beside this Python: the venv's, whether or not it is activated
+    aim = str(Path(sys.executable).with_name("aim"))
+    subprocess.run([aim, "init", "--repo", str(repo)], check=True, capture_output=True, timeout=120)
     return repo
 
 
