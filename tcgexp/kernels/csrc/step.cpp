@@ -37,8 +37,10 @@ void mm(const float* A, bool ta, const float* B, bool tb, int M, int N, int K, f
 }
 
 // rows [r0, r1) of C = op(A) op(B) (+ C), optionally first filled with `bias`: MLX's product restricted to those
-// rows. With MKL_CBWR=AUTO,STRICT each element of C comes out the same whatever block of rows a call computes
-// (tests/train/test_kernels.py holds the split against the whole product)
+// rows. With MKL_CBWR=AUTO,STRICT each element of C comes out the same whatever block of at least 16 rows a call
+// computes; MKL's kernels for fewer rows sum in another order (measured with MKL 2025 on AVX-512, 2026-12-04:
+// blocks of 1-15 rows of a [300, K] product differed in the last bit, blocks of 16-63 never did), so mm2 splits
+// only products of at least 32 rows (tests/train/test_kernels.py holds the split against the whole product)
 void mm_rows(const float* A, bool ta, const float* B, bool tb, int M, int N, int K, float* C, bool accumulate,
              const float* bias, int r0, int r1) {
   if (r1 <= r0) return;
@@ -54,11 +56,11 @@ void mm_rows(const float* A, bool ta, const float* B, bool tb, int M, int N, int
 // taken it)
 void mm2(Helper* h, long split_min, const float* A, bool ta, const float* B, bool tb, int M, int N, int K, float* C,
          bool accumulate, const float* bias = nullptr) {
-  if (h == nullptr || (double)M * N * K < (double)split_min || M < 2) {
+  if (h == nullptr || (double)M * N * K < (double)split_min || M < 32) {
     mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, 0, M);
     return;
   }
-  int half = M >= 16 ? M / 2 / 8 * 8 : M / 2;  // rows of whole vectors where there are enough
+  int half = M / 2 / 8 * 8;  // rows of whole vectors, at least 16 in each part
   int i = h->post([=] { mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, half, M); });
   mm_rows(A, ta, B, tb, M, N, K, C, accumulate, bias, 0, half);
   h->join(i);
