@@ -36,6 +36,10 @@ NOT_SETTINGS = {
     "checkpoint.save",
     "optimizer.grad_clip",
     "scheduler.gamma",
+    # the model's module, its MLX method and an attribute the game sizes (data.games.model_dims), not a setting
+    "model.py",
+    "model.parameters",
+    "model.option_dim",
     # the docs' Extending page: its own options' settings, and a misspelt one it shows refused
     "cache.policy.spare",
     "model.depth",
