@@ -11,22 +11,39 @@ from ..errors import ConfigError
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
 
-def check_metric(name: str | None) -> None:
-    """Refuse an optimized_metric that no run can produce, before any work."""
+WIN_RATE = "eval/win_rate/"  # eval/win_rate/<opponent>: the policy's win rate (tcgexp.train.evaluate), higher is better
+
+
+def check_metric(name: str | None, cfg=None) -> None:
+    """Refuse an optimized_metric that no run can produce, before any work. A win rate needs `cfg` (the run's
+    config) to play that opponent at its end."""
     from ..learn.step import METRICS  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
 
     if name is None:
+        return
+    if str(name).startswith(WIN_RATE):
+        opponent = str(name)[len(WIN_RATE) :]
+        if cfg is not None:
+            ev = cfg.get("eval")
+            names = [str(o).partition("=")[0] if "=" in str(o) else str(o) for o in (ev.opponents if ev else [])]
+            if not (ev and ev.enabled and opponent in names):
+                raise ConfigError(
+                    f"optimized_metric={name} is played at the run's end: set eval.enabled=true with {opponent!r} "
+                    f"among eval.opponents (now {names})"
+                )
         return
     prefix, _, key = str(name).partition("/")
     known = {"val": [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late"], "best": ["val_loss"]}
     if key not in known.get(prefix, []):
         choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
-        raise ConfigError(f"optimized_metric={name!r} is impossible: it must be one of {choices} (or null)")
+        raise ConfigError(
+            f"optimized_metric={name!r} is impossible: it must be one of {choices}, {WIN_RATE}<opponent> (or null)"
+        )
 
 
 def higher_is_better(name: str) -> bool:
-    """Whether `name` improves upwards (accuracy) rather than downwards (the losses)."""
-    return str(name).partition("/")[2].startswith("accuracy")
+    """Whether `name` improves upwards (accuracy, a win rate) rather than downwards (the losses)."""
+    return str(name).partition("/")[2].startswith("accuracy") or str(name).startswith(WIN_RATE)
 
 
 def optimized(result: dict[str, Any], name: str | None) -> float | None:
@@ -34,6 +51,9 @@ def optimized(result: dict[str, Any], name: str | None) -> float | None:
     (``result["final"]``), best/val_loss the best epoch's. NaN when the run has none (it diverged)."""
     if name is None:
         return None
+    if str(name).startswith(WIN_RATE):
+        value = ((result.get("eval") or {}).get(str(name)[len(WIN_RATE) :]) or {}).get("win_rate")
+        return float(value) if value is not None else math.nan
     prefix, _, key = str(name).partition("/")
     value = (result.get(SOURCES[prefix]) or {}).get(key)
     return float(value) if value is not None else math.nan
