@@ -360,3 +360,7 @@ def at_end(cfg: DictConfig, run_dir: Path, tracker, step: int, console) -> dict[
         console.print(line(name, t), markup=False, soft_wrap=True)
     tracker.track(values_of(found), step=step)
     return found
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
