@@ -6,34 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 
-from tcgexp.cabt.features import OPTION_DIM, STATE_DIM
+def random_weights(hidden: int = 32, options: int = 64, seed: int = 0, memory_scale: float = 4.0) -> dict:
+    """The option-head model's parameters drawn at random (``tcgexp.bench.play``'s), small, with the trunk's weights
+    on the memory scaled by `memory_scale` so that what the memory holds changes choices."""
+    from tcgexp.bench.play import random_weights as drawn
 
-
-def random_weights(
-    hidden: int = 32, options: int = 64, seed: int = 0, memory_scale: float = 4.0
-) -> dict[str, np.ndarray]:
-    """The option-head model's parameters (``tcgexp.learn.model.RecurrentPolicy``), drawn at random; the trunk's
-    weights on the memory scaled by `memory_scale`, so that what the memory holds changes choices."""
-    rng = np.random.default_rng(seed)
-    H, F, O = hidden, STATE_DIM + options + 1, OPTION_DIM
-    shapes = {
-        "encoder.layers.0": (H, F),
-        "encoder.layers.2": (H, H),
-        "gates": (2 * H, H + O),
-        "trunk.layers.0": (H, 2 * H),
-        "option": (H, O),
-        "query": (H, H),
-        "stop": (1, 2 * H),
-        "aux": (4, H),
-    }
-    out = {}
-    for name, (o, i) in shapes.items():
-        out[f"{name}.weight"] = (rng.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)
-        out[f"{name}.bias"] = (0.1 * rng.standard_normal(o)).astype(np.float32)
-    out["trunk.layers.0.weight"][:, H:] *= memory_scale
-    return out
+    return drawn(hidden, options, seed, memory_scale)
 
 
 def fake_run(run: Path, seed: int = 0, weights: dict | None = None, memory: bool = True) -> Path:
