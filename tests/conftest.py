@@ -34,6 +34,43 @@ def pytest_collection_modifyitems(config, items):
 TINY = ["dataset.rows_per_day=500", "dataset.episodes_per_shard=2", "dataset.row_group_rows=128", "dataset.workers=1"]
 
 
+# The real game's demo corpus, tiny: one day of self-play between the scripted teachers (the cabt extra). Every run
+# on it composes these last, so its days are the fixture's (the day's fingerprint holds these settings).
+CABT_DEMO = [
+    "dataset=cabt_demo",
+    "dataset.demo.episodes_per_day=16",
+    "dataset.episodes_per_shard=8",
+    "dataset.row_group_rows=256",
+    "dataset.workers=1",
+]
+# the teachers' ratings, as the demo's round-robin measured them once (docs/real-game.md): written beside the corpus
+# so the fixture skips the round-robin's 210 games (they label the rows' rating columns; no test here reads those)
+CABT_DEMO_RATINGS = {
+    "club-metal": 1219.0,
+    "club-water": 1540.9,
+    "expert-fighting": 1420.7,
+    "expert-psychic": 1453.3,
+    "novice-darkness": 880.3,
+    "novice-grass": 898.5,
+    "random": 1000.0,
+}
+
+
+@pytest.fixture(scope="session")
+def cabt_demo_root(tmp_path_factory) -> Path:
+    """A tiny cabt_demo corpus (``CABT_DEMO``), built once per session and shared read-only by the runs on it;
+    skipped with the install line where the cabt extra is not installed."""
+    import json
+
+    if not extras.installed("cabt"):
+        pytest.skip(extras.missing("the real game's demo corpus", "cabt"))
+    root = tmp_path_factory.mktemp("cabt_demo") / "data"
+    root.mkdir()
+    (root / "ratings.json").write_text(json.dumps({"games_per_pair": 0, "ratings": CABT_DEMO_RATINGS}))
+    build(compose(f"dataset.root={root}", *CABT_DEMO).dataset).build()
+    return root
+
+
 def compose_config(*overrides: str, config_name: str = "config"):
     return compose(*overrides, config_name=config_name)
 

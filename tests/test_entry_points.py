@@ -70,14 +70,17 @@ def test_conf_dir_is_the_checkouts_top_level_conf():
             "tcgexp.train",
             [
                 "cache: fifo, hot60, lru, off, plan  (default: hot60)",
-                "dataset: 1d, 5d, demo",
+                "dataset: 1d, 5d, cabt, cabt_demo, demo",
                 "tracking: aim, aim_remote, off",
                 "+experiment: cache_ablation",
                 "tcgexp-train --multirun",
             ],
         ),
-        ("tcgexp.data", ["dataset: 1d, 5d, demo  (default: demo)", "tcgexp-data dataset=5d"]),
-        ("tcgexp.bench.trace", ["dataset: 1d, 5d, demo", "tbptt: default", "tcgexp-replay dataset=5d"]),
+        ("tcgexp.data", ["dataset: 1d, 5d, cabt, cabt_demo, demo  (default: demo)", "tcgexp-data dataset=5d"]),
+        (
+            "tcgexp.bench.trace",
+            ["dataset: 1d, 5d, cabt, cabt_demo, demo", "tbptt: default", "tcgexp-replay dataset=5d"],
+        ),
     ],
 )
 def test_help_lists_the_groups_and_their_options_without_schemas(module, lines):

@@ -23,7 +23,7 @@ from tcgexp.config import CONF_DIR, group_options, primary_defaults
 from tcgexp.reference import page
 from tcgexp.reference.config_page import APPS, MissingMeaning, check_meanings, registry
 from tcgexp.reference.knobs import HYDRA_KEYS, comment, missing_meanings
-from tests.train.conftest import TINY_TRAIN
+from tests.train.conftest import GAME_DATA, GAMES, TINY_TRAIN, game_root
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,23 +158,27 @@ class Recorder:
         pass
 
 
-def test_a_real_runs_tracked_names_are_the_metrics_reference_both_ways(tmp_path):
+@pytest.mark.parametrize("game", GAMES)
+def test_a_real_runs_tracked_names_are_the_metrics_reference_both_ways(request, tmp_path, game):
+    """On each game: the built-in one's (the action head) and the real game's (the option head, its stop head)."""
     from tcgexp.api import train
     from tcgexp.train.tracked import names
 
     Recorder.names = set()
     cfg = compose(
-        f"dataset.root={tmp_path / 'data'}",
+        f"dataset.root={game_root(request, game, tmp_path / 'data')}",
         *TINY_TRAIN,
         "trainer.epochs=1",
         "cache=plan",
         f"tracking._target_={__name__}.Recorder",
+        *GAME_DATA[game],
     )
     assert train(cfg, run_dir=tmp_path / "run")["status"] == "completed"
-    listed = set(names())
+    listed = set(names(options=game == "cabt"))
     assert Recorder.names - listed == set(), "tracked but not in the metrics reference"
     assert listed - Recorder.names == set(), "in the metrics reference but never tracked"
     assert listed <= entries(page("metrics"))
+    assert ("val/stop" in listed) == (game == "cabt") and set(names()) == set(names(True))
 
 
 def test_every_cache_counter_has_a_meaning_and_every_meaning_a_counter():

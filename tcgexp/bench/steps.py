@@ -22,14 +22,14 @@ from functools import partial
 
 import numpy as np
 
-from .. import sim
 from ..app import compose, option
 from ..config import build
+from ..data.games import model_dims
 from ..extras import NEEDS, missing
 from ..learn.batch import prepare
 from ..learn.blas import setup
 from ..plan import LaneIndex
-from ..plan.loader import TRAIN_COLUMNS, DirectSource, Loader
+from ..plan.loader import DirectSource, Loader, train_columns
 from . import peers
 from .adamw_rule import AdamWRule
 from .peers import PEER_NAMES as PEERS
@@ -45,18 +45,20 @@ PEER_KEYS = dict(zip(("jax", "compile", "eager"), PEERS))  # --peers: a short na
 KINDS = {MLX_PURE: "mlx:pure", MLX_FUSED: "mlx:fused", MLX_FUSED_ONE: "mlx:fused", **{p: f"peer:{p}" for p in PEERS}}
 
 
-def prepared_batches(args, chunk: int) -> tuple[list, int]:
-    """The first ``args.steps`` microbatches of epoch 0's plan at `chunk`, prepared (padded) as the trainer does."""
+def prepared_batches(args, chunk: int) -> tuple[list, int, dict]:
+    """The first ``args.steps`` microbatches of epoch 0's plan at `chunk`, prepared (padded) as the trainer does;
+    the lanes, and the model's sizes as the corpus's game gives them."""
 
     cfg = compose(f"dataset={args.dataset}", *root_override(args))
     corpus = build(cfg.dataset)
     corpus.build()
     index = LaneIndex.of(corpus)
+    dims = model_dims(corpus.game, int(cfg.dataset.max_options))
     tb = cfg.tbptt
     plan = build(option("tbptt", "default", f"tbptt.chunk={chunk}", "seed=0"))(index).epoch_plan(0)
     loader = Loader(
         DirectSource(corpus.files),
-        TRAIN_COLUMNS,
+        train_columns(dims.get("option_dim", 0)),
         workers=0,
         transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=chunk),
     )
@@ -65,7 +67,7 @@ def prepared_batches(args, chunk: int) -> tuple[list, int]:
         out.append(prep)
         if len(out) >= args.steps:
             break
-    return out, len(index.lanes)
+    return out, len(index.lanes), dims
 
 
 def best_pass(batches, one) -> float:
@@ -133,12 +135,14 @@ def child(kind: str, chunk: int, hidden: int, args) -> dict:
 
     setup()  # MKL before mlx.core
 
-    batches, lanes = prepared_batches(args, chunk)
+    batches, lanes, dims = prepared_batches(args, chunk)
     rule = AdamWRule()
     mx.random.seed(0)
-    model = RecurrentPolicy(sim.FEATURE_DIM, sim.ACTION_DIM, hidden=hidden, memory=True)
+    model = RecurrentPolicy(**dims, hidden=hidden, memory=True)
     out = {"compilations": None, "gap": None}
     if kind.startswith("peer:"):
+        if dims.get("option_dim"):
+            raise SystemExit(f"the peers port the action head only; dataset={args.dataset} trains the option head")
         factory = peers.peer_factories(args.threads)[kind[5:]]
         if isinstance(factory, str):
             raise SystemExit(factory)

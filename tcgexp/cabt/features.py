@@ -359,6 +359,47 @@ def option_features(tb: Tables, obs: dict, picked: set[int], out: np.ndarray) ->
                 f[O["target_state"] : O["target_state"] + 2] = (hp / max(mx, 1), len(target.get("energies") or ()) / 6)
 
 
+def decision_row(tb: Tables, obs: dict, picked=(), max_options: int = 64, would_ko: bool = True) -> dict:
+    """The row a corpus holds for one pick of a decision, from the raw observation alone (what an agent has):
+    ``features`` [STATE_DIM], ``option_features`` [max_options, OPTION_DIM] (zeros past the offered ones),
+    ``action_mask`` [max_options] (offered and not in `picked`, the decision's earlier picks in order),
+    ``would_ko`` [max_options] and ``would_ko_valid`` (every offered attack's knock-out determinable from the
+    visible actives). ``episode.encode_episode`` makes the same rows (tests/cabt/test_infer.py holds it)."""
+    sel, cur = obs["select"], obs["current"]
+    picked = list(picked)
+    feats = np.zeros(STATE_DIM, np.float32)
+    state_features(tb, obs, len(picked), feats)
+    optf = np.zeros((max_options, OPTION_DIM), np.float32)
+    option_features(tb, obs, set(picked), optf)
+    n_opt = len(sel["option"])
+    mask = np.zeros(max_options, bool)
+    mask[:n_opt] = True
+    mask[picked] = False
+    wk = np.zeros(max_options, np.float32)
+    valid = False
+    attacks = [j for j, o in enumerate(sel["option"]) if o.get("attackId") is not None]
+    if attacks and would_ko:
+        me = int(cur["yourIndex"])
+        ps = cur["players"]
+        ma = (ps[me].get("active") or [None])[0]
+        oa = (ps[1 - me].get("active") or [None])[0]
+        trials = []
+        for j in attacks:
+            dmg, sure = attack_damage(tb, int(sel["option"][j]["attackId"]), ma, oa)
+            trials.append((j, (dmg >= (oa.get("hp") or 0)) if sure and oa else None))
+        valid = not any(v is None for _, v in trials)
+        for j, v in trials:
+            if v:
+                wk[j] = 1.0
+    return {
+        "features": feats,
+        "option_features": optf,
+        "action_mask": mask,
+        "would_ko": wk,
+        "would_ko_valid": valid,
+    }
+
+
 def layout() -> dict:
     """The layouts as the fingerprint and the docs record them."""
     return {

@@ -49,6 +49,7 @@ def _date(value) -> str | None:
 class CabtGame:
     name = "cabt"
     source = "episodes"  # days come from episode files (tcgexp-data action=import), not from a simulator
+    option_dim = OPTION_DIM  # each decision offers options, each a vector of this width: the model's option head
 
     def columns(self, max_options: int) -> tuple[pa.Field, ...]:
         f = lambda n, t: pa.field(n, t, nullable=False)

@@ -8,7 +8,10 @@ ones (``columns``), what pins a corpus built with it (``identity``) and where it
   also reads them (``read``, ``version``), names their players (``players``) and encodes them (``encode``).
 
 Past the day Parquet nothing asks which game it is: the planner, the cache and the loader read columns by name.
-Another game is one package with a ``GAME`` object of either kind and one line here (docs/extending.md).
+The model's input and head are sized by the game (``model_dims``: the widths of ``features`` and of the action
+slots, and ``option_dim``, the width of an offered option's vector: 0 for a fixed action space, the action head;
+more for offered options, the option head). Another game is one package with a ``GAME`` object of either kind and
+one line here (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from .errors import DataError
 
 GAMES = {"sim": SIM_GAME, "cabt": cabt.GAME}
 del sim
+
+
+def model_dims(game, max_options: int) -> dict[str, int]:
+    """What the model's input and head are sized by, as its constructor takes them: ``feature_dim`` and
+    ``action_dim`` (``game.dims``), and ``option_dim`` where the game's decisions offer options with a vector
+    each (``game.option_dim``; the option head). A game of a fixed action space passes no ``option_dim``."""
+    feature_dim, action_dim = game.dims(max_options)
+    option_dim = int(getattr(game, "option_dim", 0) or 0)
+    return {"feature_dim": feature_dim, "action_dim": action_dim, **({"option_dim": option_dim} if option_dim else {})}
 
 
 def game(name: str):

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("primitive.cpp", "scan.cpp", "head.cpp", "adamw.cpp", "step.cpp", "bindings.cpp")
+SOURCES = ("primitive.cpp", "scan.cpp", "head.cpp", "options.cpp", "adamw.cpp", "step.cpp", "bindings.cpp")
 MODULE = "_fused"
 # -ffp-contract=off: no fused multiply-add, so every clone computes what MLX's CPU kernels compute
 FLAGS = (

@@ -77,8 +77,16 @@ def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
     starts = np.flatnonzero(np.diff(mb.row_lane * T + mb.row_dec, prepend=-1))
     first_row = np.zeros((Lp, T), np.int32)
     first_row[mb.row_lane[starts], mb.row_dec[starts]] = starts
-    label_hot = np.zeros((Lp, T, A), np.float32)
-    np.add.at(label_hot, (mb.row_lane, mb.row_dec, a["label"]), 1.0)
+    offered = "option_features" in a  # a game whose decisions offer options, each with a vector: the option head
+    if offered:
+        # what a lane chose at each decision: the picked options' vectors, summed over its rows (its picks)
+        opts = a["option_features"].reshape(R, A, -1)
+        picked = opts[np.arange(R), a["label"]]  # [R, O]
+        label_hot = np.zeros((Lp, T, opts.shape[2]), np.float32)
+        np.add.at(label_hot, (mb.row_lane, mb.row_dec), picked)
+    else:
+        label_hot = np.zeros((Lp, T, A), np.float32)
+        np.add.at(label_hot, (mb.row_lane, mb.row_dec, a["label"]), 1.0)
     lane_decisions = np.zeros(Lp, np.int32)
     lane_decisions[:L] = mb.lane_decisions
 
@@ -107,4 +115,26 @@ def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
         "label_hot": label_hot,
         "lane_decisions": lane_decisions,
     }
+    if offered:
+        inputs["options"] = pad(opts)
+        inputs["pick"] = pad(a["label"].astype(np.int32))
+        targets.update(option_targets(a, weight, R, pad))
     return Prepared(mb.index, R, L, mb.lane_ids, mb.lane_fresh, inputs, targets)
+
+
+def option_targets(a: dict, weight: np.ndarray, R: int, pad) -> dict:
+    """The option head's targets (docs/real-game.md#rows): ``policy_weight``, each row's weight in the policy
+    loss (0 where one option was left: the row teaches no choice, though it still moves the memory and
+    trains the aux heads); ``stop_target``, 1 where the agent stopped after this row's pick (``substep + 1 ==
+    picks``); ``stop_valid``, 1 where stopping there was its choice: at least ``min_count`` picked, fewer than
+    ``max_count``, and options left (one offered besides this pick)."""
+    after = a["substep"].astype(np.int64) + 1  # picks made once this row's is
+    left = a["action_mask"].sum(axis=1) > 1
+    valid = (after >= a["min_count"]) & (after < a["max_count"]) & left
+    policy = weight.copy()
+    policy[:R] *= ~a["single_option"]
+    return {
+        "policy_weight": policy,
+        "stop_target": pad((after == a["picks"]).astype(np.float32)),
+        "stop_valid": pad(valid.astype(np.float32)),
+    }

@@ -23,7 +23,6 @@ from mlx.utils import tree_flatten, tree_map_with_path, tree_unflatten
 from ..kernels import load
 from ..schema import ConfigError
 from .configs import KERNELS
-from .losses import METRICS
 from .model import RecurrentPolicy
 from .scan import SCAN_BLOCK, linear_scan
 
@@ -76,27 +75,30 @@ class FusedStep:
     ) -> None:
         self.k, self.model, self.optimizer, self.helper, self.split_min = module, model, optimizer, helper, split_min
         self.adamw = isinstance(optimizer, optim.AdamW) and not getattr(optimizer, "bias_correction", False)
+        self.options = bool(model.option_dim)  # the model's policy head: the option head, or the action head
         # the targets the loss reads, as the kernels declare them (a batch's hold more: what only evaluation reads)
-        self.reads = frozenset(module.grads_contract()["targets"])
+        self.reads = frozenset(module.grads_contract(options=self.options)["targets"])
 
     # -- loss and gradients: backprop.loss_and_grads as one task (csrc/step.cpp) ----------------------
     def loss_and_grads(self, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
-        """(loss, values in METRICS order, carry [L, H], gradients shaped like the trainable parameters)."""
+        """(loss, values in the model's metrics order, carry [L, H], gradients shaped like the trainable parameters)."""
+        metrics = self.model.metrics
         out = self.k.grads(
             inputs={**inputs, "h0": h0},
             targets={name: t for name, t in targets.items() if name in self.reads},
             params=dict(tree_flatten(self.model.trainable_parameters())),
-            metrics=METRICS,
+            metrics=metrics,
             memory=self.model.memory,
             block=SCAN_BLOCK,
             aux_weight=float(aux_weight),
             helper=self.helper,
             split_min=self.split_min,
+            options=self.options,
         )
         g = out["grads"]
         grads = tree_map_with_path(lambda name, _: g[name], self.model.trainable_parameters())
         values = out["values"]
-        return values[METRICS.index("loss")], values, mx.stop_gradient(out["carry"]), grads
+        return values[metrics.index("loss")], values, mx.stop_gradient(out["carry"]), grads
 
     # -- clip and update ------------------------------------------------------------------------
     def update(self, g, grad_clip: float, scale: mx.array | None = None) -> mx.array:

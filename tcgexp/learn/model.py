@@ -1,5 +1,17 @@
 """The recurrent policy: per-lane memory over decisions, masked policy head, aux heads.
 
+Two policy heads, chosen by the game's rows (``option_dim``, which the run asks the game for):
+
+- **actions** (``option_dim=0``, the built-in simulator): a fixed action space of ``action_dim`` slots,
+  ``logits = policy(z)`` over them;
+- **options** (``option_dim > 0``, the real game): each decision offers its own options, each with a
+  feature vector (``options`` [R, K, O]); an option's score is its encoding against a query of the state,
+  ``score[r, k] = relu(option(o[r, k])) . query(z[r])``, masked to what is offered (and not picked yet) like
+  the action head's; a stop head, ``stop(concat(z, relu(option(o[r, pick[r]]))))``, says whether the
+  decision stops after this row's pick (a multi-select is successive rows, one pick each). Every step is a
+  plain matrix product, a ReLU, a row-wise dot product or a gather: ``tcgexp/learn/infer.py`` runs it on
+  one observation, and a numpy copy needs nothing else.
+
 Memory is a minimal GRU (minGRU, Feng et al. 2024, "Were RNNs All We
 Needed?"): the update gate z and candidate h~ depend on the decision's input
 only, not on the previous state, so  h[t+1] = (1 - z[t]) h[t] + z[t] h~[t]
@@ -16,8 +28,10 @@ inside float32 at any chunk length (see ``block_length``).
 
 Layout of one microbatch (built by ``batch.py`` from the plan):
   rows      x [R, F+A+1]  (features, would-KO where valid, would-KO-valid flag)
-  decisions first_row [L, T], label_hot [L, T, A] (what the lane chose: it
-            knows its own past actions), row_lane/row_dec [R] place each row
+  decisions first_row [L, T], label_hot [L, T, C] (what the lane chose: it
+            knows its own past actions; C = A one-hot actions, or C = O the chosen
+            options' vectors summed), row_lane/row_dec [R] place each row
+  options   options [R, K, O] and pick [R] (the row's chosen slot): the option head's
   memory    h0 [L, H]: the lane's incoming memory (zeros when the lane starts)
 
 Every row of decision t reads h[t] (the memory *before* decision t), so all
@@ -35,7 +49,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from .backprop import loss_and_grads
-from .losses import AUX_NAMES
+from .losses import AUX_NAMES, METRICS, STOP_METRICS
 from .scan import hard_sigmoid, linear_scan
 
 
@@ -43,16 +57,28 @@ class RecurrentPolicy(nn.Module):
     """The policy, and what it needs of memory (``parameter_count``, ``activation_bytes``: the preflight
     estimate reads them from the model, so a model of another shape reports its own)."""
 
-    def __init__(self, feature_dim: int, action_dim: int, *, hidden: int, memory: bool) -> None:
+    def __init__(self, feature_dim: int, action_dim: int, *, hidden: int, memory: bool, option_dim: int = 0) -> None:
         super().__init__()
         self.feature_dim, self.action_dim, self.hidden, self.memory = feature_dim, action_dim, hidden, memory
+        self.option_dim = option_dim  # 0: the action head; > 0: the option head over offered options of that width
         in_dim = feature_dim + action_dim + 1
+        chosen = option_dim or action_dim  # what a decision's choice adds to the memory: its actions, or its options
         self.encoder = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
-        self.gates = nn.Linear(hidden + action_dim, 2 * hidden)  # update gate and candidate, per decision
+        self.gates = nn.Linear(hidden + chosen, 2 * hidden)  # update gate and candidate, per decision
         self.trunk = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
-        self.policy = nn.Linear(hidden, action_dim)
+        if option_dim:
+            self.option = nn.Linear(option_dim, hidden)  # each offered option's encoding (then a ReLU)
+            self.query = nn.Linear(hidden, hidden)  # what the state asks of an option: score = encoding . query
+            self.stop = nn.Linear(2 * hidden, 1)  # stop after this pick: the state and the picked option's encoding
+        else:
+            self.policy = nn.Linear(hidden, action_dim)
         self.aux = nn.Linear(hidden, len(AUX_NAMES))
         self.scan_fn = linear_scan  # tests swap in other scans to compare (through autodiff: see written_backward)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The loss vector's entries (``losses.METRICS``; the option head adds its stop head's two)."""
+        return METRICS + STOP_METRICS if self.option_dim else METRICS
 
     def scan(self, enc: mx.array, first_row: mx.array, label_hot: mx.array, h0: mx.array) -> mx.array:
         """Memory before each decision and after the last: [L, T+1, H]; h[:, 0] = h0.
@@ -78,8 +104,11 @@ class RecurrentPolicy(nn.Module):
         label_hot: mx.array,
         h0: mx.array,
         lane_decisions: mx.array,
+        options: mx.array | None = None,
+        pick: mx.array | None = None,
     ):
-        """Returns (logits [R, A] unmasked, aux [R, 4], carry [L, H])."""
+        """The action head: (logits [R, A] unmasked, aux [R, 4], carry [L, H]). The option head: (scores
+        [R, K] unmasked, aux [R, 4], carry [L, H], stop [R]: the logit of stopping after the row's pick)."""
         enc = self.encoder(x)
         if self.memory:
             h = self.scan(enc, first_row, label_hot, h0)
@@ -92,7 +121,23 @@ class RecurrentPolicy(nn.Module):
             h_row = mx.zeros_like(enc)
             carry = h0
         z = self.trunk(mx.concatenate([enc, h_row], axis=-1))
-        return self.policy(z), self.aux(z), carry
+        if not self.option_dim:
+            return self.policy(z), self.aux(z), carry
+        scores, stop = self.option_head(z, options, pick)
+        return scores, self.aux(z), carry, stop
+
+    def option_head(self, z: mx.array, options: mx.array, pick: mx.array) -> tuple[mx.array, mx.array]:
+        """(scores [R, K], stop logits [R]) of the option head, from the trunk's output `z` [R, H], the offered
+        options' vectors [R, K, O] and each row's picked slot [R] (what the stop head is asked about)."""
+        R, K, O = options.shape
+        e = nn.relu(self.option(options.reshape(R * K, O)))  # [R K, H]
+        q = self.query(z)
+        scores = (e.reshape(R, K, -1) * q[:, None, :]).sum(axis=-1)
+        chosen = mx.take(e, mx.arange(R, dtype=pick.dtype) * K + pick, axis=0)  # [R, H]
+        # the stop layer (one output) as a row-wise dot product, not a product of width 1: the same numbers on
+        # both step paths whatever a BLAS does with a degenerate product
+        stop = (mx.concatenate([z, chosen], axis=-1) * self.stop.weight).sum(axis=-1) + self.stop.bias
+        return scores, stop
 
     def loss_and_grads(self, inputs: dict, targets: dict, h0: mx.array, aux_weight: float):
         """(loss, values in METRICS order, carry, gradients like ``trainable_parameters()``): this class's
@@ -113,11 +158,15 @@ class RecurrentPolicy(nn.Module):
         row the input, the encoder's, trunk's and heads' outputs and their gradients; per padded (lane x
         decision) slot the scan's [lanes, decisions, hidden] arrays and the chosen actions: ~12 arrays and
         their gradients under autodiff, ~12 in all at the written-out backward's peak (``backprop.py``:
-        it keeps only what its adjoints read; measured in tests/reliability/test_bounds.py)."""
-        h, a = self.hidden, self.action_dim
+        it keeps only what its adjoints read; measured in tests/reliability/test_bounds.py). The option
+        head adds per row its K offered options' vectors and, per option, the encoding's pre-activation,
+        activation, the score's product and their gradients."""
+        h, a, o = self.hidden, self.action_dim, self.option_dim
         per_row = 2 * (10 * h + 3 * a) + self.feature_dim + a + 1
+        if o:
+            per_row += a * (o + 6 * h) + 4 * h
         scan = 12 if written_backward(self) is not None else 2 * 12
-        per_slot = (scan * h if self.memory else 0) + 2 * (h + a)
+        per_slot = (scan * h if self.memory else 0) + 2 * (h + (o or a))
         return 4 * (rows * per_row + slots * per_slot)
 
 

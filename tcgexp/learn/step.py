@@ -23,10 +23,13 @@ from mlx.utils import tree_flatten, tree_map
 from .blas import fit_threads, spare_core
 from .errors import PrecisionError
 from .fused_step import choose
-from .losses import METRICS, losses, masked_logits  # noqa: F401 (re-exported)
+from .losses import METRICS, STOP_METRICS, losses, masked_logits, model_losses  # noqa: F401 (re-exported)
 from .model import RecurrentPolicy, written_backward
 
 SUM_KEYS = ("early_rows", "late_rows", "policy_early", "policy_late", "accuracy_early", "accuracy_late")
+# the option head's validation also sums its stop head exactly: the rows where the agent chose whether to stop,
+# their binary cross-entropy and their hits (a microbatch without such rows adds nothing to either)
+STOP_SUM_KEYS = ("stop_rows", "stop_loss", "stop_hits")
 
 
 def check_fp32(tree, what: str, *, skip_integers: bool = False) -> None:
@@ -55,8 +58,9 @@ class Stepper:
     """The compiled steps of one model and optimizer: ``aux_weight`` and ``grad_clip`` are the trainer's
     (``trainer.aux_weight``, ``trainer.grad_clip``), what each step computes.
 
-    Every step returns its values as one vector (``step``: METRICS, then the gradient norm and the
-    learning rate the update used; ``grads`` and ``evaluate``: METRICS), so a microbatch's numbers
+    Every step returns its values as one vector (``step``: the model's metrics (``metrics``: METRICS, and
+    the option head's STOP_METRICS), then the gradient norm and the learning rate the update used; ``grads``
+    and ``evaluate``: the metrics), so a microbatch's numbers
     come back in one transfer, whenever the loop reads them: it need not wait for one microbatch
     before dispatching the next."""
 
@@ -73,6 +77,8 @@ class Stepper:
         self.model, self.optimizer = model, optimizer
         self.aux_weight, self.grad_clip = aux_weight, grad_clip
         self.state = [model.state, optimizer.state]
+        self.metrics = getattr(model, "metrics", METRICS)  # what the values vectors hold, in order (per head)
+        self.sum_keys = SUM_KEYS + (STOP_SUM_KEYS if len(self.metrics) > len(METRICS) else ())  # evaluate's sums
         self.compilations = 0  # traces of the compiled steps (one per padded shape set); the benchmark reports it
         # trainer.kernels: the fused step (tcgexp's kernels, fused_step.py) or this module's pure MLX one;
         # bit-identical, so `path` is recorded (result.json, checkpoints) but never pins a resume
@@ -134,36 +140,43 @@ class Stepper:
 
         @partial(mx.compile, inputs=[model.state])
         def evaluate(inputs, targets, h0):
-            """(values in METRICS order, carry, sums in SUM_KEYS order)."""
-            logits, aux, carry = model(h0=h0, **inputs)
-            _, values = losses(logits, aux, targets, self.aux_weight)
-            early = targets["row_early"] * targets["row_weight"]
-            late = (1.0 - targets["row_early"]) * targets["row_weight"]
+            """(values in the model's metrics order, carry, sums in ``sum_keys`` order)."""
+            out = model(h0=h0, **inputs)
+            logits, carry = out[0], out[2]
+            _, values = model_losses(out, targets, self.aux_weight)
+            # the rows that teach a choice: every real row, but those with one option left (the option head)
+            weight = targets["policy_weight"] if "policy_weight" in targets else targets["row_weight"]
+            early = targets["row_early"] * weight
+            late = (1.0 - targets["row_early"]) * weight
             masked = masked_logits(logits, targets["action_mask"])  # once, for both the loss and the argmax
             logp = masked - mx.logsumexp(masked, axis=-1, keepdims=True)
             nll = -mx.take_along_axis(logp, targets["label"][:, None], axis=-1)[:, 0]
             hit = (mx.argmax(masked, axis=-1) == targets["label"]).astype(mx.float32)
             split = mx.stack([early, late], axis=1)  # [R, 2]
-            sums = mx.concatenate(
-                [split.sum(axis=0), (nll[:, None] * split).sum(axis=0), (hit[:, None] * split).sum(axis=0)]
-            )
-            return values, carry, sums
+            parts = [split.sum(axis=0), (nll[:, None] * split).sum(axis=0), (hit[:, None] * split).sum(axis=0)]
+            if len(out) > 3:  # the stop head's rows, exactly
+                stop, s_y = out[3], targets["stop_target"]
+                sv = targets["stop_valid"] * targets["row_weight"]
+                per = mx.logaddexp(0.0, stop) - stop * s_y
+                s_hit = ((stop > 0.0) == (s_y > 0.5)).astype(mx.float32)
+                parts.append((mx.stack([mx.ones_like(per), per, s_hit], axis=1) * sv[:, None]).sum(axis=0))
+            return values, carry, mx.concatenate(parts)
 
         self.grads, self.apply, self.step, self.evaluate = grads, apply, step, evaluate
 
     def _loss(self, model, inputs, targets, h0):
-        logits, aux, carry = model(h0=h0, **inputs)
-        loss, values = losses(logits, aux, targets, self.aux_weight)
-        return loss, (values, mx.stop_gradient(carry))
+        out = model(h0=h0, **inputs)
+        loss, values = model_losses(out, targets, self.aux_weight)
+        return loss, (values, mx.stop_gradient(out[2]))
 
     def check_precision(self, inputs: dict, targets: dict, h0: mx.array) -> None:
         """Before training: parameters, optimizer moments, activations and gradients are all FP32."""
         check_fp32(self.model.parameters(), "parameter")
         check_fp32(self.optimizer.state, "optimizer state", skip_integers=True)
-        check_fp32({k: v for k, v in inputs.items() if k == "x"}, "input")
+        check_fp32({k: v for k, v in inputs.items() if k in ("x", "label_hot", "options")}, "input")
         check_fp32({"h0": h0}, "lane memory")
-        logits, aux, carry = self.model(h0=h0, **inputs)
-        check_fp32({"logits": logits, "aux": aux, "carry": carry}, "activation")
+        out = self.model(h0=h0, **inputs)
+        check_fp32(dict(zip(("logits", "aux", "carry", "stop"), out)), "activation")
         (_, _), g = nn.value_and_grad(self.model, self._loss)(self.model, inputs, targets, h0)
         check_fp32(g, "gradient")
         written = written_backward(self.model)

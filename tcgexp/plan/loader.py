@@ -41,6 +41,14 @@ TRAIN_COLUMNS = [
     "aux_return",
     "aux_valid",
 ]
+# What the option head reads besides (a game whose decisions offer options, each with a vector: the model's
+# ``option_dim``; docs/extending.md#another-game): the options' vectors, and what its targets are made of
+OPTION_COLUMNS = ["option_features", "single_option", "substep", "picks", "min_count", "max_count"]
+
+
+def train_columns(option_dim: int) -> list[str]:
+    """The columns a run's loaders read: ``TRAIN_COLUMNS``, and ``OPTION_COLUMNS`` for the option head."""
+    return TRAIN_COLUMNS + OPTION_COLUMNS if option_dim else list(TRAIN_COLUMNS)
 
 
 @schema("loader")

@@ -13,6 +13,7 @@ from .engine import ACTION_DIM
 class SimGame:
     name = "sim"
     source = "simulator"  # days simulated from dataset.seed, not imported
+    option_dim = 0  # a fixed action space (ACTION_DIM slots): the model's action head
 
     def columns(self, max_options: int) -> tuple:
         return ()  # the common columns alone

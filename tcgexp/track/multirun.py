@@ -138,7 +138,7 @@ def sweep_id(sweep_dir: Path, cfg=None) -> str:
 def planned_count(cfg) -> int | None:
     """How many jobs a grid sweep has (the product of its sweeps' lengths, as Hydra's basic sweeper counts
     them); None for a halving sweep or what cannot be read (a folder without its multirun.yaml)."""
-    if is_halving(cfg) or not get(cfg, "hydra.sweeper._target_"):
+    if is_halving(cfg) or get(cfg, "hydra.sweeper") is None:
         return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

@@ -23,16 +23,18 @@ import numpy as np
 
 from ..learn import diverge
 from ..learn.state import LaneMemory, TrainState
-from ..learn.step import METRICS, SUM_KEYS, Stepper, add_grads, to_mx
+from ..learn.step import Stepper, add_grads, to_mx
 from ..lifecycle.distributed import Sync, World
 from ..plan.loader import Skip
 
-VAL_KEYS = (*METRICS, *(f"sum_{k}" for k in SUM_KEYS), "rows")
-
-# the step scalars reduced with the gradients: real microbatches, rows, each metric's sum over rows,
-# then one slot per rank for its stop signal (World.signal_row)
+# the step scalars reduced with the gradients: real microbatches, rows, each metric's sum over rows (the model's
+# metrics: Stepper.metrics), then one slot per rank for its stop signal (World.signal_row)
 REAL, ROWS, SUMS = 0, 1, 2
-SIGNALS = SUMS + len(METRICS)
+
+
+def val_keys(stepper: Stepper) -> tuple[str, ...]:
+    """What one validation sums, in order: each metric, evaluate's sums (the early/late split, the stop head's), the rows."""
+    return (*stepper.metrics, *(f"sum_{k}" for k in stepper.sum_keys), "rows")
 
 
 class Hooks(Protocol):
@@ -64,7 +66,7 @@ class Update:
 @dataclass
 class Queued:
     """A fused window (one microbatch, gradients and update in one graph) dispatched and not yet read
-    back: its values vector (METRICS, gradient norm, learning rate) and this rank's scalars so far."""
+    back: its values vector (the metrics, gradient norm, learning rate) and this rank's scalars so far."""
 
     out: mx.array
     local: np.ndarray
@@ -86,6 +88,8 @@ class Window:
 
     def __init__(self, stepper: Stepper, world: World, *, size: int, slots: int, hint: str) -> None:
         self.stepper, self.world, self.size, self.slots, self.hint = stepper, world, size, slots, hint
+        self.metrics = stepper.metrics
+        self.signals = SUMS + len(self.metrics)  # where the ranks' stop signal slots begin
         self.sync = Sync(world, stepper.model.trainable_parameters())
         self.fused = size == 1 and world.size == 1
         self.reduce_seconds = 0.0
@@ -94,7 +98,7 @@ class Window:
     def clear(self) -> None:
         self.accs: list = [None] * self.slots
         self.count, self.out = 0, None
-        self.local = np.zeros(SIGNALS + self.world.size)  # this window's scalars on this rank
+        self.local = np.zeros(self.signals + self.world.size)  # this window's scalars on this rank
 
     def add(self, prep, memory: LaneMemory) -> float | None:
         """One microbatch's gradients, its lanes' memories read and written back: its loss (None for
@@ -117,7 +121,7 @@ class Window:
         memory.write(prep, carry)
         mx.eval(values, memory.table, self.accs[slot])
         got = np.array(values, np.float64)  # every value of the microbatch in one transfer
-        self.local[SUMS:SIGNALS] += got * prep.rows
+        self.local[SUMS : self.signals] += got * prep.rows
         return float(got[0])
 
     def ends_at(self, index: int, length: int) -> bool:
@@ -131,7 +135,7 @@ class Window:
             queued = Queued(self.out, self.local, where)
             self.clear()
             return queued
-        self.local[SIGNALS:] = self.world.signal_row(signame)
+        self.local[self.signals :] = self.world.signal_row(signame)
         r0 = time.perf_counter()
         acc = None
         for a in self.accs:  # per-shard sums in shard order (one slot without shards)
@@ -140,10 +144,10 @@ class Window:
         self.reduce_seconds += time.perf_counter() - r0
         norm = self.stepper.apply(acc, mx.array(1.0 / total[REAL], dtype=mx.float32))
         mx.eval(norm, self.stepper.state)
-        values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(METRICS)}
+        values = {k: total[SUMS + i] / total[ROWS] for i, k in enumerate(self.metrics)}
         values["grad_norm"] = float(norm)
         diverge.check(values, where=where, hint=self.hint)  # the same global values on every rank
-        update = Update(values, total.copy(), World.first_signal(total[SIGNALS:]))
+        update = Update(values, total.copy(), World.first_signal(total[self.signals :]))
         self.clear()
         return update
 
@@ -152,12 +156,13 @@ class Window:
         rate it used). `signame`: this process's stop signal now (a world of one agrees with itself)."""
         got = np.array(queued.out, np.float64)  # every value of the microbatch in one transfer
         total = queued.local
-        values = dict(zip(METRICS, got[: len(METRICS)].tolist()))
-        values["grad_norm"] = float(got[len(METRICS)])
+        m = len(self.metrics)
+        values = dict(zip(self.metrics, got[:m].tolist()))
+        values["grad_norm"] = float(got[m])
         diverge.check(values, where=queued.where, hint=self.hint)  # before anything reads them
-        total[SUMS:SIGNALS] = got[: len(METRICS)] * total[ROWS]
-        total[SIGNALS:] = self.world.signal_row(signame)
-        return Update(values, total, World.first_signal(total[SIGNALS:])), float(got[len(METRICS) + 1])
+        total[SUMS : self.signals] = got[:m] * total[ROWS]
+        total[self.signals :] = self.world.signal_row(signame)
+        return Update(values, total, World.first_signal(total[self.signals :])), float(got[m + 1])
 
 
 class Loop:
@@ -225,7 +230,7 @@ class Loop:
         p = self.p
         t_epoch = time.perf_counter()
         plan = self.begin_epoch()
-        sums, rows = dict.fromkeys(METRICS, 0.0), 0
+        sums, rows = dict.fromkeys(self.stepper.metrics, 0.0), 0
         stall0, busy0, hooks0, saves0 = (
             self.train_loader.stall_seconds,
             self.step_seconds,
@@ -326,14 +331,14 @@ class Loop:
         p, total = self.p, update.total
         p.real, p.epoch_real = p.real + int(total[REAL]), p.epoch_real + int(total[REAL])
         p.rows += int(total[ROWS])
-        for i, k in enumerate(METRICS):
+        for i, k in enumerate(self.stepper.metrics):
             sums[k] += float(total[SUMS + i])
         if lr is None:
             lr = float(self.stepper.optimizer.learning_rate)  # what the update just used (the optimizer's schedule)
         p.opt_steps, p.epoch_opt_steps = p.opt_steps + 1, p.epoch_opt_steps + 1
         self.hooks.on_step(
             {
-                **{k: update.values[k] for k in METRICS},
+                **{k: update.values[k] for k in self.stepper.metrics},
                 "lr": lr,
                 "grad_norm": update.values["grad_norm"],
                 "rows": p.rows,
@@ -366,7 +371,9 @@ class Loop:
         self.val_cache.set_trace(plan.trace())
         self.val_memory.reset()
         self.hooks.on_phase("validation", len(plan))
-        n = len(VAL_KEYS)
+        metrics = self.stepper.metrics
+        keys = val_keys(self.stepper)
+        n = len(keys)
         totals = np.zeros(n + self.world.size)  # + every rank's stop signal slot
         for prep in self.val_loader.iterate(plan):
             inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
@@ -374,8 +381,8 @@ class Loop:
             values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
             self.val_memory.write(prep, carry)
             mx.eval(values, sums, self.val_memory.table)
-            totals[: len(METRICS)] += np.array(values, np.float64) * prep.rows
-            totals[len(METRICS) : n - 1] += np.array(sums, np.float64)
+            totals[: len(metrics)] += np.array(values, np.float64) * prep.rows
+            totals[len(metrics) : n - 1] += np.array(sums, np.float64)
             totals[n - 1] += prep.rows
             self.hooks.on_advance(1, {})
         if int(totals[n - 1]) != plan.rows:
@@ -389,14 +396,18 @@ class Loop:
             raise RuntimeError(
                 f"validation processed {int(totals[n - 1])} rows over {self.world.size} rank(s), the split has {want}"
             )
-        t = dict(zip(VAL_KEYS, totals.tolist()))
+        t = dict(zip(keys, totals.tolist()))
         rows = int(t["rows"])
         self.hooks.on_phase("metric aggregation", 1)
-        out = {k: t[k] / max(rows, 1) for k in METRICS}
+        out = {k: t[k] / max(rows, 1) for k in metrics}
         for part in ("early", "late"):
             total = t[f"sum_{part}_rows"]
             out[f"policy_{part}"] = t[f"sum_policy_{part}"] / total if total else None  # no such rows
             out[f"accuracy_{part}"] = t[f"sum_accuracy_{part}"] / total if total else None
+        if "sum_stop_rows" in t:  # the stop head over exactly its rows (None: the split has none)
+            total = t["sum_stop_rows"]
+            out["stop"] = t["sum_stop_loss"] / total if total else None
+            out["stop_accuracy"] = t["sum_stop_hits"] / total if total else None
         out["rows"] = rows
         diverge.check(
             out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})", hint=self.hint

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from .. import sim
 from ..config import build
+from ..data.games import game, model_dims
 from ..errors import ConfigError
 from ..memlimit import room as job_room
 
@@ -44,9 +44,17 @@ def gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def row_bytes() -> int:
-    """A decoded training row in the row-group cache: features, the action mask and would-KO, the rest."""
-    return 4 * sim.FEATURE_DIM + 5 * sim.ACTION_DIM + 64
+def dims_of(cfg: DictConfig) -> dict[str, int]:
+    """The model's sizes as the run's game gives them (``data.games.model_dims``), from the config alone."""
+    dataset = cfg.get("dataset") or {}
+    return model_dims(game(str(dataset.get("game", "sim"))), int(dataset.get("max_options", 64)))
+
+
+def row_bytes(dims: dict[str, int]) -> int:
+    """A decoded training row in the row-group cache: features, the action mask and would-KO, the rest; with
+    offered options (``option_dim``) each slot's vector too."""
+    a = dims["action_dim"]
+    return 4 * dims["feature_dim"] + 5 * a + 64 + 4 * a * dims.get("option_dim", 0)
 
 
 def microbatch_rows(cfg: DictConfig, split_rows: int = 0) -> int:
@@ -74,7 +82,7 @@ def model_bytes(cfg: DictConfig, slots: int = 0, rows: int = 0) -> int:
 
     The model is built only to be measured: MLX makes weights lazily, so nothing is allocated (the
     run seeds its weights afterwards)."""
-    model = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
+    model = build(cfg.model)(**dims_of(cfg))
     return int(
         4 * param_copies(cfg) * model.parameter_count
         + ACTIVATION_FACTOR * model.activation_bytes(rows or microbatch_rows(cfg), slots)
@@ -98,7 +106,7 @@ def need(cfg: DictConfig, slots: int = 0, lanes: int = 0, rows: int = 0, held: i
         "held": held + RUNTIME,
         "model": model_bytes(cfg, slots, rows),
         "lanes": LANE_COPIES * 4 * (lanes + 1) * int(cfg.model.hidden) if lanes else 0,
-        "caches": 2 * (capacity + in_flight) * group_rows * row_bytes(),
+        "caches": 2 * (capacity + in_flight) * group_rows * row_bytes(dims_of(cfg)),
     }
 
 

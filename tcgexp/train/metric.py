@@ -15,9 +15,11 @@ WIN_RATE = "eval/win_rate/"  # eval/win_rate/<opponent>: the policy's win rate (
 
 
 def check_metric(name: str | None, cfg=None) -> None:
-    """Refuse an optimized_metric that no run can produce, before any work. A win rate needs `cfg` (the run's
-    config) to play that opponent at its end."""
-    from ..learn.step import METRICS  # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    """Refuse an optimized_metric that no run can produce, before any work; with the run's config `cfg`, one this
+    run cannot produce: a win rate needs that opponent played at its end, and the stop head's metrics a game with
+    offered options (its `dataset`)."""
+    # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
+    from ..learn.step import METRICS, STOP_METRICS
 
     if name is None:
         return
@@ -33,17 +35,29 @@ def check_metric(name: str | None, cfg=None) -> None:
                 )
         return
     prefix, _, key = str(name).partition("/")
-    known = {"val": [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late"], "best": ["val_loss"]}
+    val = [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late", *STOP_METRICS]
+    known = {"val": val, "best": ["val_loss"]}
     if key not in known.get(prefix, []):
         choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
         raise ConfigError(
             f"optimized_metric={name!r} is impossible: it must be one of {choices}, {WIN_RATE}<opponent> (or null)"
         )
+    dataset = cfg.get("dataset") if cfg is not None else None
+    if key in STOP_METRICS and dataset is not None:
+        from ..data.games import game, model_dims
+
+        chosen = str(dataset.get("game", "sim"))
+        if not model_dims(game(chosen), int(dataset.get("max_options", 64))).get("option_dim"):
+            raise ConfigError(
+                f"optimized_metric={name} is the option head's stop head, but dataset.game={chosen} offers no "
+                "options: choose val/loss, val/accuracy, ... (or a game with offered options, dataset=cabt_demo)"
+            )
 
 
 def higher_is_better(name: str) -> bool:
     """Whether `name` improves upwards (accuracy, a win rate) rather than downwards (the losses)."""
-    return str(name).partition("/")[2].startswith("accuracy") or str(name).startswith(WIN_RATE)
+    key = str(name).partition("/")[2]
+    return key.startswith("accuracy") or key.endswith("_accuracy") or str(name).startswith(WIN_RATE)
 
 
 def optimized(result: dict[str, Any], name: str | None) -> float | None:

@@ -185,8 +185,11 @@ def report(result: dict, run_dir: Path, caches: tuple, console: Console, world: 
         console.print(f"[cache] {line}")
     if result["final"] and result["status"] != "diverged":
         f, best = result["final"], result["best"]
+        stop = ""  # the option head's stop head, where it had rows to be judged on
+        if f.get("stop") is not None:
+            stop = f", stop {f['stop']:.4f}, stop accuracy {f['stop_accuracy']:.3f}"
         console.print(
-            f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}); "
+            f"[train] val loss {f['loss']:.4f} (policy {f['policy']:.4f}, accuracy {f['accuracy']:.3f}{stop}); "
             f"best {best['val_loss']:.4f} at epoch {best['epoch']}; {result['rows_per_second']:,.0f} "
             f"rows/s, data stall {100 * result['data_stall_share']:.1f}%; {run_dir}"
         )

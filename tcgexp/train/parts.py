@@ -22,6 +22,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..lifecycle.distributed import World
 from ..lifecycle.signals import StopSignals
 from ..plan import LaneIndex, Planner
+from ..plan.loader import train_columns
 
 
 @dataclass
@@ -35,6 +36,13 @@ class DataParts:
     planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)): positions)
     planned_steps: list[int]
     planned_real: list[int]  # per epoch, microbatches with rows over all ranks (= positions without shards)
+    # what the model is sized by (data.games.model_dims: the game's feature and action widths, its option_dim)
+    dims: dict = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        """What the loaders read per row: the common training columns and, for the option head, its own."""
+        return train_columns(self.dims.get("option_dim", 0))
 
 
 @dataclass

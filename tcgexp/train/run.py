@@ -22,11 +22,11 @@ from mlx.utils import tree_flatten
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from .. import sim
 from ..cache.registry import reclaim
 from ..config import build
 from ..console import say_now, user_error
 from ..data.corpus import Corpus
+from ..data.games import model_dims
 from ..data.storeproc import abandon_all
 from ..errors import ConfigError
 from ..learn.batch import prepare
@@ -51,7 +51,6 @@ from ..lifecycle.signals import (
 from ..overrides import shell_override
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
 from ..plan import LaneIndex, Planner
-from ..plan.loader import TRAIN_COLUMNS
 from ..progress import report_console, stage_progress
 from ..schema import validate
 from ..track import NullTracker, job_context
@@ -186,7 +185,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
             stack.enter_context(
                 build(cfg.cache)(
                     data.corpus.files,
-                    TRAIN_COLUMNS,
+                    data.columns,
                     spill_dir=spill / name,
                     name=name,
                     memory_probe=ctx.memory_probe,
@@ -195,7 +194,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
             )
             for name in ("train", "val")
         )
-        loaders = tuple(build(cfg.loader)(cache, TRAIN_COLUMNS, transform=transform) for cache in caches)
+        loaders = tuple(build(cfg.loader)(cache, data.columns, transform=transform) for cache in caches)
         for loader in loaders:
             loader.stop_waiting = partial(stop_waiting, ctx.signals)
         tracker = open_tracker(cfg, ctx, learner.aim_hash)
@@ -284,7 +283,8 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
         (planner.microbatches_per_epoch(e), planner.steps_per_epoch(e), planner.real_microbatches(e)) for e in epochs
     ]
     lengths, steps, real = ([c[i] for c in counts] for i in range(3))
-    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real)
+    dims = model_dims(corpus.game, int(cfg.dataset.max_options))  # the model's input and head, as the game sizes them
+    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real, dims)
 
 
 def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
@@ -292,7 +292,7 @@ def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
     # every rank draws the same initial weights (checked after); seeded here, right before the draw, as
     # measuring a model for the memory estimate (preflight) builds one too
     mx.random.seed(int(cfg.seed))
-    model: RecurrentPolicy = build(cfg.model)(feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM)
+    model: RecurrentPolicy = build(cfg.model)(**data.dims)
     memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
     saved = None
     if cfg.resume:

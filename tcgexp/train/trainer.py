@@ -27,7 +27,7 @@ from ..lifecycle import checkpoint as ckpt
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.provenance import provenance
 from ..lifecycle.signals import Preempted
-from ..plan.loader import TRAIN_COLUMNS, DirectSource, assemble
+from ..plan.loader import DirectSource, assemble
 from ..track import Tracker
 from .display import RunDisplay
 from .errors import USER_ERRORS
@@ -295,6 +295,6 @@ def check_precision(stepper: Stepper, learner: Learner, data: DataParts, transfo
     plan = data.planner.epoch_plan(epoch)
     real = np.flatnonzero(plan.real()[p.position :]) + p.position if p.position < len(plan) else []
     mb = plan[int(real[0])] if len(real) else next(sp[0] for sp in data.planner.shard_plans(epoch) if len(sp))
-    first = transform(assemble(mb, DirectSource(data.corpus.files), TRAIN_COLUMNS))
+    first = transform(assemble(mb, DirectSource(data.corpus.files, data.columns), data.columns))
     inputs = to_mx(first.inputs)
     stepper.check_precision(inputs, to_mx(first.targets), learner.memory.read(first, inputs["lane_decisions"].shape[0]))

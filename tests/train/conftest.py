@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import TINY, compose_config
+from tests.conftest import CABT_DEMO, TINY, compose_config
 from tests.train.launched import LONGER, launch, rank_failures, single
 
 TINY_TRAIN = [
@@ -19,6 +19,17 @@ TINY_TRAIN = [
     "checkpoint.latest_every_steps=4",
     "scheduler.warmup_steps=3",
 ]
+
+
+# the games a run may train on, for tests that hold on both: the built-in simulator (its demo corpus, tiny) and the
+# real game (cabt_demo, tiny: the cabt extra; the session's cabt_demo_root), each one's overrides composed last
+GAMES = [pytest.param("sim", id="sim"), pytest.param("cabt", id="cabt", marks=pytest.mark.extra("cabt"))]
+GAME_DATA = {"sim": [], "cabt": CABT_DEMO}
+
+
+def game_root(request, game: str, sim_root):
+    """Where `game`'s tiny corpus is: `sim_root` (the test's own) for the simulator, the session's cabt_demo_root."""
+    return request.getfixturevalue("cabt_demo_root") if game == "cabt" else sim_root
 
 
 @pytest.fixture(params=["pure", "fused"])

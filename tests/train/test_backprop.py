@@ -3,6 +3,8 @@
 On real prepared microbatches at chunks of one block, several blocks and several blocks with
 padding, with and without memory, from a non-zero incoming memory: the loss, every reported value
 and every parameter's gradient agree to float32 rounding (1e-5 relative to the gradient's scale).
+Both policy heads: the action head (the built-in game) and the option head (the real game: offered
+options of their own vectors, multi-selects as successive rows, the stop head), on both step paths.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from tcgexp.learn.backprop import loss_and_grads
-from tcgexp.learn.losses import losses
+from tcgexp.learn.losses import STOP_METRICS, losses, model_losses
 from tcgexp.learn.model import RecurrentPolicy
 from tcgexp.learn.scan import Z_MAX, affine_scan, linear_scan
 from tcgexp.learn.step import to_mx
@@ -119,6 +121,141 @@ def test_gradients_equal_autodiff_when_a_microbatch_has_nothing_to_learn(empty, 
     key = "row_weight" if empty == "no-weighted-rows" else "aux_valid"
     t[key] = mx.zeros_like(t[key])
     compare(model, inputs, t, mx.zeros((1, 16)), 0.25, step_path)
+
+
+# -- the option head -------------------------------------------------------------------------------------------
+
+O = 7  # an option's width in these cases
+
+
+def option_case(rng, decisions: int, rows_per_decision, *, lanes: int = 1, slots: int = A):
+    """Lanes of decisions offering options as the real game's rows do: each decision offers 1..`slots` options
+    (vectors past them zero), a decision of k rows is a multi-select whose later rows see the earlier picks
+    flagged and no longer offered; targets as ``batch.option_targets`` makes them. (inputs, targets) as numpy."""
+    first, lane_of, dec_of = np.zeros((lanes, decisions), np.int32), [], []
+    hot = np.zeros((lanes, decisions, O), np.float32)
+    opts, mask, label, substep, picks, minc, maxc = [], [], [], [], [], [], []
+    for lane in range(lanes):
+        for d in range(decisions):
+            k = rows_per_decision[(d + lane) % len(rows_per_decision)]
+            offered = int(rng.integers(k, slots + 1)) if k > 1 else int(rng.integers(1, slots + 1))
+            vec = np.zeros((slots, O), np.float32)
+            vec[:offered] = rng.normal(size=(offered, O))
+            chosen = rng.permutation(offered)[:k]
+            lo = int(rng.integers(0, k + 1))
+            hi = int(rng.integers(k, offered + 1))
+            first[lane, d] = len(label)
+            for j, c in enumerate(chosen):
+                m = np.zeros(slots, bool)
+                m[:offered] = True
+                m[chosen[:j]] = False
+                v = vec.copy()
+                v[chosen[:j], -1] = 1.0  # picked earlier in this decision
+                opts.append(v), mask.append(m), label.append(c), substep.append(j), picks.append(k)
+                minc.append(lo), maxc.append(hi), lane_of.append(lane), dec_of.append(d)
+                hot[lane, d] += v[c]
+    R = len(label)
+    x = rng.normal(size=(R, F + A + 1)).astype(np.float32)
+    inputs = {
+        "x": x,
+        "row_lane": np.array(lane_of, np.int32),
+        "row_dec": np.array(dec_of, np.int32),
+        "first_row": first,
+        "label_hot": hot,
+        "lane_decisions": np.full(lanes, decisions, np.int32),
+        "options": np.array(opts, np.float32),
+        "pick": np.array(label, np.int32),
+    }
+    mask = np.array(mask)
+    after = np.array(substep) + 1
+    w = (rng.random(R) < 0.9).astype(np.float32)
+    targets = {
+        "action_mask": mask,
+        "label": np.array(label, np.int32),
+        "row_weight": w,
+        "row_early": np.zeros(R, np.float32),
+        "aux_valid": (rng.random(R) < 0.6).astype(np.float32),
+        "aux_ko": (rng.random(R) < 0.3).astype(np.float32),
+        "aux_prize_delta": rng.integers(-3, 4, R).astype(np.float32),
+        "aux_terminal": (rng.random(R) < 0.1).astype(np.float32),
+        "aux_return": rng.uniform(-1, 1, R).astype(np.float32),
+        "policy_weight": w * (mask.sum(axis=1) > 1),
+        "stop_target": (after == np.array(picks)).astype(np.float32),
+        "stop_valid": ((after >= np.array(minc)) & (after < np.array(maxc)) & (mask.sum(axis=1) > 1)).astype(
+            np.float32
+        ),
+    }
+    return inputs, targets
+
+
+def option_model(hidden: int, memory: bool = True, seed: int = 0) -> RecurrentPolicy:
+    mx.random.seed(seed)
+    return RecurrentPolicy(F, A, hidden=hidden, memory=memory, option_dim=O)
+
+
+def compare_options(model, inputs, t, h0, aux_weight, path):
+    """``compare`` for the option head: autodiff of model_losses(model(...)) against the written-out pass."""
+
+    def reference(model, inputs, t, h0):
+        return model_losses(model(h0=h0, **inputs), t, aux_weight)
+
+    (loss, values), grads = nn.value_and_grad(model, reference)(model, inputs, t, h0)
+    loss2, values2, carry2, grads2 = written(path)(model, inputs, t, h0, aux_weight)
+    assert len(values2) == len(model.metrics) and model.metrics[-2:] == STOP_METRICS
+    assert np.isfinite(loss2.item()) and abs(loss.item() - loss2.item()) <= TOL * max(abs(loss.item()), 1e-6)
+    np.testing.assert_allclose(np.array(values2), np.array(values), rtol=TOL, atol=1e-6)
+    np.testing.assert_allclose(np.array(carry2), np.array(model(h0=h0, **inputs)[2]), atol=1e-5)
+    names = [n for n, _ in tree_flatten(grads)]
+    assert {"option.weight", "query.weight", "stop.weight"} <= set(names) and "policy.weight" not in names
+    for (name, g), (name2, g2) in zip(tree_flatten(grads), tree_flatten(grads2), strict=True):
+        g, g2 = np.array(g), np.array(g2)
+        assert name == name2 and np.isfinite(g2).all(), name
+        assert np.abs(g - g2).max() <= TOL * max(np.abs(g).max(), 1e-3), name
+    return grads
+
+
+@pytest.mark.parametrize("decisions", [5, 16, 40])
+@pytest.mark.parametrize("memory", [True, False])
+def test_the_option_heads_gradients_equal_autodiff(decisions, memory, step_path):
+    """Multi-selects of 1 to 3 picks over two lanes, padding slots past the offered options, a non-zero memory."""
+    rng = np.random.default_rng(decisions)
+    inp, t = option_case(rng, decisions, [1, 2, 1, 3], lanes=2)
+    model = option_model(16, memory, decisions)
+    h0 = mx.array(rng.uniform(-1, 1, (2, 16)).astype(np.float32))
+    grads = compare_options(model, to_mx(inp), to_mx(t), h0, 0.25, step_path)
+    for name in ("option.weight", "query.weight", "stop.weight", "stop.bias"):
+        assert np.abs(np.array(dict(tree_flatten(grads))[name])).max() > 0, f"{name} learns"
+
+
+@pytest.mark.parametrize("aux_weight", [0.0, 10.0], ids=["aux0", "aux10"])
+@pytest.mark.parametrize("hidden", [1, 16, 96], ids=lambda h: f"hidden{h}")
+@pytest.mark.parametrize("gates", [1.0, 30.0], ids=["gates-as-built", "gates-saturated"])
+def test_the_option_heads_gradients_equal_autodiff_across_the_knobs(aux_weight, hidden, gates, step_path):
+    rng = np.random.default_rng(hidden)
+    inp, t = option_case(rng, 24, [2, 1, 3])
+    model = option_model(hidden)
+    model.gates.weight = model.gates.weight * gates
+    model.gates.bias = model.gates.bias * gates
+    h0 = mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))
+    compare_options(model, to_mx(inp), to_mx(t), h0, aux_weight, step_path)
+
+
+@pytest.mark.parametrize("empty", ["no-weighted-rows", "one-option-each", "no-stop-choices"])
+def test_the_option_heads_gradients_equal_autodiff_with_nothing_to_learn(empty, step_path):
+    """Padding only; rows that each had one option left (no policy loss); no row where stopping was a choice
+    (no stop loss): each part is 0 and its gradients are autodiff's (zero where nothing reaches them)."""
+    rng = np.random.default_rng(11)
+    inp, t = option_case(rng, 9, [1, 2])
+    key = {"no-weighted-rows": "row_weight", "one-option-each": "policy_weight", "no-stop-choices": "stop_valid"}
+    t[key[empty]] = np.zeros_like(t[key[empty]])
+    if empty == "no-weighted-rows":
+        t["policy_weight"] = np.zeros_like(t["policy_weight"])
+    model = option_model(16)
+    grads = dict(tree_flatten(compare_options(model, to_mx(inp), to_mx(t), mx.zeros((1, 16)), 0.25, step_path)))
+    if empty != "one-option-each":
+        assert not np.array(grads["stop.weight"]).any()
+    if empty != "no-stop-choices":
+        assert not np.array(grads["query.weight"]).any()
 
 
 @pytest.mark.parametrize("T", [1, 7, 16, 33, 128])

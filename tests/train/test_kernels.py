@@ -39,7 +39,7 @@ from tcgexp.learn.schedule import Cosine
 from tcgexp.learn.state import LaneMemory
 from tcgexp.learn.step import Stepper, add_grads, to_mx
 
-from .test_backprop import targets_for
+from .test_backprop import option_case, option_model, targets_for
 from .test_fast_step import demo_epoch
 from .test_model import A, F, lane_inputs
 
@@ -93,6 +93,76 @@ def test_a_free_running_demo_epoch_is_bit_identical_on_both_paths(kernels, tmp_p
     assert_same(runs["pure"][1], runs["fused"][1])
 
 
+def cabt_epoch(root) -> tuple[list, int, dict]:
+    """The real game's tiny demo corpus (``cabt_demo_root``) as one epoch of prepared microbatches at the default
+    chunk and row budget; the lanes and the model's sizes (the option head's)."""
+    from functools import partial
+
+    from tcgexp.config import build
+    from tcgexp.data.games import model_dims
+    from tcgexp.learn.batch import prepare
+    from tcgexp.plan import LaneIndex
+    from tcgexp.plan.loader import DirectSource, Loader, train_columns
+    from tests.conftest import CABT_DEMO, compose_config, planner_of
+
+    cfg = compose_config(f"dataset.root={root}", *CABT_DEMO)
+    corpus = build(cfg.dataset)
+    corpus.build()
+    index = LaneIndex.of(corpus)
+    dims = model_dims(corpus.game, int(cfg.dataset.max_options))
+    tb = cfg.tbptt
+    plan = planner_of(index, chunk=tb.chunk, batch_size=tb.batch_size).epoch_plan(0)
+    columns = train_columns(dims["option_dim"])
+    loader = Loader(
+        DirectSource(corpus.files, columns),
+        columns,
+        workers=0,
+        transform=partial(prepare, rows_pad=tb.batch_size, decisions_pad=tb.chunk),
+    )
+    batches = list(loader.iterate(plan))
+    assert len(batches) == len(plan) >= 5 and "options" in batches[0].inputs
+    return batches, len(index.lanes), dims
+
+
+@pytest.mark.extra("cabt")
+@pytest.mark.parametrize("memory", [True, False], ids=["memory", "no-memory"])
+@pytest.mark.parametrize("accumulate", [False, True], ids=["one-microbatch-steps", "accumulated"])
+def test_a_free_running_epoch_of_the_real_game_is_bit_identical_on_both_paths(
+    kernels, cabt_demo_root, memory, accumulate
+):
+    """The option head at the default model and row budget (hidden 128, 256 rows: the products split over two
+    threads), free-running over an epoch of the real game's demo corpus: every step's values, and at the end every
+    weight, optimizer moment and lane memory; fused steps, or gradients accumulated over two microbatches."""
+    batches, lanes, dims = cabt_epoch(cabt_demo_root)
+    hidden, runs = 128, {}
+    for path in ("pure", "fused"):
+        mx.random.seed(0)
+        model = RecurrentPolicy(**dims, hidden=hidden, memory=memory)
+        opt = AdamWRule().mlx()
+        opt.init(model.trainable_parameters())
+        s = Stepper(model, opt, aux_weight=0.25, grad_clip=AdamWRule().grad_clip, kernels=path)
+        assert s.path == path, s.path_line
+        mem, values, acc = LaneMemory(lanes, hidden), [], None
+        for i, prep in enumerate(batches):
+            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+            h0 = mem.read(prep, inputs["lane_decisions"].shape[0])
+            if accumulate:
+                v, carry, g = s.grads(inputs, targets, h0)
+                acc = add_grads(acc, g)
+                if i % 2 == 1 or i == len(batches) - 1:
+                    values.append(np.array(s.apply(acc, mx.array(0.5, dtype=mx.float32))))
+                    acc = None
+            else:
+                v, carry = s.step(inputs, targets, h0)
+            mem.write(prep, carry)
+            mx.eval(v, mem.table, s.state)
+            values.append(np.array(v))
+        runs[path] = (values, state_of(s, mem))
+    assert len(runs["pure"][0][0]) >= len(model.metrics)
+    assert all(np.array_equal(a, b) for a, b in zip(runs["pure"][0], runs["fused"][0], strict=True))
+    assert_same(runs["pure"][1], runs["fused"][1])
+
+
 def test_gradient_accumulation_is_bit_identical_on_both_paths(kernels, tmp_path):
     """Stepper.grads summed over three microbatches, then Stepper.apply with its 1/count scale."""
     cfg, batches, lanes = demo_epoch(tmp_path)
@@ -141,6 +211,29 @@ def test_fused_gradients_are_the_written_out_ones_bit_for_bit(kernels, decisions
         else FusedStep(kernels, model, None, helper=helper, split_min=split_min)
     )
     got = step.loss_and_grads(inputs, t, h0, 0.25)
+    for a, b in zip(want[:3], got[:3]):
+        assert np.array_equal(np.array(a), np.array(b))
+    assert_same({k: np.array(v) for k, v in tree_flatten(want[3])}, {k: np.array(v) for k, v in tree_flatten(got[3])})
+
+
+@pytest.mark.parametrize("decisions", [1, 7, 33], ids=lambda d: f"T{d}")
+@pytest.mark.parametrize("hidden", [1, 16, 96], ids=lambda h: f"hidden{h}")
+@pytest.mark.parametrize("memory", [True, False], ids=["memory", "no-memory"])
+@pytest.mark.parametrize("threads", list(THREADS))
+def test_the_option_heads_fused_gradients_are_the_written_out_ones_bit_for_bit(
+    kernels, decisions, hidden, memory, threads
+):
+    """The option head (options.cpp, step.cpp's option branch): two lanes of multi-selects, padded option slots."""
+    rng = np.random.default_rng(decisions * 100 + hidden)
+    inp, t = option_case(rng, decisions, [1, 2, 1, 3], lanes=2)
+    model = option_model(hidden, memory, decisions)
+    inputs, t = to_mx(inp), to_mx(t)
+    h0 = mx.array(rng.uniform(-1, 1, (2, hidden)).astype(np.float32))
+    want = loss_and_grads(model, inputs, t, h0, 0.25)
+    helper, split_min = THREADS[threads]
+    kw = {} if split_min is None else {"split_min": split_min}
+    got = FusedStep(kernels, model, None, helper=helper, **kw).loss_and_grads(inputs, t, h0, 0.25)
+    assert len(np.array(got[1])) == len(model.metrics)
     for a, b in zip(want[:3], got[:3]):
         assert np.array_equal(np.array(a), np.array(b))
     assert_same({k: np.array(v) for k, v in tree_flatten(want[3])}, {k: np.array(v) for k, v in tree_flatten(got[3])})
@@ -200,6 +293,24 @@ def grads_call(hidden: int = 16, decisions: int = 7) -> dict:
     }
 
 
+def option_grads_call(hidden: int = 16, decisions: int = 7) -> dict:
+    """A valid grads() call of the option head."""
+    rng = np.random.default_rng(0)
+    inp, t = option_case(rng, decisions, [1, 2, 1, 3])
+    del t["row_early"]
+    model = option_model(hidden)
+    return {
+        "inputs": {**to_mx(inp), "h0": mx.array(rng.uniform(-1, 1, (1, hidden)).astype(np.float32))},
+        "targets": to_mx(t),
+        "params": dict(tree_flatten(model.trainable_parameters())),
+        "metrics": model.metrics,
+        "memory": True,
+        "block": SCAN_BLOCK,
+        "aux_weight": 0.25,
+        "options": True,
+    }
+
+
 def numbers(out: dict) -> dict:
     return {
         "values": np.array(out["values"]),
@@ -215,8 +326,20 @@ def test_the_kernels_declare_what_grads_reads_and_the_fused_step_passes_exactly_
     assert set(contract["inputs"]) == set(call["inputs"]) and set(contract["targets"]) == set(call["targets"])
     assert set(contract["params"]) == set(call["params"])
     assert contract["targets"]["action_mask"] == "bool [R, A]" and contract["params"]["gates.weight"] == (
-        "float32 [2H, H+A]"
+        "float32 [2H, H+C]"
     )
+    assert "policy.weight" in contract["params"] and "options" not in contract["inputs"]
+
+
+def test_the_option_heads_contract_is_its_own_fields(kernels):
+    """options=True declares the option head's inputs, targets and parameters, and no action head's."""
+    contract = kernels.grads_contract(options=True)
+    call = option_grads_call()
+    assert set(contract["inputs"]) == set(call["inputs"]) and set(contract["targets"]) == set(call["targets"])
+    assert set(contract["params"]) == set(call["params"]) and "policy.weight" not in contract["params"]
+    assert contract["inputs"]["options"] == "float32 [R, A, O]" and contract["inputs"]["pick"] == "int32 [R]"
+    assert contract["params"]["stop.weight"] == "float32 [1, 2H]"
+    assert {"policy_weight", "stop_target", "stop_valid"} <= set(contract["targets"])
 
 
 def test_the_same_fields_in_any_order_give_the_same_bits(kernels):
@@ -264,11 +387,11 @@ GRADS_REFUSED = {
     ),
     "a-flattened-input": (
         lambda c: c["inputs"].update(label_hot=c["inputs"]["label_hot"].reshape(-1, A)),
-        r'^grads: inputs\["label_hot"\] has shape \(7, \d+\), expected \[L=1, T=7, A\]; L from inputs\["first_row"\]',
+        r'^grads: inputs\["label_hot"\] has shape \(7, \d+\), expected \[L=1, T=7, C\]; L from inputs\["first_row"\]',
     ),
     "a-parameter-of-the-wrong-shape": (
         lambda c: c["params"].update({"gates.weight": c["params"]["gates.weight"][:, 1:]}),
-        r'^grads: params\["gates.weight"\] has shape \(32, \d+\), expected \[2H=32, H\+A=\d+\]',
+        r'^grads: params\["gates.weight"\] has shape \(32, \d+\), expected \[2H=32, H\+C=\d+\]',
     ),
     "not-an-mx-array": (
         lambda c: c["targets"].update(label=np.array(c["targets"]["label"])),
@@ -277,6 +400,16 @@ GRADS_REFUSED = {
     "an-unknown-metric": (
         lambda c: c.update(metrics=(*METRICS[:-1], "aux_returns")),
         r'^grads: metrics has "aux_returns", which the loss does not compute \(it computes loss, policy, ',
+    ),
+    "a-stop-metric-of-the-action-head": (
+        lambda c: c.update(metrics=(*METRICS, "stop")),
+        r'^grads: metrics has "stop", which the loss does not compute \(it computes .*aux_return; the stop '
+        r"head's with options=True\)$",
+    ),
+    "the-action-heads-fields-on-the-option-head": (
+        lambda c: c.update(options=True),
+        r'^grads: params\["policy.weight"\] is not a field of grads \(params: .*option.weight.*\); missing: '
+        r'inputs\["options"\]$',
     ),
 }
 

@@ -1,7 +1,8 @@
 """Every setting trains: a config-space matrix on a tiny real corpus (finite losses, validation improves).
 
 The values users type, across their range: TBPTT horizons from 1 to 128 decisions, gradient
-accumulation, memory on and off, both lane orders, TBPTT off, every scheduler.
+accumulation, memory on and off, both lane orders, TBPTT off, every scheduler; on both games (the built-in
+one's action head, the real game's option head and its stop head).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from tcgexp.train import train
 from tests.conftest import compose_config
-from tests.train.conftest import TINY_TRAIN
+from tests.train.conftest import GAME_DATA, GAMES, TINY_TRAIN, game_root
 
 MATRIX = [
     (f"tbptt.chunk={c}", f"tbptt.accum_steps={a}", f"model.memory={m}")
@@ -35,22 +36,25 @@ def data_root(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("game", GAMES)
 @pytest.mark.parametrize("overrides", MATRIX + EXTRA, ids=lambda o: " ".join(o))
-def test_every_setting_trains_to_a_finite_improving_loss(overrides, data_root, tmp_path):
+def test_every_setting_trains_to_a_finite_improving_loss(request, overrides, game, data_root, tmp_path):
     cfg = compose_config(
-        f"dataset.root={data_root}",
+        f"dataset.root={game_root(request, game, data_root)}",
         *TINY_TRAIN,
         "trainer.epochs=3",
         "optimizer.lr=3e-3",
         "tbptt.batch_size=128",
         *overrides,
+        *GAME_DATA[game],
     )
     result = train(cfg, run_dir=tmp_path / "run")
     history = result["history"]
     assert result["status"] == "completed" and len(history) == 3
+    keys = ("loss", "policy", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
     for h in history:
         for part in ("train", "val"):
-            for key in ("loss", "policy", "aux_ko", "aux_prize_delta", "aux_terminal", "aux_return"):
+            for key in (*keys, *(("stop", "stop_accuracy") if game == "cabt" else ())):
                 assert math.isfinite(h[part][key]), f"epoch {h['epoch']} {part} {key} = {h[part][key]}"
     val = [h["val"]["loss"] for h in history]
     assert val[-1] < val[0], f"validation loss did not improve: {val}"

@@ -1,4 +1,8 @@
-"""train(cfg) end to end on a tiny real corpus: accounting, outputs, resume, determinism."""
+"""train(cfg) end to end on a tiny real corpus: accounting, outputs, resume, determinism.
+
+The outputs, bit-exact resume (on either step path, and switching paths) and the cache's invariance hold on
+both games (``GAMES``): the built-in simulator's tiny demo corpus and the real game's (cabt_demo), whose
+model has the option head."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from tcgexp.lifecycle.checkpoint import CheckpointError
 from tcgexp.lifecycle.ckpt_files import find
 from tcgexp.train import train
 from tests.conftest import assert_continued
+from tests.train.conftest import GAME_DATA, GAMES, TINY_TRAIN, compose_config, game_root
 
 
 def weights(result) -> dict[str, bytes]:
@@ -26,19 +31,36 @@ def data_root(tmp_path_factory):
     return tmp_path_factory.mktemp("train_data")
 
 
+@pytest.fixture(scope="module", params=GAMES)
+def game(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory, data_root):
+def game_cfg(request, game, data_root):
+    """compose(overrides...) for a tiny run on `game`'s corpus (its overrides last, so its days stay the fixture's)."""
+    root = game_root(request, game, data_root)
+
+    def make(*overrides: str):
+        return compose_config(f"dataset.root={root}", *TINY_TRAIN, *overrides, *GAME_DATA[game])
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, game_cfg):
     """An uninterrupted 2-epoch run that the other runs are compared with."""
-    from tests.train.conftest import TINY_TRAIN, compose_config
-
-    cfg = compose_config(f"dataset.root={data_root}", *TINY_TRAIN)
     run_dir = tmp_path_factory.mktemp("baseline")
-    return train(cfg, run_dir=run_dir), run_dir
+    return train(game_cfg(), run_dir=run_dir), run_dir
 
 
-def test_outputs_of_a_run(baseline):
-    _result, run_dir = baseline
+def test_outputs_of_a_run(baseline, game):
+    result, run_dir = baseline
     on_disk = json.loads((run_dir / "result.json").read_text())
+    metrics = result["model"].metrics
+    assert (game == "cabt") == ("stop" in metrics), "the real game's model has the option head and its stop head"
+    for part in ("train", "val"):
+        assert set(metrics) <= set(on_disk["history"][-1][part]), part
     assert on_disk["planned"]["microbatches"] == on_disk["processed"]["microbatches"] > 0
     assert on_disk["planned"]["optimizer_steps"] == on_disk["processed"]["optimizer_steps"]
     assert set(on_disk["cache"]) == {"train", "val"}
@@ -47,7 +69,7 @@ def test_outputs_of_a_run(baseline):
     for key in ("wall_seconds", "rows_per_second", "data_stall_seconds", "data_stall_share", "final", "best"):
         assert key in on_disk
     final = on_disk["final"]
-    for key in ("loss", "policy", "accuracy", "aux_ko", "policy_early", "policy_late", "accuracy_early"):
+    for key in ("loss", "policy", "accuracy", "aux_ko", "policy_early", "policy_late", "accuracy_early", *metrics):
         assert np.isfinite(final[key]), key
     for name in ("best", "latest", "epoch_0001", "epoch_0002"):
         assert sorted(p.name for p in (run_dir / "checkpoints" / name).iterdir()) == sorted(
@@ -73,20 +95,18 @@ def test_epoch_snapshots_every_n_and_final_always(train_cfg, data_root, tmp_path
     assert names == ["best", "epoch_0002", "epoch_0003", "latest"]
 
 
-@pytest.mark.parametrize("stop_at", [5, 9], ids=["mid-epoch-0", "in-epoch-1"])
-def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at, step_path):
+@pytest.mark.parametrize("where", ["mid-epoch-0", "in-epoch-1"])
+def test_resume_is_bit_exact(baseline, game_cfg, tmp_path, where, step_path):
     """On either step path (trainer.kernels), against the baseline (run with the default, auto)."""
     full, _ = baseline
-    first = train(
-        train_cfg(f"trainer.max_steps={stop_at}", f"trainer.kernels={step_path}", data=data_root),
-        run_dir=tmp_path / "a",
-    )
+    first_epoch = full["planned"]["per_epoch_microbatches"][0]  # optimizer steps too (accum_steps=1)
+    stop_at = max(1, first_epoch // 2) if where == "mid-epoch-0" else first_epoch + 2
+    assert stop_at < full["processed"]["optimizer_steps"]
+    first = train(game_cfg(f"trainer.max_steps={stop_at}", f"trainer.kernels={step_path}"), run_dir=tmp_path / "a")
     assert first["stopped_early"] and first["processed"]["optimizer_steps"] == stop_at
     state = json.loads((tmp_path / "a" / "checkpoints" / "latest" / "state.json").read_text())
     assert state["progress"]["opt_steps"] == stop_at and state["kernels"] == step_path
-    resumed = train(
-        train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={step_path}", data=data_root), run_dir=tmp_path / "b"
-    )
+    resumed = train(game_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={step_path}"), run_dir=tmp_path / "b")
     assert resumed["processed"]["optimizer_steps"] == full["processed"]["optimizer_steps"]
     assert_continued(resumed, stop_at)
     assert weights(resumed) == weights(full), "final weights equal an uninterrupted run's, bit for bit"
@@ -95,27 +115,24 @@ def test_resume_is_bit_exact(baseline, train_cfg, data_root, tmp_path, stop_at, 
 @pytest.mark.parametrize(
     "first, then", [("pure", "fused"), ("fused", "pure")], ids=["pure-then-fused", "fused-then-pure"]
 )
-def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_path, first, then):
+def test_a_resume_may_switch_the_step_path(baseline, game_cfg, tmp_path, first, then):
     """The two paths are bit-identical, so trainer.kernels is not pinned: a run stopped on one resumes on the other."""
     from tcgexp.kernels import load
 
     if load()[0] is None:
         pytest.skip(f"tcgexp's kernels cannot run here: {load()[1]}")
     full, _ = baseline
-    train(train_cfg("trainer.max_steps=7", f"trainer.kernels={first}", data=data_root), run_dir=tmp_path / "a")
-    resumed = train(
-        train_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}", data=data_root), run_dir=tmp_path / "b"
-    )
+    train(game_cfg("trainer.max_steps=7", f"trainer.kernels={first}"), run_dir=tmp_path / "a")
+    resumed = train(game_cfg(f"resume={tmp_path / 'a'}", f"trainer.kernels={then}"), run_dir=tmp_path / "b")
     # result.json names both paths, in order (it used to name only the last segment's)
     assert resumed["kernels"] == f"{first}, then {then}" and weights(resumed) == weights(full)
     assert resumed["kernels_segments"] == [{"kernels": first, "from_step": 0}, {"kernels": then, "from_step": 7}]
     again = train(
-        train_cfg(
+        game_cfg(
             f"resume={tmp_path / 'b'}",
             "trainer.epochs=3",
             "scheduler.reset=true",
             f"trainer.kernels={then}",
-            data=data_root,
         ),
         run_dir=tmp_path / "c",
     )
@@ -133,11 +150,9 @@ def test_a_resume_may_switch_the_step_path(baseline, train_cfg, data_root, tmp_p
     ],
     ids=lambda o: ",".join(o),
 )
-def test_cache_policy_and_workers_never_change_the_weights(
-    baseline, train_cfg, data_root, tmp_path, overrides, step_path
-):
+def test_cache_policy_and_workers_never_change_the_weights(baseline, game_cfg, tmp_path, overrides, step_path):
     full, _ = baseline
-    r = train(train_cfg(*overrides, f"trainer.kernels={step_path}", data=data_root), run_dir=tmp_path / "r")
+    r = train(game_cfg(*overrides, f"trainer.kernels={step_path}"), run_dir=tmp_path / "r")
     assert r["kernels"] == step_path and weights(r) == weights(full)
 
 

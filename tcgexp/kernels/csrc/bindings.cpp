@@ -49,11 +49,12 @@ nb::dict dict(const tcg::Named& arrays) {
 
 nb::dict grads(const nb::dict& inputs, const nb::dict& targets, const nb::dict& params,
                const std::vector<std::string>& metrics, bool memory, int block, float aux_weight, bool helper,
-               long split_min) {
+               long split_min, bool options) {
   tcg::GradsCall call{named("grads", "inputs", inputs),
                       named("grads", "targets", targets),
                       named("grads", "params", params),
                       metrics,
+                      options,
                       memory,
                       block,
                       aux_weight,
@@ -90,9 +91,9 @@ nb::dict clip_adamw(const nb::dict& grads, const nb::dict& params, const nb::dic
   return out;
 }
 
-nb::dict contract() {
+nb::dict contract(bool options) {
   nb::dict out;
-  for (const auto& [group, fields] : tcg::grads_contract()) {
+  for (const auto& [group, fields] : tcg::grads_contract(options)) {
     nb::dict g;
     for (const auto& [name, what] : fields) g[name.c_str()] = what;
     out[group.c_str()] = g;
@@ -106,12 +107,13 @@ NB_MODULE(_fused, m) {
   m.doc() = "tcgexp's fused CPU kernels for the training step (see tcgexp/kernels/csrc)";
   m.attr("mlx_version") = MLX_VERSION_MAJOR * 10000 + MLX_VERSION_MINOR * 100 + MLX_VERSION_PATCH;
   m.def("grads", &grads, nb::kw_only(), "inputs"_a, "targets"_a, "params"_a, "metrics"_a, "memory"_a, "block"_a,
-        "aux_weight"_a, "helper"_a = false, "split_min"_a = 1L << 19,
+        "aux_weight"_a, "helper"_a = false, "split_min"_a = 1L << 19, "options"_a = false,
         "The loss and every parameter's gradient: {'values', 'carry', 'grads': {name: gradient}} (grads_fields "
-        "in primitive.cpp and grads_contract() name every field).");
+        "in primitive.cpp and grads_contract() name every field); options=True: the option head's pass.");
   m.def("clip_adamw", &clip_adamw, nb::kw_only(), "grads"_a, "params"_a, "m"_a, "v"_a, "learning_rate"_a,
         "scale"_a.none() = nb::none(), "grad_clip"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a,
         "Clipping and AdamW over every parameter: {'norm', 'params', 'm', 'v'}, each dict keyed as `grads`.");
-  m.def("grads_contract", &contract,
-        "What grads() reads and returns: {group: {name: 'dtype [dimensions]'}} (group 'outputs': what it returns).");
+  m.def("grads_contract", &contract, nb::kw_only(), "options"_a = false,
+        "What grads() reads and returns: {group: {name: 'dtype [dimensions]'}} (group 'outputs': what it returns); "
+        "options=True: the option head's fields.");
 }

@@ -1,4 +1,5 @@
-// The loss head (losses.loss_terms and backprop.py's gradient of the heads) and the ReLU layers' backward.
+// The loss head (losses.loss_terms and backprop.py's gradient of the heads: the policy's, the aux heads' and the
+// option head's stop head's) and the ReLU layers' backward.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -25,10 +26,10 @@ float logsumexp_row(const float* x, int A) {
 }  // namespace
 
 TCG_CLONES void loss_head(const HeadIn& in, int R, int A, float aux_weight, float* values, float* d_logits, float* d_aux,
-               float* g_policy_bias, float* g_aux_bias) {
+                          float* d_stop, float* g_policy_bias, float* g_aux_bias) {
   const bool bce[4] = {true, false, true, false};  // losses.BCE_HEADS
   float wsum = 0.0f, avsum = 0.0f;
-  for (int r = 0; r < R; ++r) wsum = wsum + in.w[r];
+  for (int r = 0; r < R; ++r) wsum = wsum + in.wp[r];
   float n = maxf(0.0f + wsum, 1.0f);
   std::vector<float> av(R), logp((size_t)R * A), y((size_t)R * 4);
   for (int r = 0; r < R; ++r) av[r] = in.aux_valid[r] * in.w[r];
@@ -49,8 +50,8 @@ TCG_CLONES void loss_head(const HeadIn& in, int R, int A, float aux_weight, floa
     for (int k = 0; k < A; ++k)
       if (masked[k] > bv) bv = masked[k], best = k;
     float hit = best == in.label[r] ? 1.0f : 0.0f;
-    pol = pol + (-lp[in.label[r]]) * in.w[r];
-    acc = acc + hit * in.w[r];
+    pol = pol + (-lp[in.label[r]]) * in.wp[r];
+    acc = acc + hit * in.wp[r];
     float* yr = y.data() + (size_t)r * 4;
     yr[0] = in.ko[r], yr[1] = in.prize[r] / 4.0f, yr[2] = in.terminal[r], yr[3] = in.ret[r];
     const float* ax = in.aux + (size_t)r * 4;
@@ -73,19 +74,39 @@ TCG_CLONES void loss_head(const HeadIn& in, int R, int A, float aux_weight, floa
   values[kPolicy] = policy, values[kAccuracy] = acc / n;
   values[kAuxKo] = aux_means[0], values[kAuxPrizeDelta] = aux_means[1];  // the aux heads' order (losses.AUX_NAMES)
   values[kAuxTerminal] = aux_means[2], values[kAuxReturn] = aux_means[3];
+  if (in.stop) {  // the stop head: binary cross-entropy and accuracy over the rows where stopping was a choice
+    std::vector<float> sv(R);
+    float svsum = 0.0f, s_loss = 0.0f, s_acc = 0.0f;
+    for (int r = 0; r < R; ++r) sv[r] = in.stop_valid[r] * in.w[r];
+    for (int r = 0; r < R; ++r) svsum = svsum + sv[r];
+    float ns = maxf(0.0f + svsum, 1.0f);
+    for (int r = 0; r < R; ++r) {
+      float s = in.stop[r], t = in.stop_target[r];
+      float per = mx::detail::LogAddExp{}(0.0f, s) - s * t;
+      float hit = (s > 0.0f) == (t > 0.5f) ? 1.0f : 0.0f;
+      s_loss = s_loss + per * sv[r];
+      s_acc = s_acc + hit * sv[r];
+    }
+    values[kStop] = s_loss / ns, values[kStopAccuracy] = s_acc / ns;
+    values[kLoss] = values[kLoss] + values[kStop];
+    for (int r = 0; r < R; ++r) d_stop[r] = (mx::detail::Sigmoid{}(in.stop[r]) - in.stop_target[r]) * (sv[r] / ns);
+  }
   // the heads' gradients and their biases' (column sums over rows, in order)
-  for (int k = 0; k < A; ++k) g_policy_bias[k] = 0.0f;
+  if (g_policy_bias)
+    for (int k = 0; k < A; ++k) g_policy_bias[k] = 0.0f;
   for (int j = 0; j < 4; ++j) g_aux_bias[j] = 0.0f;
   for (int r = 0; r < R; ++r) {
-    float wn = in.w[r] / n, avn = aux_weight * (av[r] / na);
+    float wn = in.wp[r] / n, avn = aux_weight * (av[r] / na);
     const float* __restrict lp = logp.data() + (size_t)r * A;
     const bool* __restrict mk = in.mask + (size_t)r * A;
     float* __restrict dl = d_logits + (size_t)r * A;
-    float* __restrict gpb = g_policy_bias;
     for (int k = 0; k < A; ++k) {
       float hot = k == in.label[r] ? 1.0f : 0.0f;
       dl[k] = mk[k] ? (mx::detail::Exp{}(lp[k]) - hot) * wn : 0.0f;
-      gpb[k] = gpb[k] + dl[k];
+    }
+    if (g_policy_bias) {
+      float* __restrict gpb = g_policy_bias;
+      for (int k = 0; k < A; ++k) gpb[k] = gpb[k] + dl[k];
     }
     const float* ax = in.aux + (size_t)r * 4;
     const float* yr = y.data() + (size_t)r * 4;

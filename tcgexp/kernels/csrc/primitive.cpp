@@ -296,32 +296,39 @@ class Read {
 
 // ---- the loss and gradients: its fields ----
 
-// R rows, D features, H hidden, A actions, L lanes, T decisions per lane; the gates' 2H outputs of H + A inputs;
-// the aux heads' 4; the values asked for
+// R rows, D features, H hidden, A action (option) slots, C what a decision chose (label_hot's width: the actions
+// one-hot, or the chosen options' vectors), O an option's width, L lanes, T decisions per lane; the gates' 2H
+// outputs of H + C inputs; the aux heads' 4; the stop head's 1; the values asked for
 struct GradsDimNames {
-  Dim R{"R"}, D{"D"}, H{"H"}, A{"A"}, L{"L"}, T{"T"}, G{"2H"}, C{"H+A"}, aux{"4", 4}, V{"metrics"};
-  void derive() {  // the gates' dimensions, once H and A are fixed
+  Dim R{"R"}, D{"D"}, H{"H"}, A{"A"}, C{"C"}, O{"O"}, L{"L"}, T{"T"}, G{"2H"}, HC{"H+C"}, aux{"4", 4}, one{"1", 1},
+      V{"metrics"};
+  void derive() {  // the gates' dimensions, once H and C are fixed
     if (H.size >= 0) G.size = 2 * H.size, G.from = H.from;
-    if (H.size >= 0 && A.size >= 0) C.size = H.size + A.size, C.from = H.from + " and " + A.from;
+    if (H.size >= 0 && C.size >= 0) HC.size = H.size + C.size, HC.from = H.from + " and " + C.from;
   }
   GradsDims dims() const {
-    return {(int)R.size, (int)D.size, (int)H.size, (int)A.size, (int)L.size, (int)T.size};
+    return {(int)R.size, (int)D.size, (int)H.size, (int)A.size, (int)C.size, (int)O.size, (int)L.size, (int)T.size};
   }
 };
 
-// Every array the loss-and-gradients pass reads and writes: inputs (the model's, and h0, the lanes' incoming
-// memory), targets (what the loss reads of the batch's), params (RecurrentPolicy's trainable parameters, named
-// as tree_flatten names them); it returns values (the metrics asked for), carry (the lanes' memory after the
-// chunk) and grads (each parameter's gradient, named and shaped as the parameter).
+// Every array the loss-and-gradients pass reads and writes, for either policy head (`options`: the option head):
+// inputs (the model's, and h0, the lanes' incoming memory), targets (what the loss reads of the batch's), params
+// (RecurrentPolicy's trainable parameters, named as tree_flatten names them); it returns values (the metrics asked
+// for), carry (the lanes' memory after the chunk) and grads (each parameter's gradient, named and shaped as the
+// parameter).
 template <class V>
-void grads_fields(V& v, GradsIn& in, GradsOut& out, GradsDimNames& d) {
+void grads_fields(V& v, GradsIn& in, GradsOut& out, GradsDimNames& d, bool options) {
   v.in("inputs", "x", in.x, {&d.R, &d.D});
   v.in("inputs", "row_lane", in.row_lane, {&d.R});
   v.in("inputs", "row_dec", in.row_dec, {&d.R});
   v.in("inputs", "first_row", in.first_row, {&d.L, &d.T});
-  v.in("inputs", "label_hot", in.label_hot, {&d.L, &d.T, &d.A});
+  v.in("inputs", "label_hot", in.label_hot, {&d.L, &d.T, &d.C});
   v.in("inputs", "lane_decisions", in.lane_decisions, {&d.L});
   v.in("inputs", "h0", in.h0, {&d.L, &d.H});
+  if (options) {
+    v.in("inputs", "options", in.options, {&d.R, &d.A, &d.O});
+    v.in("inputs", "pick", in.pick, {&d.R});
+  }
   v.in("targets", "action_mask", in.action_mask, {&d.R, &d.A});
   v.in("targets", "label", in.label, {&d.R});
   v.in("targets", "row_weight", in.row_weight, {&d.R});
@@ -330,6 +337,11 @@ void grads_fields(V& v, GradsIn& in, GradsOut& out, GradsDimNames& d) {
   v.in("targets", "aux_prize_delta", in.aux_prize_delta, {&d.R});
   v.in("targets", "aux_terminal", in.aux_terminal, {&d.R});
   v.in("targets", "aux_return", in.aux_return, {&d.R});
+  if (options) {
+    v.in("targets", "policy_weight", in.policy_weight, {&d.R});
+    v.in("targets", "stop_target", in.stop_target, {&d.R});
+    v.in("targets", "stop_valid", in.stop_valid, {&d.R});
+  }
   d.derive();
   struct Param {
     const char* name;
@@ -337,20 +349,29 @@ void grads_fields(V& v, GradsIn& in, GradsOut& out, GradsDimNames& d) {
     float*& grad;
     std::vector<Dim*> shape;
   };
-  const Param params[] = {
+  std::vector<Param> params = {
       {"encoder.layers.0.weight", in.W0, out.g_W0, {&d.H, &d.D}},
       {"encoder.layers.0.bias", in.b0, out.g_b0, {&d.H}},
       {"encoder.layers.2.weight", in.W2, out.g_W2, {&d.H, &d.H}},
       {"encoder.layers.2.bias", in.b2, out.g_b2, {&d.H}},
-      {"gates.weight", in.Wg, out.g_Wg, {&d.G, &d.C}},
+      {"gates.weight", in.Wg, out.g_Wg, {&d.G, &d.HC}},
       {"gates.bias", in.bg, out.g_bg, {&d.G}},
       {"trunk.layers.0.weight", in.Wt, out.g_Wt, {&d.H, &d.G}},
       {"trunk.layers.0.bias", in.bt, out.g_bt, {&d.H}},
-      {"policy.weight", in.Wp, out.g_Wp, {&d.A, &d.H}},
-      {"policy.bias", in.bp, out.g_bp, {&d.A}},
-      {"aux.weight", in.Wa, out.g_Wa, {&d.aux, &d.H}},
-      {"aux.bias", in.ba, out.g_ba, {&d.aux}},
   };
+  if (options) {
+    params.push_back({"option.weight", in.Wo, out.g_Wo, {&d.H, &d.O}});
+    params.push_back({"option.bias", in.bo, out.g_bo, {&d.H}});
+    params.push_back({"query.weight", in.Wq, out.g_Wq, {&d.H, &d.H}});
+    params.push_back({"query.bias", in.bq, out.g_bq, {&d.H}});
+    params.push_back({"stop.weight", in.Ws, out.g_Ws, {&d.one, &d.G}});
+    params.push_back({"stop.bias", in.bs, out.g_bs, {&d.one}});
+  } else {
+    params.push_back({"policy.weight", in.Wp, out.g_Wp, {&d.A, &d.H}});
+    params.push_back({"policy.bias", in.bp, out.g_bp, {&d.A}});
+  }
+  params.push_back({"aux.weight", in.Wa, out.g_Wa, {&d.aux, &d.H}});
+  params.push_back({"aux.bias", in.ba, out.g_ba, {&d.aux}});
   for (const auto& p : params) v.in("params", p.name, p.value, p.shape);
   v.out("", "values", out.values, {&d.V});
   v.out("", "carry", out.carry, {&d.L, &d.H});
@@ -421,7 +442,7 @@ class LossAndGrads : public mx::Primitive {
       GradsDimNames d;
       d.V.size = static_cast<int64_t>(plan->settings.values.size());
       Read r(plan->inputs, xs, plan->outputs, outs);
-      grads_fields(r, in, out, d);
+      grads_fields(r, in, out, d, plan->settings.options);
       loss_and_grads(in, out, d.dims(), plan->settings);
     });
   }
@@ -487,12 +508,12 @@ const mx::array& top(const std::vector<Key>& keys, const std::vector<mx::array>&
 
 // ---- the operations ----
 
-Contract grads_contract() {
+Contract grads_contract(bool options) {
   GradsIn in{};
   GradsOut out{};
   GradsDimNames d;
   Describe declared;
-  grads_fields(declared, in, out, d);
+  grads_fields(declared, in, out, d, options);
   Contract contract;
   for (const auto& f : declared.fields) {
     std::string group = f.output ? "outputs" : f.key.group;
@@ -509,13 +530,15 @@ GradsResult grads_op(const GradsCall& call) {
   if (call.block < 1) refuse(op, "block=" + std::to_string(call.block) + ", expected >= 1");
   if (call.split_min < 0) refuse(op, "split_min=" + std::to_string(call.split_min) + ", expected >= 0");
   auto plan = std::make_shared<Plan<GradsSettings>>();
-  plan->settings = {call.memory, call.block, call.aux_weight, call.helper, call.split_min, {}};
+  plan->settings = {call.options, call.memory, call.block, call.aux_weight, call.helper, call.split_min, {}};
+  const char* const* computed_end = std::begin(kMetricNames) + (call.options ? kMetrics : kActionMetrics);
   for (const auto& name : call.metrics) {
-    auto* at = std::find_if(std::begin(kMetricNames), std::end(kMetricNames), [&](const char* m) { return name == m; });
-    if (at == std::end(kMetricNames)) {
+    auto* at = std::find_if(std::begin(kMetricNames), computed_end, [&](const char* m) { return name == m; });
+    if (at == computed_end) {
       std::string known;
-      for (const char* m : kMetricNames) known += (known.empty() ? "" : ", ") + std::string(m);
-      refuse(op, "metrics has \"" + name + "\", which the loss does not compute (it computes " + known + ")");
+      for (auto* m = std::begin(kMetricNames); m != computed_end; ++m) known += (known.empty() ? "" : ", ") + std::string(*m);
+      refuse(op, "metrics has \"" + name + "\", which the loss does not compute (it computes " + known +
+                     (call.options ? "" : "; the stop head's with options=True") + ")");
     }
     plan->settings.values.push_back(static_cast<Metric>(at - std::begin(kMetricNames)));
   }
@@ -524,13 +547,13 @@ GradsResult grads_op(const GradsCall& call) {
   Describe declared;
   {
     GradsDimNames d;
-    grads_fields(declared, in, out, d);
+    grads_fields(declared, in, out, d, call.options);
   }
   Check check(op, {{"inputs", &call.inputs}, {"targets", &call.targets}, {"params", &call.params}});
   check.expect(declared);
   GradsDimNames d;
   d.V.size = static_cast<int64_t>(call.metrics.size());
-  grads_fields(check, in, out, d);
+  grads_fields(check, in, out, d, call.options);
   plan->inputs = check.input_keys;
   plan->outputs = check.output_keys;
   std::vector<mx::Dtype> dtypes(check.shapes.size(), mx::float32);

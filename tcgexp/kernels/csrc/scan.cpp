@@ -133,13 +133,13 @@ void gate_scan_lanes(const float* per_row, const float* gh, const int* first_row
   }
 }
 
-void gate_weights(const float* Wg, int H, int A, float* enc_t, float* enc_rows, float* hot_t) {
-  int G = 2 * H, C = H + A;
+void gate_weights(const float* Wg, int H, int C, float* enc_t, float* enc_rows, float* hot_t) {
+  int G = 2 * H, W = H + C;
   for (int o = 0; o < G; ++o) {
-    const float* w = Wg + (size_t)o * C;
+    const float* w = Wg + (size_t)o * W;
     std::copy(w, w + H, enc_rows + (size_t)o * H);
     for (int j = 0; j < H; ++j) enc_t[(size_t)j * G + o] = w[j];
-    for (int j = 0; j < A; ++j) hot_t[(size_t)j * G + o] = w[H + j];
+    for (int j = 0; j < C; ++j) hot_t[(size_t)j * G + o] = w[H + j];
   }
 }
 

@@ -6,7 +6,7 @@
 // then calls sgemm with beta = 1). cblas_sgemm is left undefined here and bound by the dynamic
 // linker exactly as libmlx's own reference is (MKL when tcgexp loaded it globally, else MLX's BLAS),
 // so a product here equals MLX's bit for bit. Everything between two products is the kernels of
-// scan.cpp and head.cpp, and the ReLU forward is MLX's maximum(x, 0).
+// scan.cpp, head.cpp and options.cpp (the option head), and the ReLU forward is MLX's maximum(x, 0).
 //
 // With a helper thread (helper.h) the pass shares two cores: a product of at least split_min multiply-adds is
 // computed as two blocks of rows, one on each thread (the same call on fewer rows: under MKL_CBWR=AUTO,STRICT
@@ -81,10 +81,14 @@ TCG_CLONES void relu(const float* __restrict a, float* __restrict out, size_t n)
 struct Scratch {
   // the forward pass: each layer's pre-activation and activation, the trunk's input u = [enc, memory], the heads
   std::vector<float> a1, e1, a2, enc, u, a3, zt, logits, aux;
+  // the option head: the options' encodings (pre-activation, activation), the query, the stop head's input and logits
+  std::vector<float> ao, e, q, si, stop;
   // the memory: the gate weights' layouts (gate_weights), the rows' and the slots' gate inputs, the lanes' states
   std::vector<float> wg_enc_t, wg_enc, wg_hot_t, per_row, gh, hs;
   // the backward pass: the heads' gradients, the products between the layers, each layer's gradient, the gates'
   std::vector<float> d_logits, d_aux, t1, t2, d_a3, d_u, d_a2, d_a1, d_gd, d_per_row;
+  // the option head's: the stop logits', the stop head's input's, the query's and the encodings' gradients
+  std::vector<float> d_stop, d_si, d_q, d_ao;
 };
 
 // `buf`, at least n floats
@@ -103,7 +107,8 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, 
   auto later = [h](std::function<void()> fn) {  // a weight gradient: on the helper when there is one
     if (h) h->post(std::move(fn)); else fn();
   };
-  const int R = d.R, D = d.D, H = d.H, A = d.A, L = d.L, T = d.T, G = 2 * H, C = H + A;
+  // A: action slots (the option head: option slots); C: what a decision chose (label_hot's width), O: an option's
+  const int R = d.R, D = d.D, H = d.H, A = d.A, C = d.C, L = d.L, T = d.T, G = 2 * H, W = H + C;
   const size_t LT = (size_t)L * T;
   // the scan's lanes over both threads when the scan is worth it (~16 operations per element and decision)
   Helper* scan_helper = h && (double)LT * H * 16 >= (double)s.split_min ? h : nullptr;
@@ -131,8 +136,8 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, 
   if (s.memory) {
     wg_enc_t = get(w.wg_enc_t, (size_t)H * G);
     wg_enc = get(w.wg_enc, (size_t)G * H);
-    wg_hot_t = get(w.wg_hot_t, (size_t)A * G);
-    auto layouts = [=, Wg = in.Wg] { gate_weights(Wg, H, A, wg_enc_t, wg_enc, wg_hot_t); };
+    wg_hot_t = get(w.wg_hot_t, (size_t)C * G);
+    auto layouts = [=, Wg = in.Wg] { gate_weights(Wg, H, C, wg_enc_t, wg_enc, wg_hot_t); };
     if (h) gw = h->post(layouts); else layouts();
   }
   linear(h, s.split_min, in.x, in.W0, in.b0, R, H, D, a1);
@@ -144,7 +149,7 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, 
     per_row = get(w.per_row, (size_t)R * G);
     mm2(h, s.split_min, enc, false, wg_enc_t, false, R, G, H, per_row, false);  // enc @ Wg[:, :H].T (contiguous copy, as MLX's)
     gh = get(w.gh, LT * G);
-    mm2(h, s.split_min, in.label_hot, false, wg_hot_t, false, (int)LT, G, A, gh, true, in.bg);  // addmm(bg, hot, Wg[:, H:].T)
+    mm2(h, s.split_min, in.label_hot, false, wg_hot_t, false, (int)LT, G, C, gh, true, in.bg);  // addmm(bg, hot, Wg[:, H:].T)
     hs = get(w.hs, (size_t)L * (T + 1) * H);
     ScanShape sc{R, L, T, H, s.block};
     gate_scan(per_row, gh, in.first_row, in.h0, hs, sc, scan_helper);
@@ -158,24 +163,63 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, 
   }
   linear(h, s.split_min, u, in.Wt, in.bt, R, H, G, a3);
   relu(a3, zt, (size_t)R * H);
-  linear(h, s.split_min, zt, in.Wp, in.bp, R, A, H, logits);
   linear(h, s.split_min, zt, in.Wa, in.ba, R, 4, H, aux);
+  const size_t RK = (size_t)R * A;  // the option head's (row, option slot) pairs
+  float *ao = nullptr, *e = nullptr, *q = nullptr, *si = nullptr, *stop = nullptr;
+  if (s.options) {
+    ao = get(w.ao, RK * H);
+    e = get(w.e, RK * H);
+    q = get(w.q, (size_t)R * H);
+    si = get(w.si, (size_t)R * G);
+    stop = get(w.stop, (size_t)R);
+    linear(h, s.split_min, in.options, in.Wo, in.bo, (int)RK, H, d.O, ao);  // addmm(bo, options [R K, O], Wo.T)
+    relu(ao, e, RK * H);
+    linear(h, s.split_min, zt, in.Wq, in.bq, R, H, H, q);
+    option_scores(e, q, R, A, H, logits);
+    stop_forward(zt, e, in.pick, in.Ws, in.bs, R, A, H, si, stop);
+  } else {
+    linear(h, s.split_min, zt, in.Wp, in.bp, R, A, H, logits);
+  }
 
   // ---- the loss and the heads' gradient ----
   HeadIn head{logits,          aux,           in.row_weight,   in.aux_valid, in.aux_ko,
-              in.aux_prize_delta, in.aux_terminal, in.aux_return, in.action_mask, in.label};
+              in.aux_prize_delta, in.aux_terminal, in.aux_return, in.action_mask, in.label,
+              s.options ? in.policy_weight : in.row_weight};
+  float* d_stop = nullptr;
+  if (s.options) {
+    head.stop = stop, head.stop_target = in.stop_target, head.stop_valid = in.stop_valid;
+    d_stop = get(w.d_stop, (size_t)R);
+  }
   float values[kMetrics];
-  loss_head(head, R, A, s.aux_weight, values, d_logits, d_aux, out.g_bp, out.g_ba);
+  loss_head(head, R, A, s.aux_weight, values, d_logits, d_aux, d_stop, s.options ? nullptr : out.g_bp, out.g_ba);
   for (size_t i = 0; i < s.values.size(); ++i) out.values[i] = values[s.values[i]];  // the metrics asked for
 
   // ---- backward ----
-  later([=] {
-    mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
-    mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
-  });
-  mm2(h, s.split_min, d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
-  mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);
-  relu_back(t1, H, t2, a3, R, H, d_a3, out.g_bt);
+  if (s.options) {
+    later([=] { mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false); });  // d_aux.T @ zt
+    mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);                    // d_aux @ Wa
+    float* d_si = get(w.d_si, (size_t)R * G);
+    float* d_q = get(w.d_q, (size_t)R * H);
+    float* d_ao = get(w.d_ao, RK * H);
+    stop_back(d_stop, si, in.Ws, R, H, out.g_Ws, out.g_bs, d_si);
+    option_back(d_logits, e, q, ao, d_si, in.pick, R, A, H, d_q, out.g_bq, d_ao, out.g_bo);
+    const float* opts = in.options;
+    const int O = d.O;
+    later([=] {
+      mm(d_q, true, zt, false, H, H, R, out.g_Wq, false);        // d_q.T @ zt
+      mm(d_ao, true, opts, false, H, O, (int)RK, out.g_Wo, false);  // d_ao.T @ options
+    });
+    mm2(h, s.split_min, d_q, false, in.Wq, false, R, H, H, t1, false);  // d_q @ Wq
+    relu_back3(t1, t2, d_si, G, a3, R, H, d_a3, out.g_bt);
+  } else {
+    later([=] {
+      mm(d_logits, true, zt, false, A, H, R, out.g_Wp, false);  // d_logits.T @ zt
+      mm(d_aux, true, zt, false, 4, H, R, out.g_Wa, false);
+    });
+    mm2(h, s.split_min, d_logits, false, in.Wp, false, R, H, A, t1, false);  // d_logits @ Wp
+    mm(d_aux, false, in.Wa, false, R, H, 4, t2, false);
+    relu_back(t1, H, t2, a3, R, H, d_a3, out.g_bt);
+  }
   later([=] { mm(d_a3, true, u, false, H, G, R, out.g_Wt, false); });  // d_a3.T @ u
   mm2(h, s.split_min, d_a3, false, in.Wt, false, R, G, H, d_u, false);  // d_a3 @ Wt
   if (s.memory) {
@@ -185,22 +229,22 @@ void loss_and_grads(const GradsIn& in, const GradsOut& out, const GradsDims& d, 
     scan_back(d_u, per_row, gh, in.first_row, hs, in.row_lane, in.row_dec, d_gd, d_per_row, out.g_bg, sc, scan_helper);
     // gates.weight = concatenate([d_per_row.T @ enc, d_gd.T @ hot], axis=1)
     float* left = get(w.wg_enc_t, (size_t)G * H);   // the same size; the forward's products were its last readers
-    float* right = get(w.wg_hot_t, (size_t)G * A);  // likewise
+    float* right = get(w.wg_hot_t, (size_t)G * C);  // likewise
     const float* hot = in.label_hot;
     float* g_Wg = out.g_Wg;
     later([=] {
       mm(d_per_row, true, enc, false, G, H, R, left, false);
-      mm(d_gd, true, hot, false, G, A, (int)LT, right, false);
+      mm(d_gd, true, hot, false, G, C, (int)LT, right, false);
       for (int o = 0; o < G; ++o) {
-        std::memcpy(g_Wg + (size_t)o * C, left + (size_t)o * H, sizeof(float) * H);
-        std::memcpy(g_Wg + (size_t)o * C + H, right + (size_t)o * A, sizeof(float) * A);
+        std::memcpy(g_Wg + (size_t)o * W, left + (size_t)o * H, sizeof(float) * H);
+        std::memcpy(g_Wg + (size_t)o * W + H, right + (size_t)o * C, sizeof(float) * C);
       }
     });
     float* t3 = get(w.t1, (size_t)R * H);  // t1's buffer (relu_back read t1 already)
     mm2(h, s.split_min, d_per_row, false, wg_enc, false, R, H, G, t3, false);  // d_per_row @ Wg[:, :H]
     relu_back(d_u, G, t3, a2, R, H, d_a2, out.g_b2);
   } else {
-    std::fill(out.g_Wg, out.g_Wg + (size_t)G * C, 0.0f);
+    std::fill(out.g_Wg, out.g_Wg + (size_t)G * W, 0.0f);
     std::fill(out.g_bg, out.g_bg + G, 0.0f);
     relu_back(d_u, G, nullptr, a2, R, H, d_a2, out.g_b2);
   }

@@ -1,0 +1,106 @@
+"""The trainer on the real game from the command line (the cabt extra; slow): the default command from a clean
+folder, a sweep (``--multirun``) and a halving sweep on the demo corpus, whose promoted trial ends bit-identical
+to training straight."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tcgexp.sweep.space import overrides_of
+from tcgexp.train import train
+from tests.conftest import CABT_DEMO, compose_config
+from tests.reliability.test_kill import weights
+from tests.sweep.conftest import ROOT, job_env, trials
+from tests.train.conftest import TINY_TRAIN
+
+pytestmark = [pytest.mark.extra("cabt"), pytest.mark.slow]
+# a halving sweep sets each trial's epochs, and sweeps the width
+TRIAL = [o for o in TINY_TRAIN if not o.startswith(("trainer.epochs=", "model.hidden="))]
+
+
+def command(*args: str, cwd=ROOT, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tcgexp.train", *args],
+        cwd=cwd,
+        env=job_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_default_command_trains_from_a_clean_folder(tmp_path):
+    """`python -m tcgexp.train dataset=cabt_demo` and nothing else: the demo's ratings, its day (200 episodes of
+    self-play), three epochs of the option head on the fused step, the stop head's loss and accuracy reported."""
+    t0 = time.perf_counter()
+    res = command("dataset=cabt_demo", cwd=tmp_path)
+    seconds = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr[-3000:]
+    [result_file] = (tmp_path / "outputs").glob("*/*/result.json")
+    result = json.loads(result_file.read_text())
+    final = result["final"]
+    assert result["status"] == "completed" and len(result["history"]) == 3
+    assert 0.0 <= final["stop_accuracy"] <= 1.0 and final["stop"] > 0 and final["accuracy"] > 0.3
+    assert result["history"][-1]["val"]["loss"] < result["history"][0]["val"]["loss"]
+    assert (tmp_path / "data" / "cabt_demo" / "ratings.json").exists() and (tmp_path / ".aim").is_dir()
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("[train] val loss ") and "stop accuracy" in line
+    print(f"\ndefault cabt_demo run from a clean folder: {seconds:.0f} s; {line}")
+
+
+def test_a_sweep_on_the_real_game(cabt_demo_root, tmp_path):
+    sweep = tmp_path / "sweep"
+    res = command(
+        "--multirun",
+        f"dataset.root={cabt_demo_root}",
+        *TINY_TRAIN,
+        *CABT_DEMO,
+        "trainer.epochs=1",
+        "model.hidden=8,16",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = [json.loads((sweep / str(i) / "result.json").read_text()) for i in range(2)]
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    assert all({"stop", "stop_accuracy"} <= set(r["history"][0]["train"]) for r in results)
+    assert (sweep / "summary.md").exists() and "model.hidden" in (sweep / "summary.md").read_text()
+
+
+def test_a_halving_sweep_on_the_real_game(cabt_demo_root, tmp_path):
+    """Three trials at a rung of one epoch, the best third promoted to three: it continues its own latest/ and
+    ends bit-identical to a run trained straight to three epochs."""
+    sweep = tmp_path / "sweep"
+    res = command(
+        "--multirun",
+        "hydra/sweeper=halving",
+        f"dataset.root={cabt_demo_root}",
+        *TRIAL,
+        *CABT_DEMO,
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweeper.min_epochs=1",
+        "hydra.sweeper.max_epochs=3",
+        "hydra.sweeper.eta=3",
+        "hydra.sweeper.n_trials=3",
+        "optimizer.lr=tag(log, interval(1e-3, 3e-2))",
+        "model.hidden=choice(8,16)",
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = trials(sweep)
+    assert sorted(t["state"] for t in doc["trials"]) == ["complete", "pruned", "pruned"]
+    [done] = [t for t in doc["trials"] if t["state"] == "complete"]
+    run_dir = sweep / str(done["number"])
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["resumed_from"] and "stop" in result["final"]
+    straight = train(
+        compose_config(
+            f"dataset.root={cabt_demo_root}", *TRIAL, *overrides_of(done["params"]), "trainer.epochs=3", *CABT_DEMO
+        ),
+        run_dir=tmp_path / "straight",
+    )
+    assert weights(run_dir) == weights(tmp_path / "straight")  # bit for bit
+    assert done["value"] == straight["final"]["loss"] == result["final"]["loss"]
