@@ -3,11 +3,16 @@
     python -m tcgexp.bench play                        # a network of the default size (random weights), 400 games
     python -m tcgexp.bench play --run <run dir>        # a trained run's best/ checkpoint
     python -m tcgexp.bench play --games 1000 --workers 1 2
+    python -m tcgexp.bench play --run <run dir> --games 200 --workers 2 --players policy expert-fighting first
 
 What ``tcgexp-eval`` does for each opponent (``tcgexp/cabt/arena.py``: worker processes, each with the engine and
 the seeded deal, half the games in each seat), timed from the first worker's start to the last game's count,
 with the policy's move times; beside it the engine's own ``first`` agent against ``random`` (no network: what
-the engine and the game loop cost alone). Needs the cabt extra.
+the engine and the game loop cost alone), and any teacher of the demo's roster named in ``--players`` (its own
+deck). With paired deals (the default) and the same ``--seed`` and ``--games``, every player here meets the
+same deals as ``tcgexp-eval``'s policy does against ``random`` (``eval.seed``, ``eval.games``): a teacher's row
+is its own rate against random on those deals, the reference a cloned policy is measured against. Needs the
+cabt extra.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker processes, one measurement each")
     p.add_argument("--run", default=None, help="a run dir of the real game (its best/ weights) instead of random ones")
     p.add_argument("--hidden", type=int, default=128, help="the random network's width (model.hidden)")
+    p.add_argument(
+        "--players",
+        nargs="+",
+        default=["policy", "first"],
+        help="who plays random: policy (the network), first (the engine's agent), a teacher of the demo's roster",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the games' seeds (eval.seed)")
 
 
 def random_weights(hidden: int = 128, options: int = 64, seed: int = 0, memory_scale: float = 1.0) -> dict:
@@ -56,10 +68,11 @@ def random_weights(hidden: int = 128, options: int = 64, seed: int = 0, memory_s
 
 def run(args: argparse.Namespace) -> None:
     from ..cabt.arena import Settings, Side, play_match
-    from ..cabt.demo import deck_of
+    from ..cabt.demo import ROSTER, deck_of
     from ..cabt.engine import engine
     from ..cabt.policyfile import save
 
+    ROSTER_NAMES = [r[0] for r in ROSTER]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     with tempfile.TemporaryDirectory(prefix="tcgexp-bench-play-") as tmp:
         policy = Path(tmp) / "policy.npz"
@@ -77,10 +90,22 @@ def run(args: argparse.Namespace) -> None:
             meta = {"memory": True, "max_options": 64, "would_ko": True, "deck": deck}
             save(policy, random_weights(args.hidden), meta, eng._cards_json, eng._attacks_json)
             what = f"a network of model.hidden={args.hidden} (random weights)"
+        sides = []
+        for name in args.players:
+            if name == "policy":
+                sides.append(Side("net", "policy", str(policy), deck))
+            elif name == "first":
+                sides.append(Side("first", "first"))
+            elif name in ROSTER_NAMES:
+                sides.append(Side("teacher", name, name))
+            else:
+                raise SystemExit(f"--players: {name!r} is none of policy, first, {', '.join(ROSTER_NAMES)}")
         rows = []
         for workers in args.workers:
-            for side, name in ((Side("net", "policy", str(policy), deck), "policy"), (Side("first", "first"), "first")):
-                t = play_match(side, Side("random", "random"), Settings(games=args.games, workers=workers))
+            for side in sides:
+                name = side.name
+                settings = Settings(games=args.games, workers=workers, seed=args.seed)
+                t = play_match(side, Side("random", "random"), settings)
                 ms = t["move_seconds"]
                 rows.append(
                     [
@@ -95,7 +120,10 @@ def run(args: argparse.Namespace) -> None:
                         f"{1e3 * ms['p99']:.3f}" if ms["p99"] is not None else "",
                     ]
                 )
-    print(f"{what} ({label} deck) and the engine's first agent, each against random; {cores} cores here")
+    print(
+        f"{', '.join(args.players)} against random (the policy: {what}, {label} deck; paired deals, seed "
+        f"{args.seed}); {cores} cores here"
+    )
     head = [
         "player",
         "workers",

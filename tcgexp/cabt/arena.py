@@ -234,6 +234,10 @@ def worker() -> None:
 
 # -- in the evaluating process ----------------------------------------------------------------------
 
+# a worker plays one game at a time on one core: numpy's BLAS on one thread there (a player's products are small;
+# threads of several workers contending for the cores made a hidden=256 network's moves 100 times slower)
+_BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 BOOT = (
     "import ctypes, sys\n"
     "if sys.argv[1]: ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # the seeded deal, before anything\n"
@@ -271,6 +275,7 @@ def play_match(policy: Side, opponent: Side, settings: Settings, progress=None) 
         mine = list(range(w, settings.games, n_workers))
         proc = subprocess.Popen(
             [sys.executable, "-c", BOOT, shim],
+            env={**os.environ, **{k: "1" for k in _BLAS_THREADS}},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -110,6 +110,96 @@ def test_the_numpy_player_picks_by_its_scores_and_stops_by_its_stop_head(kit, ta
     assert len(observations) > 300 and min(asked.values()) >= 5, asked
 
 
+@pytest.fixture(scope="module")
+def trained(cabt_demo_root, tmp_path_factory):
+    """A real run: three epochs of the option head on the session's tiny demo corpus (its model and run dir)."""
+    from tcgexp.train import train
+    from tests.conftest import CABT_DEMO, compose_config
+    from tests.train.conftest import TINY_TRAIN
+
+    run_dir = tmp_path_factory.mktemp("trained")
+    cfg = compose_config(
+        f"dataset.root={cabt_demo_root}", *TINY_TRAIN, "model.hidden=32", "trainer.epochs=3", *CABT_DEMO
+    )
+    return train(cfg, run_dir=run_dir)["model"], run_dir
+
+
+def test_the_numpy_player_is_a_trained_runs_mlx_model_within_1e_5_on_raw_observations(trained, kit, tables, tmp_path):
+    """The policy file tcgexp-eval plays and tcgexp-export ships, made from a trained run's checkpoint, scores
+    every pick of raw harness observations as the MLX model does (tcgexp.learn.infer's decide on
+    features.decision_row, advance between decisions, memory afresh each round): logits within 1e-5 (relative
+    to their scale), stop probabilities within 1e-6, the memory within 1e-5, the same picks. The run's
+    parameters are the names and shapes the numpy player (and the tests' random weights) read."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    from tcgexp.cabt import demo
+    from tcgexp.cabt.features import decision_row
+    from tcgexp.cabt.policyfile import player
+    from tcgexp.learn.infer import advance, decide
+    from tcgexp.lifecycle.weights import checkpoint_of, read_weights
+    from tcgexp.train.evaluate import write_policy
+
+    model, run_dir = trained
+    params = dict(tree_flatten(model.parameters()))
+    drawn = random_weights(hidden=model.hidden)
+    assert {k: tuple(v.shape) for k, v in params.items()} == {k: v.shape for k, v in drawn.items()}
+    weights, state = read_weights(checkpoint_of(run_dir, "best"))
+    assert set(weights) == set(params)
+    model.update(tree_unflatten([(k, mx.array(v)) for k, v in weights.items()]))
+    mx.eval(model.parameters())
+    db, decks = kit
+    path = tmp_path / "policy.npz"
+    write_policy(path, weights, state, decks["fighting"], source="best")
+    me = player(path)
+    assert me.net.memory and me.max_options == 64
+
+    worst = {"logits": 0.0, "stop": 0.0, "memory": 0.0}
+    picks_checked = stops_checked = rounds = 0
+    for seed, (a, b) in enumerate([("expert-fighting", "club-water"), ("expert-psychic", "novice-grass")]):
+        ep = demo.play(a, b, seed, bo=3, db=db, decks=decks)
+        for side in (0, 1):
+            seen_round, h = None, None
+            for step in ep["steps"][1:-1]:
+                entry = step[side]
+                obs = entry["observation"]
+                if entry["status"] != "ACTIVE" or obs.get("select") is None:
+                    continue
+                rnd = obs["current"].get("round") or 1
+                if rnd != seen_round:
+                    seen_round, h = rnd, np.zeros(model.hidden, np.float32)
+                    me.reset()
+                    rounds += 1
+                me.trace = []
+                picks = me.choose(obs)
+                enc, chosen = None, np.zeros(model.option_dim, np.float32)
+                for k, (masked, stop) in enumerate(me.trace):
+                    row = decision_row(tables, obs, picks[:k], max_options=64)
+                    out = decide(model, row, h)
+                    n = len(masked)
+                    live = row["action_mask"][:n]
+                    assert np.array_equal(masked == np.float32(-1e9), ~live)
+                    scale = max(1.0, float(np.abs(out["logits"][:n][live]).max()))
+                    worst["logits"] = max(
+                        worst["logits"], float(np.abs(masked[live] - out["logits"][:n][live]).max()) / scale
+                    )
+                    assert int(np.argmax(out["logits"])) == picks[k]
+                    if stop is not None:  # decide gives the probability, the player its logit
+                        p = float(out["stop"][picks[k]])
+                        worst["stop"] = max(worst["stop"], abs(1 / (1 + np.exp(-stop)) - p))
+                        stops_checked += 1
+                    if enc is None:
+                        enc = out["enc"]
+                    chosen = chosen + row["option_features"][picks[k]]
+                    picks_checked += 1
+                if enc is not None:
+                    h = advance(model, enc, chosen, h)
+                    worst["memory"] = max(worst["memory"], float(np.abs(me.h - h).max()))
+    assert worst["logits"] <= 1e-5 and worst["memory"] <= 1e-5 and worst["stop"] <= 1e-6, worst
+    assert picks_checked > 300 and stops_checked > 5 and rounds >= 8, (picks_checked, stops_checked, rounds)
+    print(f"\n{picks_checked} picks ({stops_checked} stops asked) over {rounds} rounds: largest differences {worst}")
+
+
 def test_wilson_interval_is_the_score_interval():
     from tcgexp.cabt.arena import wilson
 
