@@ -9,7 +9,7 @@ import sys
 from ..console import one_line_errors
 from ..learn.blas import setup
 from ..train.errors import USER_ERRORS
-from . import corpus, distributed, imports, loader, memory, scale, scan, sweep, train
+from . import corpus, distributed, imports, loader, memory, play, scale, scan, sweep, train
 
 BENCHES = {
     "corpus": corpus,
@@ -17,6 +17,7 @@ BENCHES = {
     "import": imports,
     "loader": loader,
     "memory": memory,
+    "play": play,
     "scale": scale,
     "scan": scan,
     "sweep": sweep,

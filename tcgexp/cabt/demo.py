@@ -35,6 +35,7 @@ ROSTER = (
     ("novice-darkness", "novice", "darkness"),
 )
 RANDOM = "random"
+BEST = ROSTER[0][0]  # the strongest teacher (expert-fighting: 90.4 % against random, docs/real-game.md)
 RATINGS_FILE = "ratings.json"  # under the corpus root: the round-robin, measured once per root
 
 
@@ -180,3 +181,36 @@ def make_demo(
         (folder / f"d{k:06d}_info.json").write_text(json.dumps(meta))
         if progress:
             progress(k + 1, episodes)
+
+
+def deck_of(spec: str | None) -> tuple[str, list[int]]:
+    """(what it is, 60 card ids) of a deck named by `spec`: None, the best teacher's (``BEST``); a teacher of the
+    roster (its deck); a deck type (``standard_decks``); ``harness`` (the engine agents' own deck); or a JSON file
+    holding a list of 60 card ids. ValueError, naming what a deck may be, for anything else or a deck the engine
+    refuses."""
+    _, decks = _db()
+    teachers = {r[0]: r[2] for r in ROSTER}
+    spec = BEST if spec is None else str(spec)
+    if spec in teachers:
+        label, deck = f"{spec}'s ({teachers[spec]})", decks[teachers[spec]]
+    elif spec in decks:
+        label, deck = spec, decks[spec]
+    elif spec == "harness":
+        label, deck = "the harness's", harness_deck()
+    elif Path(spec).expanduser().is_file():
+        try:
+            deck = json.loads(Path(spec).expanduser().read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{spec} is not a JSON list of 60 card ids ({exc})") from None
+        if not (isinstance(deck, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in deck)):
+            raise ValueError(f"{spec} is not a JSON list of 60 card ids")
+        label = spec
+    else:
+        raise ValueError(
+            f"{spec!r} is no deck: a teacher ({', '.join(teachers)}), a deck type ({', '.join(decks)}), harness, "
+            "or a JSON file of 60 card ids"
+        )
+    why = engine().check_deck(list(deck))
+    if why:
+        raise ValueError(f"the engine refuses the deck {label}: {why}")
+    return label, list(deck)

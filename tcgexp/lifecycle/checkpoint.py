@@ -29,7 +29,6 @@ How the folder is replaced and read whole: ``ckpt_files``.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -46,17 +45,21 @@ from ..learn.diverge import strict
 from .ckpt_files import (
     CHECKSUMS,
     FILES,
+    FORMAT,
+    SEALED_ONLY,  # noqa: F401 - re-exported
     CheckpointError,
     CheckpointWriteError,
+    _damaged,
+    _digest,
+    _state,
     check_replaceable,
     find,  # noqa: F401 - re-exported: ckpt.find, where the readers look for it
     fsync_dir,
     read_files,
+    read_state,  # noqa: F401 - re-exported: ckpt.read_state, where the readers look for it
     replace,
+    verify,  # noqa: F401 - re-exported
 )
-
-FORMAT = 2  # state.json's checkpoint_format: 2 = sealed by checksums.json (1: before it was recorded)
-SEALED_ONLY = ("world",)  # state.json keys that only versions sealing their checkpoints wrote
 
 
 @dataclass
@@ -164,67 +167,10 @@ def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict)
     fsync_dir(tmp)
 
 
-def _digest(files: dict) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-
-
 def seal(path: Path) -> None:
     """Write ``checksums.json``: every file's sha256, and a digest of that list (so the list checks itself)."""
     files = {name: file_sha256(path / name) for name in FILES}
     (path / CHECKSUMS).write_text(json.dumps({"files": files, "sha256": _digest(files)}, indent=2, sort_keys=True))
-
-
-def verify(path: Path, files: dict[str, bytes] | None = None) -> bool:
-    """Refuse a checkpoint whose files differ from ``checksums.json``, naming the file.
-
-    `files`: the checkpoint's bytes as read (``ckpt_files.read_files``). True when verified; False
-    for a checkpoint without ``checksums.json`` (the caller decides whether it may be one).
-    """
-    path = Path(path)
-    files = files if files is not None else read_files(path)[1]
-    if CHECKSUMS not in files:
-        return False
-    try:
-        record = json.loads(files[CHECKSUMS])
-        sums = record["files"]
-        ok = isinstance(sums, dict) and set(sums) == set(FILES) and record["sha256"] == _digest(sums)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _damaged(path / CHECKSUMS, exc) from exc
-    if not ok:
-        raise _damaged(path / CHECKSUMS, "its own digest does not match its list of files")
-    for name in FILES:
-        if hashlib.sha256(files[name]).hexdigest() != sums[name]:
-            raise _damaged(path / name, "sha256 differs from checksums.json")
-    return True
-
-
-def _damaged(path: Path, why) -> CheckpointError:
-    why = f"{type(why).__name__}: {why}" if isinstance(why, Exception) else why
-    return CheckpointError(f"{path} is damaged ({why}); resume from another checkpoint (epoch_NNNN/ or best/)")
-
-
-def _state(path: Path, files: dict[str, bytes]) -> dict:
-    """state.json of a checkpoint read whole: verified, parsed, and refused if its seal is gone."""
-    sealed = verify(path, files)
-    try:
-        state = json.loads(files["state.json"])
-    except ValueError as exc:
-        raise _damaged(path / "state.json", exc) from exc
-    if not isinstance(state, dict) or not isinstance(state.get("progress"), dict):
-        raise _damaged(path / "state.json", "no progress record")
-    if not sealed and (int(state.get("checkpoint_format") or 1) >= FORMAT or any(k in state for k in SEALED_ONLY)):
-        raise CheckpointError(
-            f"{path / CHECKSUMS} is missing, and this checkpoint was written sealed by it (state.json "
-            f"says checkpoint_format {state.get('checkpoint_format', FORMAT)}): its files cannot be "
-            "trusted; resume from another checkpoint (epoch_NNNN/ or best/)"
-        )
-    return state
-
-
-def read_state(path: Path) -> dict:
-    """The checkpoint's state.json (progress, schedule, config, provenance), its files verified first."""
-    path, files = read_files(path)
-    return _state(path, files)
 
 
 def load(

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..lifecycle.rundir import SWEEP_MARKER, discard
 from ..overrides import shell_override
 from ..schema import check, validate
-from ..train.metric import check_metric, higher_is_better
+from ..train.metric import WIN_RATE, check_metric, higher_is_better
 from ..train.preflight import check_memory
 from . import asha, dbbounds, identity
 from . import space as spaces
@@ -74,7 +74,13 @@ class HalvingSearch:
                 f"{WHERE}: optimized_metric=null gives the sweeper nothing to optimise: set it "
                 "(val/loss, val/accuracy, best/val_loss, ...)"
             )
-        check_metric(metric, self.config.get("dataset"))
+        if str(metric).startswith(WIN_RATE):
+            raise ConfigError(
+                f"{WHERE}: optimized_metric={metric} is played once, at a run's end, and a halving sweep compares "
+                "its trials at every rung: optimise a val/* metric here, or sweep the win rate as a grid "
+                "(tcgexp-train --multirun eval.enabled=true optimized_metric=... <key>=a,b seed=0,1,2)"
+            )
+        check_metric(metric, self.config)
         natural = "maximize" if higher_is_better(metric) else "minimize"
         if self.s.direction not in (None, natural):
             raise ConfigError(

@@ -42,7 +42,14 @@ OPEN_SECONDS = 30.0  # the longest anything waits for the run to open (import, r
 RUN_RECORD = ".tcgexp-aim-run.json"
 RECORD_LOCK = ".tcgexp-aim-run.lock"  # held by the run's process for its life: a resume waits for it to finish
 
-SUBSETS = (("train/", "train"), ("cache_train/", "train"), ("lr", "train"), ("val/", "val"), ("cache_val/", "val"))
+SUBSETS = (
+    ("train/", "train"),
+    ("cache_train/", "train"),
+    ("lr", "train"),
+    ("val/", "val"),
+    ("cache_val/", "val"),
+    ("eval/", "eval"),  # the policy playing the real game (tcgexp.train.evaluate)
+)
 
 
 @schema("tracking", "aim")
@@ -363,4 +370,31 @@ def mark_run(
         return True
     why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
     print(f"[tracking] could not mark Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
+    return False
+
+
+def track_after(repo: str | Path, run_hash: str, values: dict[str, float], *, step: int) -> bool:
+    """Track `values` into a run of the local repo at `repo` after its job ended (``tcgexp-eval``'s win rates),
+    each in its subset's context, without touching its attributes. Bounded like every wait on tracking; False
+    (said in one line) when the run could not be written."""
+    import aim
+
+    quiet_aim()
+    errors: list[Exception] = []
+
+    def work() -> None:
+        try:
+            run = aim.Run(run_hash=run_hash, repo=str(Path(repo).expanduser().absolute()))
+            try:
+                for context, group in by_context(values):
+                    run.track(group, step=step, context=context)
+            finally:
+                run.close()
+        except Exception as exc:  # noqa: BLE001 - said below, once
+            errors.append(exc)
+
+    if within(CLOSE_SECONDS, work) and not errors:
+        return True
+    why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
+    print(f"[tracking] could not write to Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
     return False

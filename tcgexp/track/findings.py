@@ -70,7 +70,7 @@ THROUGHPUT = tuple(m for m in CACHE_METRICS if m.name in ("data_stall_pct", "row
 def objective(name: str) -> Metric:
     """``optimized_metric`` as a Metric: accuracies improve upwards, losses downwards (as
     tcgexp.train.metric.higher_is_better says; that layer is above this one)."""
-    return Metric(name, name.partition("/")[2].startswith("accuracy"))
+    return Metric(name, name.partition("/")[2].startswith("accuracy") or name.startswith("eval/win_rate/"))
 
 
 def touches_data(key: str) -> bool:
@@ -89,10 +89,14 @@ def _mean(values: Sequence[float]) -> float:
 Cells = dict  # {seed: [value per combination of the other swept keys, in one order]}
 
 
-def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> dict:
+def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells, *, same_policy: bool = False) -> dict:
     """`a` against `b` on `metric`, paired over the seeds both have (the cells' common keys), the better
     one named first (``best``) by the paired mean. `difference` is best minus vs in the metric's units,
-    `interval` its 95 % interval ([lo, hi]) or None, `n` the seeds behind it."""
+    `interval` its 95 % interval ([lo, hi]) or None, `n` the seeds behind it.
+
+    `same_policy`: the metric is a policy's result in games (a win rate) and both options trained bit-identical
+    weights in every seed: one policy, so ``identical`` whatever the games' own luck made of it (the engine
+    shuffles on its own unless the deals are paired), never an effect; the row says so (``same_policy``)."""
     seeds = [s for s in a_cells if s in b_cells]
     if not seeds:
         return {
@@ -119,7 +123,7 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
     n, interval = len(seeds), None
     if n >= 2 and all(constant(cells, seeds) for cells in (a_cells, b_cells)):
         verdict = EXACT
-    elif all(x == y for s in seeds for x, y in zip(a_cells[s], b_cells[s])):
+    elif all(x == y for s in seeds for x, y in zip(a_cells[s], b_cells[s])) or same_policy:
         verdict = IDENTICAL
     elif n < 2:
         verdict = NO_INTERVAL
@@ -142,6 +146,7 @@ def compare(metric: Metric, a: str, a_cells: Cells, b: str, b_cells: Cells) -> d
         "n": n,
         "verdict": verdict,
         **more,
+        **({"same_policy": True} if same_policy and verdict == IDENTICAL else {}),
     }
 
 

@@ -132,7 +132,13 @@ def job_row(job_dir: Path) -> dict:
         row["metrics"] = {
             **{f"val/{k}": v for k, v in final.items()},
             "best/val_loss": result.get("best", {}).get("val_loss"),
-        }  # optimized_metric's names
+            **eval_metrics(result),
+        }  # optimized_metric's names, and the policy's win rates (eval/win_rate/<opponent>: tcgexp.train.evaluate)
+        row["policy"] = {  # which weights played each opponent: one digest, one policy (findings.compare)
+            f"{EVAL_PREFIX}{name}": t.get("weights_sha256")
+            for name, t in (result.get("eval") or {}).items()
+            if isinstance(t, dict)
+        }
         row.update(
             val_loss=final.get("loss", ""),
             best_val_loss=result.get("best", {}).get("val_loss", ""),
@@ -156,6 +162,29 @@ def job_row(job_dir: Path) -> dict:
                 }
             )
     return row
+
+
+EVAL_PREFIX = "eval/win_rate/"  # tcgexp.train.evaluate.PREFIX (that layer is above this one)
+
+
+def eval_metrics(result: dict) -> dict[str, float]:
+    """A run's win rates from its result.json's eval section: {eval/win_rate/<opponent>: wins / games}."""
+    out = {}
+    for name, t in (result.get("eval") or {}).items():
+        rate = t.get("win_rate") if isinstance(t, dict) else None
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+            out[f"{EVAL_PREFIX}{name}"] = float(rate)
+    return out
+
+
+def win_rate_metrics(rows: list[dict]) -> list[Metric]:
+    """A Metric (higher is better) for each win rate any job of the sweep reports, in their order."""
+    names: dict[str, None] = {}
+    for r in rows:
+        for name in r.get("metrics") or {}:
+            if name.startswith(EVAL_PREFIX):
+                names[name] = None
+    return [Metric(name, True) for name in names]
 
 
 def no_record(job_dir: Path) -> tuple[str | None, str]:
@@ -427,7 +456,8 @@ def findings_of(sweep_dir: Path, cfg, rows: list[dict], trials: dict, meta: dict
         for r in rows:
             r.update(value=value_of(r, metric.name), interval=None)
         keys = [k for k in meta if k != "seed"]
-        found = grid_findings(rows, keys, multirun.defaults(cfg, keys), metric)
+        extra = [m for m in win_rate_metrics(rows) if m.name != metric.name]
+        found = grid_findings(rows, keys, multirun.defaults(cfg, keys), metric, extra)
         for f in found:  # a sweep run seed by seed: its throughput rows need no word on the order of its jobs
             f["interleaved"] = multirun.is_interleaved(cfg)
         for key in {f["key"] for f in found}:

@@ -75,9 +75,12 @@ def layout(rows: list[dict], keys: list[str], key: str) -> tuple[list[str], list
     return others, combos, seeds, options
 
 
-def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], optimized: Metric) -> list[dict]:
+def grid_findings(
+    rows: list[dict], keys: list[str], defaults: dict[str, Any], optimized: Metric, extra: list[Metric] = ()
+) -> list[dict]:
     """Per swept key: every metric's placement of the options (``place``), then the options none of whose jobs
-    completed (``failures``), ranked below them."""
+    completed (``failures``), ranked below them. `extra`: metrics every key is compared on besides its own (the
+    policy's win rates: a policy's metric, whatever the key)."""
     out = []
     for key in keys:
         others, combos, seeds, options = layout(rows, keys, key)
@@ -85,7 +88,7 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
             continue
         default = label(defaults[key]) if key in defaults else None
         best_objective = None
-        for metric in metrics_for(key, optimized):
+        for metric in [*metrics_for(key, optimized), *extra]:
             # a combination of the other keys where every job failed (an impossible value swept for another
             # key) says nothing of `key`: it is left out (and named) rather than taking every seed away
             kept = [
@@ -104,7 +107,8 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
                 if metric is optimized and scored:
                     best_objective = scored[0]
                 continue
-            placed = place(metric, scored, cells, default)
+            policies = {o: policies_of(rows, key, o, others, kept, metric.name, seeds) for o in options}
+            placed = place(metric, scored, cells, default, policies)
             if metric is optimized:
                 best_objective = placed[0]["best"]
             for row in placed:
@@ -123,19 +127,52 @@ def grid_findings(rows: list[dict], keys: list[str], defaults: dict[str, Any], o
     return out
 
 
+def policies_of(
+    rows: list[dict], key: str, option: str, others: list[str], combos: list[tuple], metric: str, seeds: list
+) -> dict:
+    """{seed: [the digest of the weights that played `metric`'s games, per combination]} for an option (empty
+    for a metric no policy played)."""
+    found: dict[tuple, str] = {}
+    for r in rows:
+        digest = (r.get("policy") or {}).get(metric)
+        if digest and label(r["params"].get(key)) == option and value_of(r, metric) is not None:
+            found[(tuple(label(r["params"].get(k)) for k in others), r.get("seed"))] = digest
+    out = {}
+    for s in seeds:
+        digests = [found.get((c, s)) for c in combos]
+        if all(d is not None for d in digests):
+            out[s] = digests
+    return out
+
+
+def same(a: dict | None, b: dict | None) -> bool:
+    """Both options played with bit-identical weights in every seed and combination both have (one at least)."""
+    if not a or not b:
+        return False
+    seeds = [s for s in a if s in b]
+    return bool(seeds) and all(a[s] == b[s] for s in seeds)
+
+
 def tied(row: dict) -> bool:
     """The two options cannot be told apart at all: bit-identical, or the same exact value in every seed."""
     return row["verdict"] == IDENTICAL or (row["verdict"] == EXACT and row["difference"] == 0)
 
 
-def place(metric: Metric, options: list[str], cells: dict, default: str | None) -> list[dict]:
+def place(
+    metric: Metric, options: list[str], cells: dict, default: str | None, policies: dict | None = None
+) -> list[dict]:
     """Every option placed on `metric`: the best (by its mean over seeds) against each other option, in rank
     order. Options tied with the best bit for bit are folded into its row (``ties``); a metric all options
-    tie on is one row (``same_for_all``), said once."""
+    tie on is one row (``same_for_all``), said once. `policies`: {option: {seed: [digest of the weights that
+    played, per combination]}} for a metric of the policy's games (``compare``'s ``same_policy``)."""
     sign = -1 if metric.higher else 1
     ranked = sorted(options, key=lambda o: sign * _mean([_mean(v) for v in cells[o].values()]))
     best, rest = ranked[0], ranked[1:]
-    rows = {o: compare(metric, best, cells[best], o, cells[o]) for o in rest}
+    policies = policies or {}
+    rows = {
+        o: compare(metric, best, cells[best], o, cells[o], same_policy=same(policies.get(best), policies.get(o)))
+        for o in rest
+    }
     ties = [o for o in rest if tied(rows[o]) and rows[o]["best"] == best]
     if len(ties) == len(rest):
         first = rows[rest[0]]

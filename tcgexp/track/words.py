@@ -91,6 +91,14 @@ def failure(row: dict) -> str:
     return f"{what(row)}: {done}, ranked below every option that completed (best on {row['metric']}: {row['best']})"
 
 
+SAME_POLICY = "the same weights in every seed, so one policy: its games' luck is no effect"
+
+
+def bit_for_bit(row: dict) -> str:
+    """How an identical row is identical: its values bit for bit, or (a win rate) the policy that played."""
+    return SAME_POLICY if row.get("same_policy") else "bit for bit"
+
+
 def sentence(row: dict) -> str:
     """One finding: `best` vs `vs`, the difference (and relative), its interval and n, the verdict."""
     if row["verdict"] in (FAILED, DIVERGED):
@@ -100,12 +108,12 @@ def sentence(row: dict) -> str:
         if len(options) == 2:  # two options: the plain pair reads best
             head = f"{what(row)}, {row['metric']}: {options[0]} vs {options[1]}"
             if row["verdict"] == IDENTICAL:
-                return f"{head}: identical, bit for bit ({seeds_note(row)})"
+                return f"{head}: identical, {bit_for_bit(row)} ({seeds_note(row)})"
             return f"{head}: {fmt(0, row['unit'], signed=True)}, exact: the same in every seed ({seeds_note(row)})"
         if row["verdict"] == IDENTICAL:
             return (
                 f"{what(row)}, {row['metric']}: identical across all {len(options)} options ({', '.join(options)}), "
-                f"bit for bit ({seeds_note(row)})"
+                f"{bit_for_bit(row)} ({seeds_note(row)})"
             )
         return (
             f"{what(row)}, {row['metric']}: the same for all {len(options)} options ({', '.join(options)}) in every "
@@ -113,7 +121,7 @@ def sentence(row: dict) -> str:
         )
     head = f"{what(row)}, {row['metric']}: {best_of(row)} vs {vs_of(row)}"
     if row["verdict"] == IDENTICAL:
-        return f"{head}: identical, bit for bit ({seeds_note(row)})"
+        return f"{head}: identical, {bit_for_bit(row)} ({seeds_note(row)})"
     diff = fmt(row["difference"], row["unit"], signed=True)
     rel = f" ({row['relative_pct']:+.1f} %)" if row.get("relative_pct") is not None and row["unit"] != "%" else ""
     if row["verdict"] == EXACT:
@@ -158,7 +166,8 @@ HOW_TO_READ = (
     f"seed by seed and summarised with a 95 % interval ({METHOD}). "
     "Verdicts: `exact`: every seed gave each option the same value (a deterministic counter), so the "
     "difference needs no interval; `identical`: bit-identical values seed by seed (the option cannot change "
-    "this metric); "
+    "this metric; a win rate: the options trained bit-identical weights in every seed, so one policy played, "
+    "whatever luck its games had); "
     "`better`: the interval excludes 0; `within noise`: it includes 0, so the sweep cannot tell the two apart, and "
     "the row says about how many seeds would resolve a difference of the size seen (from the spread of the "
     f"per-seed differences; for rows/s and data stall run the seeds interleaved, `{INTERLEAVED}`, so the order "
@@ -186,7 +195,7 @@ def cells_of(r: dict, kind: str) -> list[str]:
         best = (
             " = ".join(options) if len(options) == 2 else f"all {len(options)} options ({', '.join(options)})"
         ) + ": "
-        best += fmt(r["best_value"], r["unit"]) if r["verdict"] == EXACT else "bit for bit"
+        best += fmt(r["best_value"], r["unit"]) if r["verdict"] == EXACT else bit_for_bit(r)
         vs = ""
     else:
         best = f"{best_of(r)}: {fmt(r['best_value'], r['unit'])}"

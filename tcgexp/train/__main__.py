@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> float | None:
     # one line for the user's errors (a failed sweep job is recorded by Hydra); the folder's claim (RunDirGuard's,
     # taken over): a run refused before it wrote anything leaves no folder
     with job_errors(*USER_ERRORS), claimed(run_dir, rank=launched_rank(), continues=run_dir_of(cfg.resume or again)):
-        check_metric(cfg.get("optimized_metric"), cfg.get("dataset"))
+        check_metric(cfg.get("optimized_metric"), cfg)
         overrides = list(HydraConfig.get().overrides.task)
         if again:
             print(

@@ -11,20 +11,38 @@ from ..errors import ConfigError
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
 
 
-def check_metric(name: str | None, dataset=None) -> None:
-    """Refuse an optimized_metric that no run can produce, before any work; with the run's `dataset` config, one
-    this run cannot produce (the stop head's on a game without offered options)."""
+WIN_RATE = "eval/win_rate/"  # eval/win_rate/<opponent>: the policy's win rate (tcgexp.train.evaluate), higher is better
+
+
+def check_metric(name: str | None, cfg=None) -> None:
+    """Refuse an optimized_metric that no run can produce, before any work; with the run's config `cfg`, one this
+    run cannot produce: a win rate needs that opponent played at its end, and the stop head's metrics a game with
+    offered options (its `dataset`)."""
     # MLX loads after the entry point's setup() (it binds its BLAS when it loads)
     from ..learn.step import METRICS, STOP_METRICS
 
     if name is None:
+        return
+    if str(name).startswith(WIN_RATE):
+        opponent = str(name)[len(WIN_RATE) :]
+        if cfg is not None:
+            ev = cfg.get("eval")
+            names = [str(o).partition("=")[0] if "=" in str(o) else str(o) for o in (ev.opponents if ev else [])]
+            if not (ev and ev.enabled and opponent in names):
+                raise ConfigError(
+                    f"optimized_metric={name} is played at the run's end: set eval.enabled=true with {opponent!r} "
+                    f"among eval.opponents (now {names})"
+                )
         return
     prefix, _, key = str(name).partition("/")
     val = [*METRICS, "policy_early", "policy_late", "accuracy_early", "accuracy_late", *STOP_METRICS]
     known = {"val": val, "best": ["val_loss"]}
     if key not in known.get(prefix, []):
         choices = ", ".join(f"{p}/{k}" for p, keys in known.items() for k in keys)
-        raise ConfigError(f"optimized_metric={name!r} is impossible: it must be one of {choices} (or null)")
+        raise ConfigError(
+            f"optimized_metric={name!r} is impossible: it must be one of {choices}, {WIN_RATE}<opponent> (or null)"
+        )
+    dataset = cfg.get("dataset") if cfg is not None else None
     if key in STOP_METRICS and dataset is not None:
         from ..data.games import game, model_dims
 
@@ -37,9 +55,9 @@ def check_metric(name: str | None, dataset=None) -> None:
 
 
 def higher_is_better(name: str) -> bool:
-    """Whether `name` improves upwards (accuracy) rather than downwards (the losses)."""
+    """Whether `name` improves upwards (accuracy, a win rate) rather than downwards (the losses)."""
     key = str(name).partition("/")[2]
-    return key.startswith("accuracy") or key.endswith("_accuracy")
+    return key.startswith("accuracy") or key.endswith("_accuracy") or str(name).startswith(WIN_RATE)
 
 
 def optimized(result: dict[str, Any], name: str | None) -> float | None:
@@ -47,6 +65,9 @@ def optimized(result: dict[str, Any], name: str | None) -> float | None:
     (``result["final"]``), best/val_loss the best epoch's. NaN when the run has none (it diverged)."""
     if name is None:
         return None
+    if str(name).startswith(WIN_RATE):
+        value = ((result.get("eval") or {}).get(str(name)[len(WIN_RATE) :]) or {}).get("win_rate")
+        return float(value) if value is not None else math.nan
     prefix, _, key = str(name).partition("/")
     value = (result.get(SOURCES[prefix]) or {}).get(key)
     return float(value) if value is not None else math.nan

@@ -36,6 +36,17 @@ def preflight(cfg: DictConfig) -> None:
         )
     check_stop_at(cfg)
     check_memory(cfg)
+    check_eval(cfg)
+
+
+def check_eval(cfg: DictConfig) -> None:
+    """A run that plays at its end (``eval.enabled``) can play: the real game, the engine here, its deck and
+    opponents exist; refused now rather than after training."""
+    if not cfg.get("eval") or not cfg.eval.enabled:
+        return
+    from ..config import build
+
+    build(cfg.eval)().check(cfg)
 
 
 def check_stop_at(cfg: DictConfig, done_epochs: int = 0, done_steps: int = 0) -> None:

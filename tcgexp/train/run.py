@@ -36,7 +36,7 @@ from ..learn.state import LaneMemory, TrainState
 from ..lifecycle.distributed import World
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.rank_status import note_rank
-from ..lifecycle.result_file import leave_ending, leave_failed
+from ..lifecycle.result_file import leave_ending, leave_failed, write_result
 from ..lifecycle.resume import Saved
 from ..lifecycle.rundir import claimed, run_dir_of
 from ..lifecycle.signals import (
@@ -202,9 +202,29 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
         stack.enter_context(tracked(tracker))
         trainer: Trainer = build(cfg.trainer)(checkpoints=checkpoints, tracker=tracker, run=ctx)
         result = trainer.fit(data, learner, caches, loaders)
+        if cfg.get("eval") and cfg.eval.enabled and result["status"] in ("completed", "stopped") and ctx.world.lead:
+            result = play_at_end(cfg, ctx, tracker, result)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
     return {**result, "model": learner.model}
+
+
+def play_at_end(cfg: DictConfig, ctx: RunContext, tracker, result: dict) -> dict:
+    """``eval.enabled``: the trained policy plays (``evaluate.at_end``); its tallies join result.json (``eval``). A
+    failure to play is said in one line and recorded (``eval_error``): the training it follows stands."""
+    from .evaluate import at_end
+
+    ctx.note("playing the real game (eval)")
+    step = int(result["processed"]["optimizer_steps"])
+    try:
+        found = at_end(cfg, ctx.run_dir, tracker, step, ctx.console)
+        result = {**result, "eval": found}
+    except Exception as exc:  # noqa: BLE001 - the run trained; what it could not play is said and recorded
+        why = f"{type(exc).__name__}: {exc}"
+        ctx.console.print(f"[eval] not played: {why}", markup=False, soft_wrap=True)
+        result = {**result, "eval_error": why}
+    write_result(ctx.run_dir, result)
+    return result
 
 
 def checkpoint_estimate(learner: Learner) -> int:

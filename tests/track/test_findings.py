@@ -344,3 +344,55 @@ def test_a_halving_row_names_the_better_configuration_first_and_says_which_is_th
     [row] = halving_findings(trials, rows, objective("val/loss"))
     assert row["configuration"] == "runner-up vs best at 1 epoch"
     assert (row["best"], row["vs"]) == ("trial 1 (lr=1)", "trial 0 (lr=0)") and row["difference"] < 0
+
+
+def win_job(params: dict, seed, rate: float, digest: str) -> dict:
+    row = job(params, seed, 1.0 + 0.01 * seed)
+    row["metrics"]["eval/win_rate/random"] = rate
+    row["policy"] = {"eval/win_rate/random": digest}
+    return row
+
+
+def test_a_win_rate_is_a_metric_higher_is_better_paired_by_seed():
+    from tcgexp.track.summary import win_rate_metrics
+
+    # the longer chunk wins 6 points more in every seed (its own weights each time)
+    rows = [
+        win_job({"tbptt.chunk": k}, s, 0.80 + 0.01 * s + (0.06 if k == 32 else 0.0), f"w{k}-{s}")
+        for k in (16, 32)
+        for s in (0, 1, 2)
+    ]
+    [rate] = win_rate_metrics(rows)
+    assert rate.name == "eval/win_rate/random" and rate.higher and objective(rate.name).higher
+    found = grid_findings(rows, ["tbptt.chunk"], {}, LOSS, [rate])
+    row = next(f for f in found if f["metric"] == rate.name)
+    assert (row["best"], row["vs"]) == ("32", "16") and row["difference"] == pytest.approx(0.06)
+    assert row["verdict"] == BETTER and row["direction"] == "higher is better" and "same_policy" not in row
+
+
+def test_the_same_weights_are_one_policy_whatever_luck_their_games_had():
+    """A cache sweep: every policy trains bit-identical weights (one digest per seed), and the engine's luck gave
+    their games different win rates; the finding is identical (one policy), never an effect."""
+    from tcgexp.track.summary import win_rate_metrics
+
+    luck = {
+        ("off", 0): 0.81,
+        ("off", 1): 0.86,
+        ("plan", 0): 0.88,
+        ("plan", 1): 0.79,
+        ("lru", 0): 0.90,
+        ("lru", 1): 0.80,
+    }
+    rows = [
+        win_job({"cache": c}, s, luck[(c, s)], f"weights-of-seed-{s}") for c in ("off", "plan", "lru") for s in (0, 1)
+    ]
+    found = grid_findings(rows, ["cache"], {"cache": "hot60"}, LOSS, win_rate_metrics(rows))
+    [row] = [f for f in found if f["metric"] == "eval/win_rate/random"]
+    assert row["verdict"] == IDENTICAL and row["same_for_all"] and row["same_policy"]
+    assert "identical across all 3 options" in sentence(row) and "one policy" in sentence(row)
+    # and where one option trained other weights, the rule does not apply: its games are compared
+    rows[-1]["policy"]["eval/win_rate/random"] = "other"
+    rows[-2]["policy"]["eval/win_rate/random"] = "other too"
+    found = grid_findings(rows, ["cache"], {"cache": "hot60"}, LOSS, win_rate_metrics(rows))
+    verdicts = {f["vs"]: f["verdict"] for f in found if f["metric"] == "eval/win_rate/random"}
+    assert verdicts == {"off": NOISE, "plan": NOISE}, verdicts  # lru, best by its mean, against each
