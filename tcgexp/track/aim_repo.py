@@ -129,6 +129,7 @@ def open_repo(path: str | Path):
     import aim
     from aim.sdk.index_manager import RepoIndexManager
 
+    exit_cleanup_in_place()
     repo = aim.Repo(str(Path(path).expanduser().absolute()))
     manager = RepoIndexManager.get_index_manager(repo)
     for run_hash in repo.list_all_runs():
@@ -143,3 +144,31 @@ def quiet_aim() -> None:
     import logging
 
     logging.getLogger("aim").setLevel(logging.WARNING)
+    exit_cleanup_in_place()
+
+
+# CPython 3.12.0-3.12.2 refuse to start a thread once the interpreter is shutting down (cpython#113964, fixed
+# in 3.12.3 by cpython#117029), and Aim's exit hook (AutoClean.cleanup) starts one to close its repos and runs:
+# every process that opened one printed "Exception ignored in atexit callback ... can't create new thread at
+# interpreter shutdown" as it ended
+BROKEN_EXIT_THREADS = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 3)
+
+
+def exit_cleanup_in_place() -> None:
+    """On the Pythons of BROKEN_EXIT_THREADS, Aim's exit clean-up runs on the exiting thread: the same body
+    (AutoClean._cleanup: every open repo and run closed, in Aim's order) without the thread it starts it in,
+    which only shields it from a second Ctrl-C. Elsewhere Aim's own hook stays. Called before any Aim object
+    is made in this process (quiet_aim), so Aim never registers its own; once."""
+    if not BROKEN_EXIT_THREADS:
+        return
+    import atexit
+
+    from aim.ext.cleanup import AutoClean
+
+    if getattr(AutoClean, "_tcgexp_in_place", False):
+        return
+    if AutoClean._registered_with_atexit:  # an Aim object made before us: its hook is registered already
+        atexit.unregister(AutoClean.cleanup)
+    AutoClean._registered_with_atexit = True  # Aim then registers none of its own
+    AutoClean._tcgexp_in_place = True
+    atexit.register(AutoClean._cleanup)

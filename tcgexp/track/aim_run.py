@@ -291,6 +291,7 @@ def open_run(aim, *, run_hash: str | None, repo: str, experiment: str, attrs: di
     """
     # capture_terminal_logs off: the run lives in a child process (remote.py) whose stdout is the pipe
     # to its job, protocol lines and no logs
+    quiet_aim()  # a repo on a server was not prepared here (prepare_repo calls it for a local one)
     if run_hash is None:
         run = aim.Run(repo=repo, capture_terminal_logs=False)
         try:  # named and set up once it exists: a run that fails here is deleted, never left half-made
