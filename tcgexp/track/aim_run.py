@@ -32,7 +32,7 @@ from typing import Any
 from ..ownership import held_by_someone
 from ..schema import schema
 from . import TrackingConfig
-from .aim_repo import one_line, quiet_aim, say_untracked, within
+from .aim_repo import exit_cleanup_in_place, one_line, quiet_aim, say_untracked, within
 from .context import JobContext
 
 CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
@@ -291,7 +291,7 @@ def open_run(aim, *, run_hash: str | None, repo: str, experiment: str, attrs: di
     """
     # capture_terminal_logs off: the run lives in a child process (remote.py) whose stdout is the pipe
     # to its job, protocol lines and no logs
-    quiet_aim()  # a repo on a server was not prepared here (prepare_repo calls it for a local one)
+    exit_cleanup_in_place()  # a repo on a server was not prepared here (prepare_repo sees to it for a local one)
     if run_hash is None:
         run = aim.Run(repo=repo, capture_terminal_logs=False)
         try:  # named and set up once it exists: a run that fails here is deleted, never left half-made
