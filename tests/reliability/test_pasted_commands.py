@@ -61,7 +61,7 @@ def test_every_printed_command_pastes_into_bash_and_runs(tmp_path):
         "--multirun",
         "hydra/sweeper=halving",
         *TRIAL,
-        "dataset.rows_per_day=3000",  # a first trial long enough to be stopped inside
+        "dataset.rows_per_day=24000",  # trials long enough (seconds each) to be stopped inside, also on a loaded machine
         override("dataset.root", str(home / "data")),
         "hydra.sweeper.min_epochs=1",
         "hydra.sweeper.max_epochs=1",
