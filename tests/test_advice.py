@@ -34,6 +34,8 @@ NOT_SETTINGS = {
     "cache.val",
     "trainer.py",
     "checkpoint.save",
+    "checkpoint.snapshot",
+    "checkpoint.write",
     "optimizer.grad_clip",
     "scheduler.gamma",
     # the model's module, its MLX method and an attribute the game sizes (data.games.model_dims), not a setting

@@ -199,6 +199,7 @@ def spawn(kind: str, chunk: int, hidden: int, args, env: dict | None = None) -> 
         "--hidden",
         str(hidden),
         *(["--root", args.root] if args.root else []),
+        *(["--dataset-set", *args.dataset_set] if getattr(args, "dataset_set", None) else []),
         "--steps",
         str(args.steps),
         "--threads",

@@ -13,5 +13,7 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def root_override(args) -> list[str]:
-    """``dataset.root=...`` when the benchmark was given ``--root``; else the dataset option's own root."""
-    return [f"dataset.root={args.root}"] if getattr(args, "root", None) else []
+    """``dataset.root=...`` when the benchmark was given ``--root``; else the dataset option's own root. Then the
+    dataset settings it was given (``--dataset-set days=30``, where it takes them)."""
+    root = [f"dataset.root={args.root}"] if getattr(args, "root", None) else []
+    return root + [f"dataset.{kv}" for kv in getattr(args, "dataset_set", None) or []]

@@ -37,6 +37,13 @@ from .table import markdown_table, root_override
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="5d")
     p.add_argument("--root", default=None, help="dataset.root (default: the dataset option's own; built if missing)")
+    p.add_argument(
+        "--dataset-set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="dataset settings for every run and step child (days=30 with --root data/30d: a 30-day corpus)",
+    )
     p.add_argument("--policies", nargs="+", default=["off", "fifo", "lru", "hot60", "plan"])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--steps", type=int, default=150, help="microbatches for the step comparison")
@@ -187,7 +194,8 @@ def run(args: argparse.Namespace) -> None:
         print(json.dumps(steps.child(args.only_steps, args.chunks[0], args.hiddens[0], args)))
         return
     print(
-        f"## Training throughput: dataset={args.dataset}, model.hidden={args.hidden}, defaults otherwise "
+        f"## Training throughput: dataset={args.dataset}{''.join(f' dataset.{kv}' for kv in args.dataset_set)}, "
+        f"model.hidden={args.hidden}, defaults otherwise "
         f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores at the start)\n"
     )
     if "policies" in args.parts:

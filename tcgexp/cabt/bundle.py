@@ -24,7 +24,7 @@ import tarfile
 import time
 from pathlib import Path
 
-MODULES = ("cards", "features", "observe", "netpolicy", "policyfile")  # in dependency order
+MODULES = ("cards", "tables", "features", "observe", "netpolicy", "policyfile")  # in dependency order
 MAIN = "main.py"
 TARBALL = "submission.tar.gz"
 

@@ -21,7 +21,8 @@ import hashlib
 
 import numpy as np
 
-from .features import OPTION_DIM, PICKED, STATE_DIM, Tables, attack_damage, option_features, state_features
+from .features import OPTION_DIM, PICKED, STATE_DIM, attack_damage, option_features, state_features
+from .tables import Tables
 
 MAX_ROUNDS = 64  # rounds per episode (episode_id = match * 64 + round - 1)
 MAX_DECISIONS = 10000  # per round and lane pair: decision_id = episode_id * 10000 + decision index

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cards import CARD_TYPES, N_FACTS, N_TYPES, POKEMON, CardDB
+from .cards import CARD_TYPES, N_FACTS, N_TYPES
+from .tables import BENCHED_KEPT, CARD_LITE, Tables, pays
 
 N_SELECT_TYPES = 16  # select.type one-hot (larger ids share the last slot)
 N_CONTEXTS = 48  # select.context one-hot (likewise)
@@ -23,12 +24,11 @@ STATUS = ("poisoned", "burned", "asleep", "paralyzed", "confused")
 
 _MON_FULL = 1 + N_FACTS + 3 + 1 + N_TYPES + 3 + 2  # active Pokémon
 _MON_LITE = 1 + 3 + 1 + N_TYPES + 5  # benched Pokémon
-_CARD_LITE = len(CARD_TYPES) + 3 + 1 + N_TYPES  # what an option's card adds: type, stage, rule box, energy type
 STATE_LAYOUT = (
     ("select_type", N_SELECT_TYPES),
     ("context", N_CONTEXTS),
     ("select", 6),  # minCount/4, maxCount/4, picked so far/4, offered/48, remainDamageCounter/10, remainEnergyCost/5
-    ("effect_card", _CARD_LITE + 1),  # the card whose effect asks (select.effect / contextCard), + it is mine
+    ("effect_card", CARD_LITE + 1),  # the card whose effect asks (select.effect / contextCard), + it is mine
     ("turn", 11),  # turn/40, went first, supporter/stadium played, energy attached, retreated, actions/20,
     # round/5, my wins/3, opponent's wins/3, draws/3
     ("players", 2 * (6 + len(STATUS))),  # mine then the opponent's: deck/60, discard/60, prizes left/6,
@@ -51,7 +51,7 @@ OPTION_LAYOUT = (
     ("index", 1),  # position/20 in the hand, discard or bench (never in the deck: its order is hidden)
     ("number", 2),  # number/10, count/5
     ("picked", 1),  # already picked earlier in this multi-select
-    ("card", _CARD_LITE),  # the card it names
+    ("card", CARD_LITE),  # the card it names
     ("card_state", 3),  # that card in play: HP left/300, HP fraction, energy/6
     ("attack", 4),  # damage/300, cost/5, payable, would knock out the opposing active (0 when undeterminable)
     ("target_state", 2),  # the Pokémon it lands on: HP fraction, energy/6
@@ -70,81 +70,6 @@ def _off(layout) -> dict[str, int]:
 S = _off(STATE_LAYOUT)
 O = _off(OPTION_LAYOUT)
 PICKED = S["select"] + 2  # the picks so far (/4): all a later substep of one decision changes in the state
-
-
-class Tables:
-    """Per-card arrays the encoders index: lite facts, full facts, attack costs, evolves-from."""
-
-    def __init__(self, db: CardDB, digest: str = "") -> None:
-        self.db = db
-        self.db_digest = digest
-        self.full = db.facts
-        n = db.max_id + 1
-        self.lite = np.zeros((n, _CARD_LITE), np.float32)
-        nt = len(CARD_TYPES)
-        self.lite[:, :nt] = db.facts[:, :nt]
-        self.lite[:, nt : nt + 3] = db.facts[:, nt : nt + 3]
-        self.lite[:, nt + 3] = db.facts[:, nt + 3 : nt + 7].max(axis=1)  # any rule box
-        t0 = nt + 3 + 4 + 2
-        self.lite[:, nt + 4 :] = db.facts[:, t0 : t0 + N_TYPES]
-        self.card_type = np.full(n, -1, np.int64)
-        self.energy_type = np.zeros(n, np.int64)
-        self.basic = np.zeros(n, bool)
-        self.stage = np.zeros(n, bool)
-        self.weakness = np.full(n, -1, np.int64)
-        self.resistance = np.full(n, -1, np.int64)
-        self.name: dict[int, str] = {}
-        self.evolves_from: dict[int, str] = {}
-        self.n_ids = n
-        self._costs: dict[int, list] = {}
-        self._payable: dict[tuple, int] = {}
-        self.bench_static = np.zeros((n, 4 + N_TYPES), np.float32)  # stage, any rule box, type
-        for cid, c in db.card.items():
-            self.card_type[cid] = c["cardType"]
-            self.energy_type[cid] = c.get("energyType") or 0
-            self.basic[cid] = bool(c["basic"]) and c["cardType"] == POKEMON
-            self.stage[cid] = bool(c["stage1"] or c["stage2"])
-            self.weakness[cid] = -1 if c.get("weakness") is None else c["weakness"]
-            self.resistance[cid] = -1 if c.get("resistance") is None else c["resistance"]
-            self.name[cid] = c["name"]
-            if c.get("evolvesFrom"):
-                self.evolves_from[cid] = c["evolvesFrom"]
-        full = db.facts
-        self.bench_static[:, :3] = full[:, nt : nt + 3]
-        self.bench_static[:, 3] = full[:, nt + 3 : nt + 7].max(axis=1)
-        self.bench_static[:, 4:] = full[:, nt + 9 : nt + 9 + N_TYPES]
-
-    def cid(self, card) -> int:
-        """A visible card's id, 0 when hidden or unknown."""
-        try:
-            c = card["id"]
-        except (TypeError, KeyError):
-            return 0
-        return c if c.__class__ is int and 0 < c < self.n_ids else 0
-
-    def attack_costs(self, cid: int) -> list[tuple[int, ...]]:
-        got = self._costs.get(cid)
-        if got is None:
-            got = self._costs[cid] = [a.cost for a in self.db.attacks_of(cid)]
-        return got
-
-    def payable(self, cid: int, energies) -> int:
-        """How many of the card's attacks `energies` pays (cached per card and energy multiset)."""
-        key = (cid, tuple(sorted(energies or ())))
-        got = self._payable.get(key)
-        if got is None:
-            got = self._payable[key] = sum(_payable(c, key[1]) for c in self.attack_costs(cid))
-        return got
-
-
-def _payable(attack_cost, energies) -> bool:
-    have = list(energies or ())
-    for t in attack_cost:
-        if t and t in have:
-            have.remove(t)
-        elif t:
-            return False
-    return len(have) >= sum(1 for t in attack_cost if not t)
 
 
 def attack_damage(tb: Tables, aid: int, attacker: dict | None, defender: dict | None) -> tuple[float, bool]:
@@ -180,7 +105,7 @@ def _mon_full(tb: Tables, f: np.ndarray, o: int, m: dict | None, other: dict | N
     o += 1 + N_TYPES
     f[o : o + 3] = (len(m.get("tools") or ()) / 2, len(m.get("preEvolution") or ()) / 2, bool(m.get("appearThisTurn")))
     o += 3
-    pay = [a for a in tb.db.attacks_of(cid) if _payable(a.cost, en)]
+    pay = [a for a in tb.db.attacks_of(cid) if pays(a.cost, en)]
     f[o] = len(pay) / 3
     f[o + 1] = max((attack_damage(tb, a.aid, m, other)[0] for a in pay), default=0.0) / 300 if other else 0.0
 
@@ -189,12 +114,21 @@ def _mon_lite(tb: Tables, f: np.ndarray, o: int, m: dict | None) -> None:
     cid = tb.cid(m)
     if not cid:
         return
-    f[o] = 1
-    f[o + 1 : o + 5 + N_TYPES] = tb.bench_static[cid]
-    o += 5 + N_TYPES
     hp, mx = m.get("hp") or 0, m.get("maxHp") or 1
     en = m.get("energies") or ()
-    f[o : o + 5] = (hp / 300, hp / max(mx, 1), len(en) / 6, tb.payable(cid, en) / 3, len(m.get("tools") or ()) / 2)
+    tools = len(m.get("tools") or ())
+    # a benched Pokémon mostly sits unchanged for many decisions: its slots made once per state they read
+    key = (cid, hp, mx, tuple(en), tools)
+    v = tb.benched.get(key)
+    if v is None:
+        v = np.zeros(_MON_LITE, np.float32)
+        v[0] = 1
+        v[1 : 5 + N_TYPES] = tb.bench_static[cid]
+        v[5 + N_TYPES :] = (hp / 300, hp / max(mx, 1), len(en) / 6, tb.payable(cid, en) / 3, tools / 2)
+        if len(tb.benched) >= BENCHED_KEPT:
+            tb.benched.clear()
+        tb.benched[key] = v
+    f[o : o + _MON_LITE] = v
 
 
 def state_features(tb: Tables, obs: dict, picked: int, out: np.ndarray) -> None:
@@ -218,8 +152,8 @@ def state_features(tb: Tables, obs: dict, picked: int, out: np.ndarray) -> None:
     c = tb.cid(eff)
     if c:
         o = S["effect_card"]
-        f[o : o + _CARD_LITE] = tb.lite[c]
-        f[o + _CARD_LITE] = eff.get("playerIndex") == me
+        f[o : o + CARD_LITE] = tb.lite[c]
+        f[o + CARD_LITE] = eff.get("playerIndex") == me
     turn = int(cur.get("turn") or 0)
     o = S["turn"]
     f[o : o + 11] = (
@@ -258,28 +192,68 @@ def state_features(tb: Tables, obs: dict, picked: int, out: np.ndarray) -> None:
     o = S["my_hand"]
     nt = len(CARD_TYPES)
     on_board = {tb.name.get(tb.cid(m)) for m in [ma, *(mine.get("bench") or ())] if tb.cid(m)}
-    for h in mine.get("hand") or ():
+    hand = mine.get("hand") or ()
+    # each slot counted, then given the running sum its additions would reach (Tables.running_sum: bit for bit)
+    by_type, energies, basics, evolvable = [0] * nt, [0] * N_TYPES, 0, 0
+    odd = []  # a card id the database lacks (type -1): added in place, as it always was
+    ct_of, et_of, basic_of, evolves, n_ids = tb.card_type_of, tb.energy_type_of, tb.basic_of, tb.evolves_from, tb.n_ids
+    for h in hand:
         cid = tb.cid(h)
         if not cid:
             continue
+        ct = ct_of[cid]
+        if 0 <= ct < nt:
+            by_type[ct] += 1
+        else:
+            odd.append(cid)
+            continue
+        if ct == 5:
+            energies[et_of[cid] % N_TYPES] += 1
+        basics += basic_of[cid]
+        evolvable += evolves.get(cid) in on_board
+    _put(tb, f, o, by_type, 0.1)
+    _put(tb, f, o + nt, energies, 0.1)
+    if basics:
+        f[o + nt + N_TYPES] = tb.running_sum(0.1 * np.True_, basics)  # a numpy float64: as before
+    if evolvable:
+        f[o + nt + N_TYPES + 1] = tb.running_sum(0.2, evolvable)
+    for cid in odd:  # never met in the engine's databases; kept exact all the same
         ct = tb.card_type[cid]
         f[o + ct] += 0.1
         if ct in (5,):
             f[o + nt + tb.energy_type[cid] % N_TYPES] += 0.1
         f[o + nt + N_TYPES] += 0.1 * tb.basic[cid]
         f[o + nt + N_TYPES + 1] += 0.2 * (tb.evolves_from.get(cid) in on_board)
-    f[o + nt + N_TYPES + 2] = len(mine.get("hand") or ()) / 20
+    f[o + nt + N_TYPES + 2] = len(hand) / 20
     o = S["discards"]
     for p in (mine, opp):
+        by_type, odd = [0] * nt, []
         for card in p.get("discard") or ():
-            cid = tb.cid(card)
-            if cid:
-                f[o + tb.card_type[cid]] += 0.05
+            try:  # tb.cid inlined: a discard pile is the longest list read per row
+                cid = card["id"]
+            except (TypeError, KeyError):
+                continue
+            if cid.__class__ is int and 0 < cid < n_ids:
+                ct = ct_of[cid]
+                if 0 <= ct < nt:
+                    by_type[ct] += 1
+                else:
+                    odd.append(ct)
+        _put(tb, f, o, by_type, 0.05)
+        for ct in odd:
+            f[o + ct] += 0.05
         o += nt
     stadium = cur.get("stadium") or ()
     if stadium:
         f[S["stadium"]] = 1
         f[S["stadium"] + 1] = stadium[0].get("playerIndex") == me if isinstance(stadium[0], dict) else 0
+
+
+def _put(tb: Tables, f: np.ndarray, o: int, counts: list, step) -> None:
+    """Slots o.. given the running sums of their counts (a zero count leaves its zeroed slot as it is)."""
+    for k, c in enumerate(counts):
+        if c:
+            f[o + k] = tb.running_sum(step, c)
 
 
 def _area_card(cur: dict, sel: dict, owner: dict, area: int, index: int):
@@ -337,7 +311,7 @@ def option_features(tb: Tables, obs: dict, picked: set[int], out: np.ndarray) ->
             card = _area_card(cur, sel, players[me], 2, index)
         cid = tb.cid(card)
         if cid:
-            f[O["card"] : O["card"] + _CARD_LITE] = tb.lite[cid]
+            f[O["card"] : O["card"] + CARD_LITE] = tb.lite[cid]
             if area in (A_ACTIVE, A_BENCH) and isinstance(card, dict):
                 hp, mx = card.get("hp") or 0, card.get("maxHp") or 1
                 f[O["card_state"] : O["card_state"] + 3] = (

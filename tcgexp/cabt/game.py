@@ -18,18 +18,19 @@ import pyarrow as pa
 
 from . import features
 from .episode import MAX_ROUNDS, EpisodeRefused, check_format, encode_episode
+from .tables import Tables
 
 OPTION_DIM = features.OPTION_DIM
 STATE_DIM = features.STATE_DIM
 
 
 @cache
-def tables(version: int) -> features.Tables:
+def tables(version: int) -> Tables:
     from .cards import CardDB
     from .engine import engine
 
     eng = engine(version)
-    return features.Tables(CardDB(eng.cards(), eng.attacks()), eng.digest())
+    return Tables(CardDB(eng.cards(), eng.attacks()), eng.digest())
 
 
 def _date(value) -> str | None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .features import Tables
 from .observe import Decision
+from .tables import Tables
 
 Z_MAX = 0.9  # the memory's update gate cap (tcgexp/learn/scan.py)
 GATE_SLOPE = 0.25  # hard sigmoid: clip(0.25 x + 0.5, 0, Z_MAX)

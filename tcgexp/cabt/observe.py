@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .features import OPTION_DIM, PICKED, STATE_DIM, O, Tables, attack_damage, option_features, state_features
+from .features import OPTION_DIM, PICKED, STATE_DIM, O, attack_damage, option_features, state_features
+from .tables import Tables
 
 PICKED_FLAG = O["picked"]  # an option vector's "already picked in this decision" flag
 

@@ -16,8 +16,8 @@ import json
 import numpy as np
 
 from .cards import CardDB
-from .features import Tables
 from .netpolicy import Net, NetPolicy
+from .tables import Tables
 
 POLICY_FILE = "tcgexp_policy.npz"
 FORMAT = 1

@@ -20,6 +20,7 @@ import mlx.optimizers as optim
 from mlx import nn
 from mlx.utils import tree_flatten, tree_map
 
+from .batch import Prepared
 from .blas import fit_threads, spare_core
 from .errors import PrecisionError
 from .fused_step import choose
@@ -45,7 +46,17 @@ def check_fp32(tree, what: str, *, skip_integers: bool = False) -> None:
 
 
 def to_mx(d: dict) -> dict:
-    return {k: mx.array(v) for k, v in d.items()}
+    """Each array in MLX (one already there, ``staged``, as it is)."""
+    return {k: v if isinstance(v, mx.array) else mx.array(v) for k, v in d.items()}
+
+
+def staged(prep):
+    """A prepared microbatch with its inputs and targets copied into MLX arrays (``to_mx``), for the loader's
+    thread to make: the training thread then only dispatches (the copies were ~11 % of its samples). The same
+    values whichever thread copies them; anything but a ``Prepared`` (shard padding) passes as it is."""
+    if isinstance(prep, Prepared):
+        prep.inputs, prep.targets = to_mx(prep.inputs), to_mx(prep.targets)
+    return prep
 
 
 def global_norm(g) -> mx.array:

@@ -115,8 +115,16 @@ def _lane_arrays(tensors: dict) -> dict[str, np.ndarray]:
 
 def check_finite_weights(model, path: Path) -> None:
     """Never write a checkpoint from NaN/inf weights: a resume from it could only train garbage."""
-    for name, value in tree_flatten(model.parameters()):
-        if not bool(mx.all(mx.isfinite(value)).item()):
+    check_finite(dict(tree_flatten(model.parameters())), path)
+
+
+def check_finite(params: dict[str, mx.array], path: Path) -> None:
+    """``check_finite_weights`` on a flat parameter dict: one read-back for all of them, the first named."""
+    if not params:
+        return
+    finite = np.array(mx.stack([mx.all(mx.isfinite(value)) for value in params.values()]))
+    for name, ok in zip(params, finite.tolist()):
+        if not ok:
             raise CheckpointError(
                 f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "
                 "(the run diverged); the previous checkpoint is kept"
@@ -136,13 +144,44 @@ def out_of_space(exc: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What one checkpoint holds, taken at one optimizer step, to be written now or later (``write``).
+
+    MLX arrays are immutable and the update replaces them, never changes them: the flat parameter and
+    optimizer-state dicts taken here (evaluated) keep this step's values while training goes on, and
+    state.json's text is made here, so nothing changed after the step reaches the files. ``write``
+    writes the very bytes ``save`` writes at this step."""
+
+    params: dict[str, mx.array]
+    optimizer: dict[str, mx.array]
+    lanes: dict[str, mx.array]
+    state_json: str
+
+
+def snapshot(*, model, optimizer, lanes: dict[str, Lanes], state: dict) -> Snapshot:
+    params = dict(tree_flatten(model.parameters()))
+    opt = dict(tree_flatten(optimizer.state))
+    mx.eval(list(params.values()), list(opt.values()))
+    state = {**state, "checkpoint_format": FORMAT}
+    text = json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False)
+    return Snapshot(params, opt, _lane_tensors(lanes), text)
+
+
 def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
     path = Path(path)
     check_finite_weights(model, path)
+    write(path, snapshot(model=model, optimizer=optimizer, lanes=lanes, state=state))
+
+
+def write(path: Path, snap: Snapshot) -> None:
+    """Write `snap` whole at `path` (its weights checked finite by the caller: ``check_finite``). Runs on
+    any thread: it reads the snapshot's evaluated arrays and runs no MLX operation."""
+    path = Path(path)
     check_replaceable(path)  # a link, or files a checkpoint does not hold: refused, nothing deleted
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        _write(tmp, model=model, optimizer=optimizer, lanes=lanes, state=state)
+        _write(tmp, snap)
     except Exception as exc:  # MLX reports a full disk as RuntimeError, json/os as OSError
         shutil.rmtree(tmp, ignore_errors=True)  # (checked above: only ever our own temporary folder)
         kept = "the previous one is kept" if path.exists() else "there is no earlier one"
@@ -152,14 +191,13 @@ def save(path: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) 
     replace(tmp, path)
 
 
-def _write(tmp: Path, *, model, optimizer, lanes: dict[str, Lanes], state: dict) -> None:
+def _write(tmp: Path, snap: Snapshot) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())))
-    mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
-    mx.save_safetensors(str(tmp / "lanes.safetensors"), _lane_tensors(lanes))
-    state = {**state, "checkpoint_format": FORMAT}
-    (tmp / "state.json").write_text(json.dumps(strict(state), indent=2, sort_keys=True, default=str, allow_nan=False))
+    mx.save_safetensors(str(tmp / "model.safetensors"), snap.params)
+    mx.save_safetensors(str(tmp / "optimizer.safetensors"), snap.optimizer)
+    mx.save_safetensors(str(tmp / "lanes.safetensors"), snap.lanes)
+    (tmp / "state.json").write_text(snap.state_json)
     seal(tmp)
     for name in FILES + (CHECKSUMS,):
         with open(tmp / name, "rb") as fh:

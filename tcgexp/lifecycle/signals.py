@@ -40,6 +40,7 @@ IF_UNCLAIMED = ("SIGHUP", "SIGUSR1", "SIGUSR2")
 # after the first stopping signal, a wait for data longer than this is abandoned (a store that stopped answering
 # would hold the run to its bound, ~50 s, past SLURM's KillWait of 30 s): the run leaves with the latest/ it has
 STOP_GRACE_S = 8.0
+WRITE_IN_FLIGHT = "the checkpoint write in flight"  # what a WaitAbandoned waited for, when not data
 
 
 class Preempted(Exception):
@@ -80,6 +81,12 @@ class WaitAbandoned(ForcedStop):
 
 def stop_line(stop: ForcedStop, run_dir) -> str:
     """The one line of a run that left at once, without a new latest/."""
+    if isinstance(stop, WaitAbandoned) and stop.what == WRITE_IN_FLIGHT:
+        return (
+            f"[train] stopped by {stop.signame}: {stop.what} did not finish within {STOP_GRACE_S:.0f} s of it, "
+            f"so the run left without waiting for it; the checkpoints written before it are kept, resume={run_dir} "
+            "continues from its latest/"
+        )
     if isinstance(stop, WaitAbandoned):
         return (
             f"[train] stopped by {stop.signame}: {stop.what} did not come within {STOP_GRACE_S:.0f} s of it, "

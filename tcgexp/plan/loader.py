@@ -143,6 +143,9 @@ class Loader:
         # wait (raised), and the workers are then not waited for (a store that stopped answering holds them)
         self.stop_waiting: Callable[[], BaseException | None] | None = None
 
+    def _build_and_work(self, at: Callable[[int], Microbatch], i: int) -> Any:
+        return self._work(at(i))
+
     def _work(self, mb: Microbatch) -> Any:
         if not mb.rows:
             return Skip(mb.index)
@@ -161,10 +164,13 @@ class Loader:
             return
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tcgexp-loader")
         pending: deque[Future] = deque()
-        todo = iter(plan.microbatches[start:])
+        # the workers build each microbatch from the plan too (~20 numpy calls): not the training thread's work
+        mbs = plan.microbatches[start:]
+        at = mbs.at if hasattr(mbs, "at") else mbs.__getitem__
+        todo = iter(range(len(mbs)))
         try:
-            for mb in todo:
-                pending.append(pool.submit(self._work, mb))
+            for i in todo:
+                pending.append(pool.submit(self._build_and_work, at, i))
                 if len(pending) >= self.depth:
                     break
             while pending:
@@ -173,7 +179,7 @@ class Loader:
                 self.stall_seconds += time.perf_counter() - t0
                 nxt = next(todo, None)
                 if nxt is not None:
-                    pending.append(pool.submit(self._work, nxt))
+                    pending.append(pool.submit(self._build_and_work, at, nxt))
                 self.batches += 1
                 yield batch
         finally:

@@ -274,8 +274,13 @@ class Microbatches(Sequence):
 
     def __iter__(self) -> Iterator[Microbatch]:
         for j in range(self.start, self.stop):
-            mb = self.kept.get(j)
-            yield mb if mb is not None else self.plan.build(j)
+            yield self.at(j - self.start)
+
+    def at(self, i: int) -> Microbatch:
+        """Microbatch i as iterating gives it: the one kept, else built and not kept (any thread may ask: the
+        loader's workers build what they assemble, off the training thread)."""
+        mb = self.kept.get(self.start + i)
+        return mb if mb is not None else self.plan.build(self.start + i)
 
 
 def working_set_stats(plan: Plan) -> dict:

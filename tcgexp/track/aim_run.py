@@ -19,7 +19,9 @@ Built by Hydra (``conf/tracking/aim.yaml``):
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -107,6 +109,8 @@ class AimTracker:
         self._closing = False  # its last line (close) is queued
         self.proc: subprocess.Popen | None = None  # None once closed
         self._proc: subprocess.Popen | None = None
+        self._closed = threading.Event()  # the child closed the run and waits for the next job's (``reuse``)
+        self.reuse = bool(context.in_sweep)  # a sweep's next job in this process takes the child on
         init = {
             "repo": self.where,
             "experiment": experiment_name(experiment, context),
@@ -114,26 +118,46 @@ class AimTracker:
             "attrs": run_attributes(hparams, context),
             "nice": self.NICE,
             "record": run_record(context),
+            "reuse": self.reuse,
         }
+        line = json.dumps(init, default=str) + "\n"
         try:
             # a session of its own: Ctrl-C (the terminal's foreground group) never reaches it, not even while it
             # starts, before it ignores signals (remote.child): the job says when it closes
-            self.proc = self._proc = subprocess.Popen(
-                [sys.executable, *self.CHILD],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                bufsize=1,
-                start_new_session=True,
-            )
-            self.proc.stdin.write(json.dumps(init, default=str) + "\n")
-            self.proc.stdin.flush()
+            self.proc = self._proc = self._spare(line) if self.reuse else None
+            if self.proc is None:
+                self.proc = self._proc = subprocess.Popen(
+                    [sys.executable, *self.CHILD],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    bufsize=1,
+                    start_new_session=True,
+                )
+                self.proc.stdin.write(line)
+                self.proc.stdin.flush()
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
             return
         threading.Thread(target=self._read, args=(self.proc,), daemon=True, name="tcgexp-aim-reply").start()
         self._writer = threading.Thread(target=self._write, args=(self.proc,), daemon=True, name="tcgexp-aim-lines")
         self._writer.start()
+
+    @staticmethod
+    def _spare(line: str) -> subprocess.Popen | None:
+        """The Aim process an earlier job of this sweep (in this process) closed its run in, given `line` (this
+        run's init), or None: there is none, or it is gone."""
+        while _SPARE:
+            owner, proc = _SPARE.pop()
+            if owner != os.getpid() or proc.poll() is not None:  # (a forked worker's copy is not ours to use)
+                continue
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                continue
+            return proc
+        return None
 
     @property
     def hash(self) -> str | None:
@@ -163,6 +187,9 @@ class AimTracker:
             for line in proc.stdout:  # drained to its end (a full pipe would stall the child), a failure said
                 if '"lost"' in line:
                     self._give_up(f"lost the Aim run at {self.where} ({json.loads(line)['lost']})")
+                if '"closed"' in line:  # the run is closed, the process waits for the next job's run: not ours
+                    self._closed.set()
+                    break
         except (OSError, ValueError):
             pass
         finally:
@@ -220,15 +247,22 @@ class AimTracker:
 
     def close(self, within: float | None = None) -> None:
         """Wait for the child to write every line and close the run: CLOSE_SECONDS (and OPEN_SECONDS more while
-        it is still opening), or `within` seconds if less (a run stopping for a signal has a budget)."""
+        it is still opening), or `within` seconds if less (a run stopping for a signal has a budget). In a sweep
+        the child then waits for the next job's run in this process (``reuse``)."""
         self.begin_close()
         proc, self.proc = self.proc, None
         if proc is None:
             return
         bound = CLOSE_SECONDS + (0 if self._failed or self._opened.is_set() else OPEN_SECONDS)
         bound = min(bound, within) if within is not None else bound
+        deadline = time.monotonic() + bound
         try:
-            proc.wait(timeout=bound)
+            while not self._closed.is_set():
+                if proc.poll() is not None:
+                    break
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(proc.args, bound)
+                self._closed.wait(0.02)
         except subprocess.TimeoutExpired:
             print(
                 f"[tracking] the Aim run at {self.where} did not finish writing in {bound:.0f} s; left unflushed",
@@ -237,7 +271,34 @@ class AimTracker:
             )
             proc.kill()
             proc.wait()
+        if self._closed.is_set() and not self._failed and proc.poll() is None:
+            self._proc = None  # the next job's now: nothing of this run may kill it
+            _SPARE.append((os.getpid(), proc))
+            _let_go_at_exit()
         self._opened.wait(OPEN_SECONDS)  # the child is gone, its replies read at once: a failure to open is said by now
+
+
+# an Aim process whose run closed, waiting for the next job of the sweep in this process: (owner pid, process)
+_SPARE: list[tuple[int, subprocess.Popen]] = []
+_AT_EXIT: list[bool] = []
+
+
+def _let_go_at_exit() -> None:
+    """At this process's exit a spare Aim process is told to end (its stdin closed): it has no run open."""
+    if _AT_EXIT:
+        return
+    _AT_EXIT.append(True)
+
+    def let_go() -> None:
+        while _SPARE:
+            owner, proc = _SPARE.pop()
+            if owner == os.getpid():
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+
+    atexit.register(let_go)
 
 
 _CLOSE = json.dumps({"close": True}) + "\n"
@@ -345,57 +406,51 @@ def mark_run(
     """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
     sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
     tracking; False (said in one line) when the run could not be marked."""
-    import aim
 
-    quiet_aim()
+    def work(run) -> None:
+        apply_attributes(run, attrs)
+        for old in untag:
+            if old in (run.props.tags or []):
+                run.remove_tag(old)
+        for tag in tags:
+            if tag not in (run.props.tags or []):
+                run.add_tag(tag)
 
-    errors: list[Exception] = []
-
-    def work() -> None:
-        try:
-            run = aim.Run(run_hash=run_hash, repo=str(Path(repo).expanduser().absolute()))
-            try:
-                apply_attributes(run, attrs)
-                for old in untag:
-                    if old in (run.props.tags or []):
-                        run.remove_tag(old)
-                for tag in tags:
-                    if tag not in (run.props.tags or []):
-                        run.add_tag(tag)
-            finally:
-                run.close()
-        except Exception as exc:  # noqa: BLE001 - said below, once
-            errors.append(exc)
-
-    if within(CLOSE_SECONDS, work) and not errors:
-        return True
-    why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
-    print(f"[tracking] could not mark Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
-    return False
+    return _after(repo, run_hash, work, failed="could not mark")
 
 
 def track_after(repo: str | Path, run_hash: str, values: dict[str, float], *, step: int) -> bool:
     """Track `values` into a run of the local repo at `repo` after its job ended (``tcgexp-eval``'s win rates),
     each in its subset's context, without touching its attributes. Bounded like every wait on tracking; False
     (said in one line) when the run could not be written."""
+
+    def work(run) -> None:
+        for context, group in by_context(values):
+            run.track(group, step=step, context=context)
+
+    return _after(repo, run_hash, work, failed="could not write to")
+
+
+def _after(repo: str | Path, run_hash: str, work, *, failed: str) -> bool:
+    """`work(run)` on an ended job's run of the local repo at `repo`, the run closed after; within CLOSE_SECONDS.
+    False, said in one line ("[tracking] <failed> Aim run ..."), when it raised or did not answer in time."""
     import aim
 
     quiet_aim()
     errors: list[Exception] = []
 
-    def work() -> None:
+    def opened() -> None:
         try:
             run = aim.Run(run_hash=run_hash, repo=str(Path(repo).expanduser().absolute()))
             try:
-                for context, group in by_context(values):
-                    run.track(group, step=step, context=context)
+                work(run)
             finally:
                 run.close()
         except Exception as exc:  # noqa: BLE001 - said below, once
             errors.append(exc)
 
-    if within(CLOSE_SECONDS, work) and not errors:
+    if within(CLOSE_SECONDS, opened) and not errors:
         return True
     why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
-    print(f"[tracking] could not write to Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
+    print(f"[tracking] {failed} Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
     return False

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .context import load_yaml
+
 CLASS_KEYS = ("_target_", "_partial_", "_args_", "_convert_", "_recursive_")  # what the option is, not a knob
 
 
@@ -40,7 +42,7 @@ def node_of(job_dir: Path, key: str):
     from omegaconf import OmegaConf
 
     try:
-        cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
+        cfg = load_yaml(job_dir / ".hydra" / "config.yaml")
         node = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
     except Exception:  # noqa: BLE001 - a job without a readable record says nothing of its option
         return None

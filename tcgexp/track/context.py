@@ -103,6 +103,27 @@ def distinct_overrides(overrides: Iterable[str], swept_keys: frozenset[str] | No
     return out
 
 
+_PARSED: dict[str, tuple[tuple, Any]] = {}  # path -> ((mtime_ns, size, inode), its config, read-only)
+
+
+def load_yaml(path: Path):
+    """``OmegaConf.load(path)``, parsed once while the file stays the same (its mtime, size and inode), read-only.
+
+    A sweep's report is rebuilt after every job from the sweep's multirun.yaml and each job's record (a few
+    thousand lines of YAML each, ~10 ms to parse): read again at every job, that grew with the sweep."""
+    from omegaconf import OmegaConf
+
+    st = os.stat(path)
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _PARSED.get(str(path))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    cfg = OmegaConf.load(path)
+    OmegaConf.set_readonly(cfg, True)
+    _PARSED[str(path)] = (stamp, cfg)
+    return cfg
+
+
 def swept_keys(sweep_dir: Path) -> frozenset[str] | None:
     """The keys a sweep varies: its sweep overrides (``a=1,2``, ``range(..)``) and ``hydra.sweeper.params``;
     never ``seed``, which only replicates (``seed=0,1,2``, ``hydra.sweeper.seeds``)."""
@@ -110,7 +131,7 @@ def swept_keys(sweep_dir: Path) -> frozenset[str] | None:
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from omegaconf import OmegaConf
 
-        sweep = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
+        sweep = load_yaml(Path(sweep_dir) / "multirun.yaml")
         keys = {str(k).lstrip("+~") for k in (OmegaConf.select(sweep, "hydra.sweeper.params") or {})}
         task = list(OmegaConf.select(sweep, "hydra.overrides.task") or [])
         keys |= {o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..overrides import command_line, override, printable
-from .context import identity
+from .context import identity, load_yaml
 from .findings import SEEDS_TO_ADD
 
 NAME = "multirun.yaml"
@@ -29,7 +29,7 @@ def load(sweep_dir: Path):
     from omegaconf import OmegaConf
 
     try:
-        return OmegaConf.load(Path(sweep_dir) / NAME)
+        return load_yaml(Path(sweep_dir) / NAME)
     except (OSError, ValueError):
         return OmegaConf.create({})
 

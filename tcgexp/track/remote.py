@@ -11,6 +11,7 @@ when it is gone says so once and kills the child. Training never waits on it.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -196,8 +197,9 @@ _CLOSE = json.dumps({"close": True}) + "\n"
 
 
 def child() -> None:
-    """The child: one Aim run, fed from stdin."""
-    import logging
+    """The child: an Aim run fed from stdin (its init line, its lines, "close"); then, when the job said it may
+    (``reuse``: a job of a sweep, ``aim_run.AimTracker``), the next job's run in the same process, which saves that
+    job importing Aim and opening the repo again. It ends when its stdin does, or after a run it may not follow."""
     import signal
 
     # the job owns this process: it says "close" (or its stdin ends with it) and kills it when it gives
@@ -210,16 +212,6 @@ def child() -> None:
     threading.excepthook = lambda args: None
     sys.unraisablehook = lambda unraisable: None
 
-    init = json.loads(sys.stdin.readline())
-    if init.get("record"):  # held for this process's life: a resume of the job waits until the run is written
-        held = HeldLock(Path(init["record"]).with_name(RECORD_LOCK), "aim run")
-        deadline = time.monotonic() + OPEN_SECONDS
-        try:
-            while held.acquire() is not None and time.monotonic() < deadline:  # the folder's earlier run, closing
-                time.sleep(0.1)
-        except OSError:
-            pass
-
     def reply(msg: dict) -> None:
         """To the job; a job that is gone (SIGKILLed while this process started) reads nothing, and the lines
         it sent are still in the pipe: the run is opened and written all the same."""
@@ -227,6 +219,41 @@ def child() -> None:
             print(json.dumps(msg), flush=True)
         except OSError:  # BrokenPipeError: stdout goes nowhere from now on, quietly (no error at exit either)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+    niced = 0
+    line = sys.stdin.readline()
+    while line:
+        init = json.loads(line)
+        ok, niced = serve(init, reply, niced)
+        if not (ok and init.get("reuse")):
+            return
+        # what this process's exit would do for the job waiting on it: the run's storage (RocksDB, the repo)
+        # released and flushed by its finalizers, so whatever reads the repo next finds the run whole
+        gc.collect()
+        reply({"closed": True})  # the job hands this process to its next one (or lets its stdin end)
+        line = sys.stdin.readline()
+
+
+def serve(init: dict, reply, niced: int) -> tuple[bool, int]:
+    """One run, from its init line to "close": (whether it closed cleanly, this process's niceness now)."""
+    held = None
+    if init.get("record"):  # held while the run is written: a resume of the job waits until it is
+        held = HeldLock(Path(init["record"]).with_name(RECORD_LOCK), "aim run")
+        deadline = time.monotonic() + OPEN_SECONDS
+        try:
+            while held.acquire() is not None and time.monotonic() < deadline:  # the folder's earlier run, closing
+                time.sleep(0.1)
+        except OSError:
+            pass
+    try:
+        return _serve(init, reply, niced)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _serve(init: dict, reply, niced: int) -> tuple[bool, int]:
+    import logging
 
     import aim
 
@@ -240,10 +267,10 @@ def child() -> None:
         )
     except TrackingUnavailable as exc:
         reply({"unavailable": str(exc)})
-        return
+        return False, niced
     except Exception as exc:  # noqa: BLE001
         reply({"error": f"{type(exc).__name__}: {exc}"})
-        return
+        return False, niced
     reply({"hash": run.hash})
     if init.get("record"):  # the job may be gone before it reads the hash (SIGKILL): the run dir keeps it
         record = Path(init["record"])
@@ -253,11 +280,15 @@ def child() -> None:
             os.replace(tmp, record)
         except OSError:
             pass
-    # tracking=aim: from here on training keeps the cores and the run catches up in their idle time;
-    # opening came first, at normal priority, because the job's first checkpoint waits for the hash
-    os.nice(init.get("nice", 0))
+    # tracking=aim: from here on training keeps the cores and the run catches up in their idle time (opening
+    # came first, at normal priority: the job's result.json waits for the hash); a process that served a
+    # run before is there already (niceness only goes up)
+    want = int(init.get("nice", 0))
+    if want > niced:
+        os.nice(want - niced)
+        niced = want
     try:
-        for line in sys.stdin:
+        for line in iter(sys.stdin.readline, ""):  # (readline: what follows "close" stays for the next run)
             msg = json.loads(line)
             if msg.get("close"):
                 break
@@ -271,10 +302,14 @@ def child() -> None:
                 continue
             for context, group in by_context(msg["values"], msg.get("context")):
                 run.track(group, step=msg["step"], epoch=msg["epoch"], context=context)
+        else:
+            run.close()
+            return False, niced  # the job's end of stdin: nobody to hand this process to
         run.close()
     except Exception as exc:  # noqa: BLE001 - a full disk, a repo gone: said by the job, in one line
         reply({"lost": f"{type(exc).__name__}: {one_line(exc)}"})
         os._exit(0)  # not Aim's finalizers: they would retry the write that failed, and hang or print
+    return True, niced
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ class RunDisplay:
 
     def advance(self, n: int, fields: dict) -> None:
         self.fields.update(fields)
+        if self.progress.disable:  # not a terminal: nothing is drawn, the count is all that is kept
+            self.progress.update(self.task, advance=n)
+            return
         self.progress.update(self.task, advance=n, status=self.status())
 
     def rows(self, rows_total: int) -> None:

@@ -46,7 +46,8 @@ class Hooks(Protocol):
     def on_validation(self, metrics: dict) -> None: ...
     def latest_due(self, opt_steps: int) -> bool: ...  # whether latest/ is written after this update
     def settle_after(self, opt_steps: int) -> bool: ...  # whether the run stops after this update (max_steps, a signal)
-    def save(self, kind: str) -> None: ...  # "latest" | "epoch" | "epoch+best"
+    def save(self, kind: str) -> None: ...  # "latest" | "epoch" | "epoch+best" (taken now, written in the background)
+    def checkpoints_written(self) -> None: ...  # waits for the checkpoints being written; a failed write raised
     def stop_requested(self) -> str | None: ...  # this rank's pending stopping signal, if any
     # where the run may stop with nothing half-done (a stopping signal, see signals.py): before each
     # epoch, after an applied optimizer step, after validation; `agreed` is the signal every rank
@@ -206,6 +207,7 @@ class Loop:
             started = time.time()
             train = self.train_epoch()
             v0 = time.perf_counter()
+            self.hooks.checkpoints_written()  # the epoch's checkpoints are on disk (a failed one ends it here)
             val = self.validate()
             split = self.time_split[-1]
             split["validation"] = time.perf_counter() - v0
@@ -375,16 +377,27 @@ class Loop:
         keys = val_keys(self.stepper)
         n = len(keys)
         totals = np.zeros(n + self.world.size)  # + every rank's stop signal slot
+
+        def account(values, sums, rows: int) -> None:  # in plan order, as computed: the same sums
+            totals[: len(metrics)] += np.array(values, np.float64) * rows
+            totals[len(metrics) : n - 1] += np.array(sums, np.float64)
+            totals[n - 1] += rows
+            self.hooks.on_advance(1, {})
+
+        # each microbatch is dispatched before the one before it is read back (as in training): its lanes'
+        # memory stays in MLX, so the stream goes on while this thread reads values and builds the next graph
+        pending = None
         for prep in self.val_loader.iterate(plan):
             inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
             h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
             values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
             self.val_memory.write(prep, carry)
-            mx.eval(values, sums, self.val_memory.table)
-            totals[: len(metrics)] += np.array(values, np.float64) * prep.rows
-            totals[len(metrics) : n - 1] += np.array(sums, np.float64)
-            totals[n - 1] += prep.rows
-            self.hooks.on_advance(1, {})
+            mx.async_eval(values, sums, self.val_memory.table)
+            if pending is not None:
+                account(*pending)
+            pending = (values, sums, prep.rows)
+        if pending is not None:
+            account(*pending)
         if int(totals[n - 1]) != plan.rows:
             raise RuntimeError(f"validation processed {int(totals[n - 1])} rows, its plan covers {plan.rows}")
         # every rank's share: one all-reduce of the sums and of who must stop (validation changes no

@@ -16,6 +16,7 @@ from rich.console import Console
 from ..cache.report import with_rates
 from ..learn.diverge import strict
 from ..lifecycle import checkpoint as ckpt
+from ..lifecycle.ckpt_writer import CheckpointWriter
 from ..lifecycle.distributed import World
 from ..lifecycle.result_file import write_result
 from ..ownership import tree_bytes
@@ -25,12 +26,17 @@ from .parts import DataParts, Learner
 class Checkpointer:
     """latest/ (rolling, enough to resume exactly), epoch_NNNN/ and best/ under `folder`, each written whole
     (``checkpoint.save``): latest/ every ``latest_every_steps`` optimizer steps, at every stop and every
-    epoch end; epoch_NNNN/ every ``every_epochs`` epochs and after the last; best/ on a better validation loss."""
+    epoch end; epoch_NNNN/ every ``every_epochs`` epochs and after the last; best/ on a better validation loss.
+
+    Each save is taken at its step (``checkpoint.snapshot``, its weights checked finite there) and written
+    by a thread of its own while training goes on (``ckpt_writer``): a failed write is raised at the next
+    step boundary (``check``), and ``drain`` waits for every write (each epoch's end, every stop)."""
 
     PER_SAVE = 3  # the most checkpoints one save writes (latest/, epoch_NNNN/, best/), each whole beside the old
 
     def __init__(self, *, every_epochs: int, latest_every_steps: int, folder: Path) -> None:
         self.every_epochs, self.latest_every_steps, self.folder = every_epochs, latest_every_steps, Path(folder)
+        self.writer = CheckpointWriter()
         self.estimate_bytes = 0  # one checkpoint's size before the first is written (the run's estimate)
         self.last_bytes = 0  # the last checkpoint's size, as written
 
@@ -69,10 +75,46 @@ class Checkpointer:
             names.append("best")
         return names
 
-    def write(self, names: list[str], *, model, optimizer, lanes: dict, state: dict) -> None:
-        for name in names:
-            ckpt.save(self.folder / name, model=model, optimizer=optimizer, lanes=lanes, state=state)
-            self.last_bytes = tree_bytes(self.folder / name)
+    def write(
+        self,
+        names: list[str],
+        *,
+        model,
+        optimizer,
+        lanes: dict,
+        state: dict,
+        abandon=None,
+        make_room=None,
+        written=None,
+    ) -> None:
+        """Take the checkpoint now and queue its folders' writes, in order (`abandon`: ``CheckpointWriter``).
+        On the writer's thread: a folder whose write failed is written again once if `make_room(exc)` freed
+        space (the spill's, on a full disk); `written()` is called once every folder is written."""
+        snap = ckpt.snapshot(model=model, optimizer=optimizer, lanes=lanes, state=state)
+        ckpt.check_finite(snap.params, self.folder / names[0])  # refused here, at its step, as before
+        paths = [self.folder / name for name in names]
+
+        def job() -> None:
+            for path in paths:
+                try:
+                    ckpt.write(path, snap)
+                except ckpt.CheckpointWriteError as exc:
+                    if make_room is None or not make_room(exc):
+                        raise
+                    ckpt.write(path, snap)
+                self.last_bytes = tree_bytes(path)  # read by the spill's reserve and after a failed write
+            if written is not None:
+                written()
+
+        self.writer.submit(job, abandon)
+
+    def check(self) -> None:
+        """Raise a failed write's error (at a step boundary)."""
+        self.writer.check()
+
+    def drain(self, abandon=None) -> None:
+        """Wait for every queued write, then raise a failed one's error."""
+        self.writer.drain(abandon)
 
 
 def rank_counters(world: World, cache, name: str) -> list[dict]:

@@ -33,6 +33,7 @@ from ..learn.batch import prepare
 from ..learn.blas import require
 from ..learn.model import RecurrentPolicy
 from ..learn.state import LaneMemory, TrainState
+from ..learn.step import staged
 from ..lifecycle.distributed import World
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.rank_status import note_rank
@@ -171,7 +172,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     # rows padded to the row budget, or to the larger split when the budget is more than it holds (a budget
     # of 1e6 rows padded every microbatch of a small corpus to 1e6: ~24 s a step, for rows of weight 0)
     splits = max(data.planner.split_rows("train"), data.planner.split_rows("val"))
-    transform = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
+    prepared = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
+    transform = lambda batch: staged(prepared(batch))  # made, and copied into MLX, on the loader's thread
     # spill, caches and tracker live and die with this run (each rank its own); the tracked run closes in its own
     # process while the caches close and the spill goes (the outer stack waits for it last, bounded)
     # the checkpoints first: the spill keeps the room their next save needs free (when they share a disk)

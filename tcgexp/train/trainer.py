@@ -26,7 +26,7 @@ from ..learn.step import Stepper, to_mx
 from ..lifecycle import checkpoint as ckpt
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.provenance import provenance
-from ..lifecycle.signals import Preempted
+from ..lifecycle.signals import WRITE_IN_FLIGHT, Preempted, WaitAbandoned
 from ..plan.loader import DirectSource, assemble
 from ..track import Tracker
 from .display import RunDisplay
@@ -60,6 +60,7 @@ class Trainer:
         self.stop_at_epoch, self.track_every, self.kernels = stop_at_epoch, track_every, kernels
         self.checkpoints, self.tracker = checkpoints, tracker
         self.run, self.world = run, run.world
+        self._provenance: dict | None = None
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, data: DataParts, learner: Learner, caches: tuple, loaders: tuple) -> dict:
@@ -113,6 +114,7 @@ class Trainer:
         """result.json and the report; then the tracker's status, and every rank waits for rank 0. A failed
         run raises what stopped it after its record is written (`raised`; a lost rank: DistributedError)."""
         world = self.world
+        status, error, raised = self.written(status, error, raised)  # every checkpoint on disk before result.json
         # a broken world (a rank lost) can gather nothing more: each survivor reports what it has
         alone = replace(world, size=1) if status == "failed" else world
         if status != "failed":
@@ -170,6 +172,7 @@ class Trainer:
         return bool(self.max_steps and opt_steps >= self.max_steps) or self.stop_requested() is not None
 
     def on_step(self, m: dict) -> None:
+        self.checkpoints.check()  # a checkpoint write that failed since the last step: the run fails here
         p = self.learner.progress
         counters = self.tracked.step(m, p.opt_steps, p.epoch + 1)  # the epoch in progress, from 1
         self.display.fields.update(lr=m["lr"], **({"hit": counters["hit_rate_pct"]} if counters else {}))
@@ -180,6 +183,28 @@ class Trainer:
 
     def on_validation(self, m: dict) -> None:
         self.tracked.validation(m, self.learner.progress.opt_steps, m["epoch"])
+
+    def checkpoints_written(self) -> None:
+        """Wait for the checkpoints being written (an epoch's end, before its validation): a failed one is raised."""
+        self.checkpoints.drain(self.abandon_write)
+
+    def abandon_write(self) -> BaseException | None:
+        """While the run waits for a checkpoint write after a stopping signal: past ``STOP_GRACE_S`` of it (or at a
+        second signal) it leaves with the latest/ it has, as a wait for data does."""
+        signals = self.run.signals
+        if signals is None or signals.requested is None or not signals.overdue():
+            return None
+        return WaitAbandoned(signals.requested, WRITE_IN_FLIGHT)
+
+    def written(self, status: str, error: str | None, raised: Exception | None) -> tuple:
+        """(status, error, raised) once every checkpoint is written: a write that failed fails the run, unless it
+        failed already (the first failure is the one said)."""
+        try:
+            self.checkpoints.drain(self.abandon_write)
+        except Exception as exc:  # noqa: BLE001 - recorded, then raised again by finish
+            if status not in ("failed", "diverged"):
+                return "failed", failure_line(exc), exc
+        return status, error, raised
 
     def stop_requested(self) -> str | None:
         return self.run.signals.requested if self.run.signals is not None else None
@@ -220,30 +245,47 @@ class Trainer:
             "cache": {k: sum_counters(v) for k, v in counters.items()},
             "cache_per_rank": counters,
             "world": {"size": world.size, "shards": self.data.planner.shards},
-            **provenance(self.run.cfg, self.data.manifests),
+            **self.provenance(),
         }
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.lifecycle.resume)
             state["overrides"] = list(self.run.overrides)
-        names = self.checkpoints.names(kind, p.epoch, self.epochs)
-        parts = {"model": lr.model, "optimizer": lr.optimizer, "lanes": {"train": live}, "state": state}
-        try:
-            self.checkpoints.write(names, **parts)
-        except ckpt.CheckpointWriteError as exc:
-            # the disk filled anyway: the spill (a cache) gives its space to the checkpoint, once
-            spills = [c.give_back_spill for c in self.caches if hasattr(c, "give_back_spill")]
-            full = ckpt.out_of_space(exc) or getattr(self.checkpoints, "short_of_space", lambda: False)()
-            freed = sum(give("the disk is full") for give in spills) if full else 0
-            if not freed:
-                raise
+        self.checkpoints.write(
+            self.checkpoints.names(kind, p.epoch, self.epochs),
+            model=lr.model,
+            optimizer=lr.optimizer,
+            lanes={"train": live},
+            state=state,
+            abandon=self.abandon_write,
+            make_room=self.make_room,
+            written=self.keep_spill_reserves,
+        )
+
+    def make_room(self, exc: Exception) -> bool:
+        """A checkpoint's write failed (on the writer's thread): if the disk is full, the spill (a cache) gives
+        its space to the checkpoint, once; True when it freed some (the checkpoint is written again)."""
+        spills = [c.give_back_spill for c in self.caches if hasattr(c, "give_back_spill")]
+        full = ckpt.out_of_space(exc) or getattr(self.checkpoints, "short_of_space", lambda: False)()
+        freed = sum(give("the disk is full") for give in spills) if full else 0
+        if freed:
             self.run.console.print(
                 f"[train] the disk filled while a checkpoint was written: the row-group spill gave back "
                 f"{freed / 2**20:.1f} MiB and is off for the rest of the run; writing it again",
                 markup=False,
                 soft_wrap=True,
             )
-            self.checkpoints.write(names, **parts)
-        for cache in self.caches:  # the checkpoints grew: the spill leaves the next save's room free again
+        return bool(freed)
+
+    def keep_spill_reserves(self) -> None:
+        """The checkpoints grew (a save written): the spill leaves the next save's room free again."""
+        for cache in self.caches:
             getattr(cache, "keep_spill_reserve", lambda: 0)()
+
+    def provenance(self) -> dict:
+        """The config, code, packages and data a checkpoint records: the same all run long, made once (``git``
+        runs twice to tell the code's version)."""
+        if self._provenance is None:
+            self._provenance = provenance(self.run.cfg, self.data.manifests)
+        return self._provenance
 
     def live_lanes(self) -> ckpt.SparseLanes:
         """The memories a resume needs: of the lanes in flight on any rank (each rank sends its own,
@@ -272,8 +314,13 @@ def run_loop(loop: Loop) -> tuple[str, str | None, Exception | None]:
     except DistributedError as exc:  # a rank died, or the ranks' weights parted: every survivor stops
         return "failed", str(exc), exc
     except Exception as exc:  # noqa: BLE001 - recorded, then raised again by finish
-        return "failed", user_error(exc, USER_ERRORS) or f"{type(exc).__name__}: {exc}", exc
+        return "failed", failure_line(exc), exc
     return "completed", None, None
+
+
+def failure_line(exc: Exception) -> str:
+    """result.json's error for what failed a run: a user's error as its one line, anything else with its type."""
+    return user_error(exc, USER_ERRORS) or f"{type(exc).__name__}: {exc}"
 
 
 def divergence_hint(cfg: DictConfig, trainer: Trainer) -> str:

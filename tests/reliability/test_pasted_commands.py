@@ -61,7 +61,7 @@ def test_every_printed_command_pastes_into_bash_and_runs(tmp_path):
         "--multirun",
         "hydra/sweeper=halving",
         *TRIAL,
-        "dataset.rows_per_day=24000",  # trials long enough (seconds each) to be stopped inside, also on a loaded machine
+        "dataset.rows_per_day=60000",  # trials long enough (seconds each) to be stopped inside: 24,000 once ended first
         override("dataset.root", str(home / "data")),
         "hydra.sweeper.min_epochs=1",
         "hydra.sweeper.max_epochs=1",

@@ -45,13 +45,13 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), sig)
         return real(*a, **k)
     composition.prepare = prepare
-    if second == "save":
-        real_save = ckpt.save
-        def save(path, **kw):
+    if second == "save":  # (checkpoints are written by a thread of their own: ckpt.write)
+        real_write = ckpt.write
+        def write(path, snap):
             if calls["n"] >= int(at):
                 os.kill(os.getpid(), sig)
-            return real_save(path, **kw)
-        ckpt.save = save
+            return real_write(path, snap)
+        ckpt.write = write
     from tcgexp.train.__main__ import main
     sys.argv = ["tcgexp.train", *argv]
     main()

@@ -293,3 +293,50 @@ def test_the_cadence_tracks_every_step_it_selects_and_every_epochs_end_exactly(e
     assert [round(v, 6) for v in points_of(run, "val/loss", "val")[1]] == [
         round(h["val"]["loss"], 6) for h in result["history"]
     ]
+
+
+READ_BACK = """
+import json, sys
+from aim.storage.context import Context
+from tcgexp.track.aim_repo import open_repo
+[run] = [r for r in open_repo(sys.argv[1]).iter_runs() if r.hash == sys.argv[2]]
+seq = run.get_metric("train/loss", Context({"subset": "train"}))
+seq.preload()
+steps, (values, _, _) = seq.data.items_list()
+print(json.dumps({"status": run["status"], "active": run.active, "points": [[int(s) for s in steps], list(values)]}))
+"""
+
+
+def test_the_jobs_of_a_sweep_in_one_process_share_one_aim_process(tmp_path):
+    """A sweep's job hands its Aim process, its run closed, to the next job in the same process (no second
+    import of Aim, no second opening of the repo): each job's run is whole and closed when its job ends, read
+    by another process (this one's Aim caches what it read of the repo before)."""
+    import subprocess
+    import sys
+
+    from tcgexp.track import JobContext, aim_run
+
+    pids, hashes = [], []
+    for job in range(3):
+        context = JobContext(sweep_id="s", sweep_dir=str(tmp_path), job_num=job, overrides=[f"seed={job}"])
+        tracker = aim_run.AimTracker(repo=str(tmp_path), experiment="sweep", hparams={"seed": job}, context=context)
+        pids.append(tracker.proc.pid)
+        for step in range(1, 4):
+            tracker.track({"train/loss": float(job + step)}, step=step, epoch=1)
+        tracker.finish("completed")
+        hashes.append(tracker.hash)
+        tracker.close()
+        read = subprocess.run(
+            [sys.executable, "-c", READ_BACK, str(tmp_path), hashes[-1]], capture_output=True, text=True, timeout=120
+        )
+        assert read.returncode == 0, read.stderr[-3000:]
+        assert json.loads(read.stdout) == {
+            "status": "completed",
+            "active": False,
+            "points": [[1, 2, 3], [job + 1.0, job + 2.0, job + 3.0]],
+        }
+    assert len(set(pids)) == 1 and len(set(hashes)) == 3
+    [(_, spare)] = aim_run._SPARE
+    spare.stdin.close()  # what this process's exit does: the spare ends, holding no run
+    assert spare.wait(timeout=30) == 0
+    aim_run._SPARE.clear()
