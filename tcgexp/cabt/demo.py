@@ -5,20 +5,27 @@ database's rules build. Their ratings are measured, never assigned: ``round_robi
 engine's own ``random`` agent, the anchor at 1000) and fits a Bradley-Terry model on the Elo scale; ``make_demo``
 writes each day's episodes as harness JSONs (names in ``info.TeamNames``) with a sidecar in Kaggle's episode
 metadata form (``agents[i].initialScore``: the measured rating; ``endTime``: the day), so the demo goes through
-the import path like any episode a user brings. The engine's shuffles cannot be seeded (``std::random_device``):
-the same seed picks the same pairings, seats and hidden styles, while the games themselves differ from build
-to build; the replay ZIP, written once, is the reproducible source.
+the import path like any episode a user brings. The engine seeds its shuffles from ``std::random_device``; the
+demo's games are played in ``dealers``, processes that load the seeded deal (``seeding.py``) before the engine,
+so each game is a function of its seed and a demo day of its corpus seed, the same on every build (where no C
+compiler can build the seeded deal, the games differ from build to build). The replay ZIP, written once, is the
+day's source either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
+import multiprocessing
+import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, as_completed
 from pathlib import Path
 
+from . import seeding
 from .cards import CardDB
 from .decks import standard_decks
 from .engine import engine, harness_deck
@@ -54,8 +61,53 @@ def make_agent(name: str, db: CardDB, decks: dict, seed: int):
 
 def play(a: str, b: str, seed: int, bo: int = 1, db=None, decks=None) -> dict:
     db, decks = (db, decks) if db is not None else _db()
+    seeding.seed(seed)  # in a dealer (the seeded deal loaded), the engine's shuffles come from this game's seed
     agents = [make_agent(a, db, decks, seed * 2 + 1), make_agent(b, db, decks, seed * 2 + 2)]
     return play_episode(engine(), agents, bo=bo, info={"TeamNames": [a, b]})
+
+
+@contextlib.contextmanager
+def dealers(workers: int = 2) -> Iterator[Executor | None]:
+    """Processes that play the demo's games: each loads the seeded deal before the engine (a spawned process has
+    not loaded it yet), so a game is a function of its seed, whichever dealer plays it. None (the games are
+    played here, on the engine's own shuffles) in a daemonic process, which may not start any."""
+    if multiprocessing.current_process().daemon:
+        yield None
+        return
+    from ..data.parallel import worker_pool
+
+    with worker_pool(max(1, min(workers, os.cpu_count() or 1)), then=seeding.install) as pool:
+        yield pool
+
+
+def _chunked(pool: Executor | None, fn, jobs: list, progress, *args, size: int = 10) -> list:
+    """fn(chunk, *args) over `jobs` in chunks, on `pool` (or here), its results in the jobs' order."""
+    chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+    done, parts = 0, {}
+    if pool is None:
+        for i, c in enumerate(chunks):
+            parts[i] = fn(c, *args)
+            done += len(c)
+            if progress:
+                progress(done, len(jobs))
+    else:
+        futures = {pool.submit(fn, c, *args): i for i, c in enumerate(chunks)}
+        for f in as_completed(futures):
+            parts[futures[f]] = f.result()
+            done += len(chunks[futures[f]])
+            if progress:
+                progress(done, len(jobs))
+    return [x for i in range(len(chunks)) for x in parts[i]]
+
+
+def _rewards(jobs: list) -> list:
+    """[(rewards, seeded)] of the games (a, b, seed)."""
+    db, decks = _db()
+    out = []
+    for a, b, s in jobs:
+        before = seeding.calls()
+        out.append((play(a, b, s, db=db, decks=decks)["rewards"], seeding.calls() > before))
+    return out
 
 
 def bradley_terry(names: list[str], wins: dict[tuple[str, str], float], anchor: str, iters: int = 500) -> dict:
@@ -75,23 +127,20 @@ def bradley_terry(names: list[str], wins: dict[tuple[str, str], float], anchor: 
     return {k: round(1000 + 400 * math.log10(v), 1) for k, v in strength.items()}
 
 
-def round_robin(games_per_pair: int, seed: int, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Every pair of ROSTER and RANDOM plays `games_per_pair` games (seats alternate); ratings and win rates."""
-    db, decks = _db()
+def round_robin(
+    games_per_pair: int, seed: int, progress: Callable[[int, int], None] | None = None, pool: Executor | None = None
+) -> dict:
+    """Every pair of ROSTER and RANDOM plays `games_per_pair` games (seats alternate); ratings and win rates.
+    Played on `pool` (``dealers``: seeded deals) or here."""
     names = [r[0] for r in ROSTER] + [RANDOM]
     wins: dict[tuple[str, str], float] = {}
     pairs = [(a, b) for k, a in enumerate(names) for b in names[k + 1 :]]
-    total, done = len(pairs) * games_per_pair, 0
-    for pa, pb in pairs:
-        for g in range(games_per_pair):
-            a, b = (pa, pb) if g % 2 == 0 else (pb, pa)
-            ep = play(a, b, seed * 1_000_003 + done, db=db, decks=decks)
-            r = ep["rewards"]
-            wins[(a, b)] = wins.get((a, b), 0.0) + (1.0 if r[0] > r[1] else 0.5 if r[0] == r[1] else 0.0)
-            wins[(b, a)] = wins.get((b, a), 0.0) + (1.0 if r[1] > r[0] else 0.5 if r[0] == r[1] else 0.0)
-            done += 1
-            if progress:
-                progress(done, total)
+    games = [(pa, pb) if g % 2 == 0 else (pb, pa) for pa, pb in pairs for g in range(games_per_pair)]
+    jobs = [(a, b, seed * 1_000_003 + i) for i, (a, b) in enumerate(games)]
+    played = _chunked(pool, _rewards, jobs, progress)
+    for (a, b), (r, _) in zip(games, played, strict=True):
+        wins[(a, b)] = wins.get((a, b), 0.0) + (1.0 if r[0] > r[1] else 0.5 if r[0] == r[1] else 0.0)
+        wins[(b, a)] = wins.get((b, a), 0.0) + (1.0 if r[1] > r[0] else 0.5 if r[0] == r[1] else 0.0)
     ratings = bradley_terry(names, wins, RANDOM)
     vs_random = {}
     for n in names[:-1]:
@@ -102,6 +151,7 @@ def round_robin(games_per_pair: int, seed: int, progress: Callable[[int, int], N
         "ratings": ratings,
         "vs_random": vs_random,
         "wins": {f"{a} > {b}": w for (a, b), w in sorted(wins.items())},
+        "seeded_deals": all(seeded for _, seeded in played),
     }
 
 
@@ -127,12 +177,12 @@ def wilson(wins: float, n: int, z: float = 1.96) -> list[float]:
     return [round(c - h, 4), round(c + h, 4)]
 
 
-def ratings(root: Path, seed: int, games_per_pair: int = 10, progress=None) -> dict:
+def ratings(root: Path, seed: int, games_per_pair: int = 10, progress=None, pool: Executor | None = None) -> dict:
     """The roster's measured ratings for this corpus root (the round-robin runs once, then is read back)."""
     path = Path(root) / RATINGS_FILE
     if path.exists():
         return json.loads(path.read_text())
-    found = round_robin(games_per_pair, seed, progress)
+    found = round_robin(games_per_pair, seed, progress, pool)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(found, indent=1, sort_keys=True))
@@ -149,17 +199,32 @@ def make_demo(
     bo: int,
     ratings_of: dict,
     progress: Callable[[int, int], None] | None = None,
-) -> None:
-    """`episodes` self-play episodes for `date`: ``<folder>/d<k>.json`` and its ``d<k>_info.json`` sidecar."""
-    db, decks = _db()
+    pool: Executor | None = None,
+) -> bool:
+    """`episodes` self-play episodes for `date`: ``<folder>/d<k>.json`` and its ``d<k>_info.json`` sidecar,
+    played on `pool` (``dealers``) or here. True if every game drew its shuffles from its seed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     names = [r[0] for r in ROSTER]
-    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
-    for k in range(episodes):
+    jobs = []
+    for k in range(episodes):  # pairings, seats and game seeds drawn here, in order: the day's, wherever played
         a, b = rng.sample(names, 2)
-        ep = play(a, b, rng.randrange(2**31), bo=bo, db=db, decks=decks)
+        jobs.append((k, a, b, rng.randrange(2**31)))
+    flags = _chunked(pool, _write_episodes, jobs, progress, str(folder), date, seed, bo, ratings_of)
+    return all(flags)
+
+
+def _write_episodes(jobs: list, folder: str, date: str, seed: int, bo: int, ratings_of: dict) -> list[bool]:
+    """Play and write the episodes (k, a, b, game seed); whether each drew its shuffles from its seed."""
+    db, decks = _db()
+    names = [r[0] for r in ROSTER]
+    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
+    seeded = []
+    for k, a, b, game_seed in jobs:
+        before = seeding.calls()
+        ep = play(a, b, game_seed, bo=bo, db=db, decks=decks)
+        seeded.append(seeding.calls() > before)
         ep["id"] = f"demo-{date}-{seed}-{k}"
         when = int(day.timestamp()) + 60 * k
         meta = {
@@ -177,10 +242,9 @@ def make_demo(
                 for i, n in enumerate((a, b))
             ],
         }
-        (folder / f"d{k:06d}.json").write_text(json.dumps(ep, separators=(",", ":")))
-        (folder / f"d{k:06d}_info.json").write_text(json.dumps(meta))
-        if progress:
-            progress(k + 1, episodes)
+        (Path(folder) / f"d{k:06d}.json").write_text(json.dumps(ep, separators=(",", ":")))
+        (Path(folder) / f"d{k:06d}_info.json").write_text(json.dumps(meta))
+    return seeded
 
 
 def deck_of(spec: str | None) -> tuple[str, list[int]]:

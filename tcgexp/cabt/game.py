@@ -156,8 +156,18 @@ class CabtGame:
         from . import demo
 
         root = Path(folder).parents[1]
-        measured = demo.ratings(root, seed=0, progress=progress)["ratings"]
-        demo.make_demo(folder, date=date, episodes=episodes, seed=seed, bo=bo, ratings_of=measured, progress=progress)
+        with demo.dealers() as pool:  # seeded deals: the day is a function of its seed
+            measured = demo.ratings(root, seed=0, progress=progress, pool=pool)["ratings"]
+            demo.make_demo(
+                folder,
+                date=date,
+                episodes=episodes,
+                seed=seed,
+                bo=bo,
+                ratings_of=measured,
+                progress=progress,
+                pool=pool,
+            )
 
 
 GAME = CabtGame()

@@ -91,7 +91,7 @@ class DatasetConfig:
     row_group_rows: int = 2048  # target rows per row group (whole episodes): smaller = finer cache granularity
     episodes_per_shard: int = 16  # build unit: one ZIP member, one .done marker
     val_fraction: float = 0.1  # share of episodes held out, never split by row
-    seed: int = 0  # the simulator's seed: the same seed and settings build the same games, bit for bit
+    seed: int = 0  # the games' seed (the simulator's, the real game's demo): the same seed and settings, the same games
     max_turns: int = 60  # a game still running after this many turns (both players' count) ends there, with no winner
     would_ko: bool = True  # counterfactual would-KO labels (about 10 % of build time)
     compression: str = "zstd"  # the Parquet codec: smaller files or faster decodes (none: neither cost)

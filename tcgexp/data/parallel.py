@@ -42,10 +42,18 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """Spawned worker processes that die with this one (the only way tcgexp makes a process pool)."""
+def _start(parent: int, then: Callable[[], object] | None) -> None:
+    die_with_parent(parent)
+    if then is not None:
+        then()
+
+
+def worker_pool(workers: int, then: Callable[[], object] | None = None) -> ProcessPoolExecutor:
+    """Spawned worker processes that die with this one (the only way tcgexp makes a process pool); `then`
+    (a module-level function) runs first thing in each, before any task (the real game's dealers load the
+    seeded deal there, before the engine)."""
     return ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent, initargs=(os.getpid(),)
+        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start, initargs=(os.getpid(), then)
     )
 
 

@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..learn import diverge
+from ..learn.losses import AUX_NAMES
 from ..learn.state import LaneMemory, TrainState
 from ..learn.step import Stepper, add_grads, to_mx
 from ..lifecycle.distributed import Sync, World
@@ -417,10 +418,19 @@ class Loop:
             total = t[f"sum_{part}_rows"]
             out[f"policy_{part}"] = t[f"sum_policy_{part}"] / total if total else None  # no such rows
             out[f"accuracy_{part}"] = t[f"sum_accuracy_{part}"] / total if total else None
-        if "sum_stop_rows" in t:  # the stop head over exactly its rows (None: the split has none)
+        if "sum_stop_rows" in t:  # the option head: its parts over exactly their rows, and the loss their sum
+            # A microbatch's loss normalises its policy and stop parts by its own few such rows, so weighting it
+            # by all its rows lets one microbatch with a single stop row swing the epoch's loss: the best epoch
+            # (and the checkpoint that plays) would follow that noise. Here each part is a mean over its rows.
             total = t["sum_stop_rows"]
             out["stop"] = t["sum_stop_loss"] / total if total else None
             out["stop_accuracy"] = t["sum_stop_hits"] / total if total else None
+            picks = t["sum_early_rows"] + t["sum_late_rows"]
+            if picks:
+                out["policy"] = (t["sum_policy_early"] + t["sum_policy_late"]) / picks
+                out["accuracy"] = (t["sum_accuracy_early"] + t["sum_accuracy_late"]) / picks
+            aux = sum(out[f"aux_{k}"] for k in AUX_NAMES)
+            out["loss"] = out["policy"] + self.stepper.aux_weight * aux + (out["stop"] or 0.0)
         out["rows"] = rows
         diverge.check(
             out, where=f"validation after epoch {self.p.epoch + 1} (optimizer step {self.p.opt_steps})", hint=self.hint

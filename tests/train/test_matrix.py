@@ -57,6 +57,13 @@ def test_every_setting_trains_to_a_finite_improving_loss(request, overrides, gam
         for part in ("train", "val"):
             for key in (*keys, *(("stop", "stop_accuracy") if game == "cabt" else ())):
                 assert math.isfinite(h[part][key]), f"epoch {h['epoch']} {part} {key} = {h[part][key]}"
+    if game == "cabt":  # the option head's validation loss is its parts' sum, each a mean over its own rows
+        aux = ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")
+        for h in history:
+            v = h["val"]
+            stop = v["stop"] or 0.0  # None: the split has no row where stopping was the choice
+            parts = v["policy"] + cfg.trainer.aux_weight * sum(v[k] for k in aux) + stop
+            assert v["loss"] == pytest.approx(parts, rel=1e-12), f"epoch {h['epoch']}: {v}"
     # the real game's corpus here is 16 episodes a day, played anew each session (the engine cannot be seeded):
     # its validation day is a few hundred rows, whose loss after three epochs of 20 steps moves with the draw
     # (CI, 2026-12-04: 7 of 17 settings ended above their first epoch while every training loss fell), so there
