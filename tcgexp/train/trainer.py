@@ -264,7 +264,8 @@ class Trainer:
         """A checkpoint's write failed (on the writer's thread): if the disk is full, the spill (a cache) gives
         its space to the checkpoint, once; True when it freed some (the checkpoint is written again)."""
         spills = [c.give_back_spill for c in self.caches if hasattr(c, "give_back_spill")]
-        full = ckpt.out_of_space(exc) or getattr(self.checkpoints, "short_of_space", lambda: False)()
+        short = getattr(self.checkpoints, "short_of_space", lambda: False)
+        full = ckpt.out_of_space(exc) or short()
         freed = sum(give("the disk is full") for give in spills) if full else 0
         if freed:
             self.run.console.print(
@@ -273,7 +274,11 @@ class Trainer:
                 markup=False,
                 soft_wrap=True,
             )
-        return bool(freed)
+            return True
+        # The write runs beside training: the spill may have made the checkpoint's room itself since the write
+        # failed (its reserve evicts on the training thread), so a write MLX could not finish ('Unable to write',
+        # its only word for a full disk) is tried once more where the disk now holds a checkpoint.
+        return "Unable to write" in str(exc.__cause__ or exc) and not short()
 
     def keep_spill_reserves(self) -> None:
         """The checkpoints grew (a save written): the spill leaves the next save's room free again."""
