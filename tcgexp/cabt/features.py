@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cards import CARD_TYPES, N_FACTS, N_TYPES
+from .cards import CARD_FACTS, CARD_TYPES, N_FACTS, N_TYPES
 from .tables import BENCHED_KEPT, CARD_LITE, Tables, pays
 
 N_SELECT_TYPES = 16  # select.type one-hot (larger ids share the last slot)
 N_CONTEXTS = 48  # select.context one-hot (likewise)
+# where a card's facts hold its costliest attack's cost/5 (the attacks' block: count, max damage, min cost, max cost)
+MAX_COST = sum(n for _, n in CARD_FACTS[: [k for k, _ in CARD_FACTS].index("attacks")]) + 3
 N_OPTION_TYPES = 16
 N_AREAS = 8  # option.area one-hot: 0 none, 1 deck, 2 hand, 3 discard, 4 active, 5 bench, 6 prize, 7 stadium/other
 BENCH_SLOTS = 8  # benchMax is 5, 8 with some stadiums
@@ -51,10 +53,10 @@ OPTION_LAYOUT = (
     ("index", 1),  # position/20 in the hand, discard or bench (never in the deck: its order is hidden)
     ("number", 2),  # number/10, count/5
     ("picked", 1),  # already picked earlier in this multi-select
-    ("card", CARD_LITE),  # the card it names
+    ("card", N_FACTS),  # the card it names: all its static facts (HP, attacks' damage and costs, ...)
     ("card_state", 3),  # that card in play: HP left/300, HP fraction, energy/6
     ("attack", 4),  # damage/300, cost/5, payable, would knock out the opposing active (0 when undeterminable)
-    ("target_state", 2),  # the Pokémon it lands on: HP fraction, energy/6
+    ("target_state", 3),  # the Pokémon it lands on: HP fraction, energy/6, energy its costliest attack lacks/5
 )
 OPTION_DIM = sum(n for _, n in OPTION_LAYOUT)
 
@@ -311,7 +313,7 @@ def option_features(tb: Tables, obs: dict, picked: set[int], out: np.ndarray) ->
             card = _area_card(cur, sel, players[me], 2, index)
         cid = tb.cid(card)
         if cid:
-            f[O["card"] : O["card"] + CARD_LITE] = tb.lite[cid]
+            f[O["card"] : O["card"] + N_FACTS] = tb.full[cid]
             if area in (A_ACTIVE, A_BENCH) and isinstance(card, dict):
                 hp, mx = card.get("hp") or 0, card.get("maxHp") or 1
                 f[O["card_state"] : O["card_state"] + 3] = (
@@ -330,7 +332,9 @@ def option_features(tb: Tables, obs: dict, picked: set[int], out: np.ndarray) ->
             target = _area_card(cur, sel, players[me], int(ipa), int(opt.get("inPlayIndex") or 0))
             if isinstance(target, dict) and target:
                 hp, mx = target.get("hp") or 0, target.get("maxHp") or 1
-                f[O["target_state"] : O["target_state"] + 2] = (hp / max(mx, 1), len(target.get("energies") or ()) / 6)
+                have = len(target.get("energies") or ())
+                lacks = max(0.0, float(tb.full[tb.cid(target), MAX_COST]) * 5 - have) / 5
+                f[O["target_state"] : O["target_state"] + 3] = (hp / max(mx, 1), have / 6, lacks)
 
 
 def decision_row(tb: Tables, obs: dict, picked=(), max_options: int = 64, would_ko: bool = True) -> dict:

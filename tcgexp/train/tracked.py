@@ -21,7 +21,10 @@ from ..learn.losses import METRICS, STOP_METRICS
 # each of the loss vector's entries (METRICS), tracked as train/<name> (the optimizer step's rows) and
 # val/<name> (every validation row); all are means over rows, the aux losses over rows with aux targets
 LOSSES = {
-    "loss": "the total the optimizer minimises: policy + trainer.aux_weight x the four aux losses",
+    "loss": (
+        "the total the optimizer minimises: policy + trainer.aux_weight x the four aux losses (+ stop, the option "
+        "head's); val/ with the option head: that sum of the val/ parts, each a mean over its own rows"
+    ),
     "policy": "cross-entropy of the recorded action over the legal actions (nats per row)",
     "accuracy": "share of rows whose highest-scoring legal action is the recorded one",
     "aux_ko": "binary cross-entropy of the KO head: whether the acting side takes a prize this turn",
