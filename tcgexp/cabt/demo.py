@@ -211,11 +211,21 @@ def make_demo(
     for k in range(episodes):  # pairings, seats and game seeds drawn here, in order: the day's, wherever played
         a, b = rng.sample(names, 2)
         jobs.append((k, a, b, rng.randrange(2**31)))
-    flags = _chunked(pool, _write_episodes, jobs, progress, str(folder), date, seed, bo, ratings_of)
+    flags = _chunked(pool, _write_episodes, jobs, progress, str(folder), date, seed, bo, ratings_of, episodes)
     return all(flags)
 
 
-def _write_episodes(jobs: list, folder: str, date: str, seed: int, bo: int, ratings_of: dict) -> list[bool]:
+def episode_times(day: dt.datetime, k: int, episodes: int) -> tuple[int, int]:
+    """Episode k's sidecar start and end (seconds since the epoch) among `episodes` spread over `day`: the import
+    files an episode by its end, so every one ends inside the day however many there are (a minute apart, the
+    first demo's spacing, put a day's 1,441st episode into the next day)."""
+    start = int(day.timestamp()) + (86_340 * k) // max(episodes, 1)
+    return start, start + 30
+
+
+def _write_episodes(
+    jobs: list, folder: str, date: str, seed: int, bo: int, ratings_of: dict, episodes: int
+) -> list[bool]:
     """Play and write the episodes (k, a, b, game seed); whether each drew its shuffles from its seed."""
     db, decks = _db()
     names = [r[0] for r in ROSTER]
@@ -226,11 +236,11 @@ def _write_episodes(jobs: list, folder: str, date: str, seed: int, bo: int, rati
         ep = play(a, b, game_seed, bo=bo, db=db, decks=decks)
         seeded.append(seeding.calls() > before)
         ep["id"] = f"demo-{date}-{seed}-{k}"
-        when = int(day.timestamp()) + 60 * k
+        start, end = episode_times(day, k, episodes)
         meta = {
             "id": k,
-            "createTime": {"seconds": when},
-            "endTime": {"seconds": when + 30},
+            "createTime": {"seconds": start},
+            "endTime": {"seconds": end},
             "agents": [
                 {
                     "index": i,

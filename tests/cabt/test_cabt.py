@@ -378,3 +378,18 @@ def test_a_demo_day_is_a_function_of_its_seed(tmp_path):
     with demo.dealers() as pool:
         played = [demo.round_robin(1, seed=3, pool=pool) for _ in range(2)]
     assert played[0]["seeded_deals"] and played[0] == played[1]
+
+
+@pytest.mark.parametrize("episodes", [1, 2, 200, 1440, 1441, 2000, 5000, 10**6])
+def test_every_demo_episode_of_a_day_is_filed_into_that_day(episodes):
+    """The import files an episode by its sidecar's end: a demo day of any size ends every episode inside the day
+    (a minute apart, episode 1,441 and later went into the next day, and out of the corpus's days)."""
+    import datetime as dt
+
+    from tcgexp.cabt.demo import episode_times
+    from tcgexp.cabt.game import _date
+
+    day = dt.datetime.fromisoformat("2026-07-27").replace(tzinfo=dt.UTC)
+    for k in {0, episodes // 2, episodes - 1}:
+        start, end = episode_times(day, k, episodes)
+        assert _date(start) == _date(end) == "2026-07-27" and start <= end, (k, start, end)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cabt.policies import fake_run
+from tests.cabt.policies import fake_run, random_weights
 
 pytestmark = pytest.mark.extra("cabt")
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def submission(tmp_path_factory):
     """A run's policy exported: (run dir, submission folder, the command's stdout)."""
     tmp = tmp_path_factory.mktemp("export")
-    run = fake_run(tmp / "run", seed=4)
+    # a memory strong enough that a kept one changes answers (random option vectors differ by more than the
+    # memory moves the query at the default scale, since an option carries its card's full facts)
+    run = fake_run(tmp / "run", seed=4, weights=random_weights(seed=4, memory_scale=16.0))
     done = subprocess.run(
         [sys.executable, "-m", "tcgexp.train.export", str(run), str(tmp / "sub")],
         cwd=tmp,

@@ -34,23 +34,30 @@ def command(*args: str, cwd=ROOT, timeout: int = 900) -> subprocess.CompletedPro
     )
 
 
-def test_the_default_command_trains_from_a_clean_folder(tmp_path):
-    """`python -m tcgexp.train dataset=cabt_demo` and nothing else: the demo's ratings, its day (200 episodes of
-    self-play), three epochs of the option head on the fused step, the stop head's loss and accuracy reported."""
+def test_the_readme_answer_from_a_clean_folder(tmp_path):
+    """`python -m tcgexp.train +experiment=real_game` (the README's command for the answer; 200 games against
+    random here) from an empty folder: the demo's ratings and its day of seeded self-play, ten epochs of the option
+    head on the top-rated teachers' decisions, the stop head reported, then the policy plays the engine and wins."""
     t0 = time.perf_counter()
-    res = command("dataset=cabt_demo", cwd=tmp_path)
+    res = command("+experiment=real_game", "eval.games=200", "eval.opponents=[random]", cwd=tmp_path)
     seconds = time.perf_counter() - t0
     assert res.returncode == 0, res.stderr[-3000:]
     [result_file] = (tmp_path / "outputs").glob("*/*/result.json")
     result = json.loads(result_file.read_text())
-    final = result["final"]
-    assert result["status"] == "completed" and len(result["history"]) == 3
-    assert 0.0 <= final["stop_accuracy"] <= 1.0 and final["stop"] > 0 and final["accuracy"] > 0.3
-    assert result["history"][-1]["val"]["loss"] < result["history"][0]["val"]["loss"]
-    assert (tmp_path / "data" / "cabt_demo" / "ratings.json").exists() and (tmp_path / ".aim").is_dir()
-    line = res.stdout.strip().splitlines()[-1]
-    assert line.startswith("[train] val loss ") and "stop accuracy" in line
-    print(f"\ndefault cabt_demo run from a clean folder: {seconds:.0f} s; {line}")
+    final, history = result["final"], result["history"]
+    assert result["status"] == "completed" and len(history) == 10
+    assert 0.0 <= final["stop_accuracy"] <= 1.0 and final["accuracy"] > 0.3
+    assert history[-1]["val"]["policy"] < history[0]["val"]["policy"]
+    ratings = json.loads((tmp_path / "data" / "cabt_demo" / "ratings.json").read_text())
+    assert ratings["seeded_deals"] and (tmp_path / ".aim").is_dir()
+    won = result["eval"]["random"]
+    assert won["games"] == 200 and won["errors"] == [] and won["wins"] + won["draws"] + won["losses"] == 200
+    # measured 2026-12-05 at 87 % (tutorial-real-game.md); a broken feature, head or player falls far below
+    assert won["win_rate"] >= 0.75, won
+    lines = res.stdout.strip().splitlines()
+    assert any(ln.startswith("[train] val loss ") and "stop accuracy" in ln for ln in lines)
+    assert lines[-1].startswith("[eval] random: ")
+    print(f"\nthe README's answer from a clean folder: {seconds:.0f} s; {lines[-1]}")
 
 
 def test_a_sweep_on_the_real_game(cabt_demo_root, tmp_path):
