@@ -110,7 +110,8 @@ def diagnose(
             f"{tag}: hit rate after warm-up is {c['warm_hit_rate_pct']:.1f}% (< 90%) over {warm} "
             f"accesses: the working set ({c['distinct_keys']} row groups) does not fit "
             f"cache.capacity={capacity}; raise cache.capacity, keep tbptt.lane_order=grouped (few row "
-            f"groups live at once), or try cache=plan"
+            f"groups live at once)"
+            + (", or try cache=plan" if policy != "plan" else " (cache=plan already keeps those needed soonest)")
             + (
                 f"; {c['opt_step_skips']} misses were served uncached because they arrived inside "
                 f"in_opt_step at capacity (cache.opt_step_guard=all; the default, pressure, caches them)"

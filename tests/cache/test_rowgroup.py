@@ -217,6 +217,12 @@ def test_tally_and_diagnose(corpus_files, all_keys):
         for key in all_keys[:6] * 2:  # a cycle longer than capacity: every access misses
             churn.get(key)
         assert [m for m in churn.diagnose() if "hit rate after warm-up is 0.0%" in m]
+        counters = churn.counters()
+    from tcgexp.cache.report import diagnose
+
+    for policy, advice in (("lru", "or try cache=plan"), ("plan", "cache=plan already keeps those needed soonest")):
+        [low] = [m for m in diagnose("train", counters, policy=policy, capacity=2) if "hit rate after warm-up" in m]
+        assert advice in low and (policy == "lru" or "try cache=plan" not in low), low
 
     with make(corpus_files, policy="lru", capacity=2, spill=True) as dead:
         for key in all_keys[:12]:  # 10 evictions, each spilled, none ever read back
