@@ -67,16 +67,15 @@ def play(a: str, b: str, seed: int, bo: int = 1, db=None, decks=None) -> dict:
 
 
 @contextlib.contextmanager
-def dealers(workers: int = 2) -> Iterator[Executor | None]:
-    """Processes that play the demo's games: each loads the seeded deal before the engine (a spawned process has
-    not loaded it yet), so a game is a function of its seed, whichever dealer plays it. None (the games are
-    played here, on the engine's own shuffles) in a daemonic process, which may not start any."""
-    if multiprocessing.current_process().daemon:
+def dealers(pools: Callable[..., Executor] | None, workers: int = 2) -> Iterator[Executor | None]:
+    """Processes that play the demo's games: made by `pools(n, then=...)` (the corpus's ``worker_pool``: spawned
+    workers that die with this process), each loads the seeded deal before the engine (a spawned process has not
+    loaded it yet), so a game is a function of its seed, whichever dealer plays it. None (the games are played
+    here, on the engine's own shuffles) without `pools`, or in a daemonic process, which may not start any."""
+    if pools is None or multiprocessing.current_process().daemon:
         yield None
         return
-    from ..data.parallel import worker_pool
-
-    with worker_pool(max(1, min(workers, os.cpu_count() or 1)), then=seeding.install) as pool:
+    with pools(max(1, min(workers, os.cpu_count() or 1)), then=seeding.install) as pool:
         yield pool
 
 

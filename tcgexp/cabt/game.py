@@ -150,13 +150,13 @@ class CabtGame:
             check_only=check_only,
         )
 
-    def make_demo(self, folder, *, date: str, episodes: int, seed: int, bo: int, progress=None) -> None:
+    def make_demo(self, folder, *, date: str, episodes: int, seed: int, bo: int, progress=None, pools=None) -> None:
         """Self-play episodes between the scripted teachers (``demo.make_demo``), rated by the round-robin kept
         beside the corpus (``<root>/ratings.json``, measured at the first demo day)."""
         from . import demo
 
         root = Path(folder).parents[1]
-        with demo.dealers() as pool:  # seeded deals: the day is a function of its seed
+        with demo.dealers(pools) as pool:  # seeded deals: the day is a function of its seed
             measured = demo.ratings(root, seed=0, progress=progress, pool=pool)["ratings"]
             demo.make_demo(
                 folder,

@@ -486,6 +486,7 @@ class Corpus:
             seed=int(self._spec["seed"]) * 100_003 + dt.date.fromisoformat(date).toordinal(),
             bo=int(self.demo["bo"]),
             progress=lambda done, total: report(f"{date} self-play", done, total),
+            pools=worker_pool,  # the game's players, in processes of this package's one kind of pool
         )
         summary = self.episodes.import_from(folder, date, lambda line: None)
         shutil.rmtree(folder, ignore_errors=True)

@@ -360,6 +360,7 @@ def test_a_demo_day_is_a_function_of_its_seed(tmp_path):
     """The demo plays in dealers that load the seeded deal before the engine: two builds of the same day (the
     same corpus seed) write the same rows, another seed other games; the round-robin replays too."""
     from tcgexp.cabt import demo
+    from tcgexp.data.parallel import worker_pool
     from tests.conftest import CABT_DEMO, CABT_DEMO_RATINGS
 
     def day(name: str, *overrides: str):
@@ -375,7 +376,7 @@ def test_a_demo_day_is_a_function_of_its_seed(tmp_path):
     first, again, other = day("a"), day("b"), day("c", "dataset.seed=1")
     assert first.num_rows > 0 and first.equals(again)
     assert not first.equals(other)
-    with demo.dealers() as pool:
+    with demo.dealers(worker_pool) as pool:
         played = [demo.round_robin(1, seed=3, pool=pool) for _ in range(2)]
     assert played[0]["seeded_deals"] and played[0] == played[1]
 
