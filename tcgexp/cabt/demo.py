@@ -99,14 +99,17 @@ def _chunked(pool: Executor | None, fn, jobs: list, progress, *args, size: int =
     return [x for i in range(len(chunks)) for x in parts[i]]
 
 
+def _played(a: str, b: str, seed: int, **kw) -> tuple[dict, bool]:
+    """``play``'s episode, and whether the engine drew its shuffles from the game's seed (a dealer's)."""
+    before = seeding.calls()
+    ep = play(a, b, seed, **kw)
+    return ep, seeding.calls() > before
+
+
 def _rewards(jobs: list) -> list:
     """[(rewards, seeded)] of the games (a, b, seed)."""
     db, decks = _db()
-    out = []
-    for a, b, s in jobs:
-        before = seeding.calls()
-        out.append((play(a, b, s, db=db, decks=decks)["rewards"], seeding.calls() > before))
-    return out
+    return [(ep["rewards"], seeded) for ep, seeded in (_played(a, b, s, db=db, decks=decks) for a, b, s in jobs)]
 
 
 def bradley_terry(names: list[str], wins: dict[tuple[str, str], float], anchor: str, iters: int = 500) -> dict:
@@ -231,9 +234,8 @@ def _write_episodes(
     day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC)
     seeded = []
     for k, a, b, game_seed in jobs:
-        before = seeding.calls()
-        ep = play(a, b, game_seed, bo=bo, db=db, decks=decks)
-        seeded.append(seeding.calls() > before)
+        ep, dealt = _played(a, b, game_seed, bo=bo, db=db, decks=decks)
+        seeded.append(dealt)
         ep["id"] = f"demo-{date}-{seed}-{k}"
         start, end = episode_times(day, k, episodes)
         meta = {
