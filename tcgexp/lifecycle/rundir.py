@@ -149,9 +149,23 @@ def refuse_place(where: Path, key: str) -> None:
 def foreign_entries(folder: Path, marker: str) -> list[str]:
     """What in `folder` tcgexp may not take for its own: everything, unless it carries `marker`;
     an unmarked folder may hold only what Hydra writes for a job (``.hydra/``, the job log)."""
-    if (folder / marker).is_file() and not (folder / marker).is_symlink():
+    names = listed_before_marker(folder, marker)
+    if names is None:
         return []
-    return sorted(p.name for p in folder.iterdir() if not (p.name in HYDRA_FILES or p.name.endswith(".log")))
+    return [n for n in names if not (n in HYDRA_FILES or n.endswith(".log"))]
+
+
+def listed_before_marker(folder: Path, marker: str) -> list[str] | None:
+    """`folder`'s entries, sorted, or None when it carries `marker` (a plain file, not a link).
+
+    Why listed first: a run claiming a new folder makes it, then its marker; another run started at the same
+    moment that looked for the marker before it was made and listed the folder after would take the marker
+    for a foreign file (CI saw it: "holds files tcgexp did not write (.tcgexp-run) and no .tcgexp-run
+    marker"). A listing taken before the marker is looked for holds only what came before it."""
+    names = sorted(p.name for p in folder.iterdir())
+    if (folder / marker).is_file() and not (folder / marker).is_symlink():
+        return None
+    return names
 
 
 def check(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, hydra_made: bool = True) -> None:
@@ -161,11 +175,7 @@ def check(where: Path, key: str = "hydra.run.dir", marker: str = RUN_MARKER, *, 
     refuse_place(where, key)
     if not where.is_dir():
         return
-    foreign = (
-        foreign_entries(where, marker)
-        if hydra_made
-        else ([] if (where / marker).is_file() else sorted(p.name for p in where.iterdir()))
-    )
+    foreign = foreign_entries(where, marker) if hydra_made else (listed_before_marker(where, marker) or [])
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         hint = " (an earlier tcgexp run continues with resume=<its folder>)" if marker == RUN_MARKER else ""

@@ -374,3 +374,40 @@ def test_two_runs_started_together_on_one_new_folder_leave_the_winners_files(cor
         config = (run_dir / ".hydra" / "config.yaml").read_text()
         assert f"optimizer.lr={winners[0]}" in overrides and f"lr: {winners[0]}" in config, (overrides, config)
         assert loser not in overrides and loser not in config
+
+
+def claim_in_step(root: str, folders: int, barrier, refusals) -> None:
+    """One of two processes claiming the same new folders at the same moments (check, then mark)."""
+    from tcgexp.lifecycle.rundir import check
+
+    for i in range(folders):
+        barrier.wait()
+        try:
+            check(Path(root) / f"run{i}", hydra_made=False)
+            mark(Path(root) / f"run{i}", hydra_made=False)
+        except ConfigError as exc:
+            refusals.put(str(exc))
+    refusals.put(None)
+
+
+def test_a_marker_made_while_another_claim_looks_is_never_taken_for_a_foreign_file(tmp_path):
+    """Two claims of one new folder, in step, 400 times: the one that looked for the marker before the other made
+    it and listed the folder after once saw ".tcgexp-run" as a file tcgexp did not write (CI, 2026-12-05; 11 of
+    800 claims here before the fix). Only the lock decides between them (the test above); the check never does."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, refusals = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=claim_in_step, args=(str(tmp_path), 400, barrier, refusals)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    said, ended = [], 0
+    while ended < 2:
+        item = refusals.get(timeout=120)
+        ended += item is None
+        said += [item] if item is not None else []
+    for proc in procs:
+        proc.join(timeout=60)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    assert said == [], said[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"run{i}" for i in range(400))
