@@ -248,7 +248,8 @@ class PlanPolicy(Policy):
     workers read positions t, t+1, ... out of order; replaying the trace in
     order makes exactly Belady's choices. Ties (only "never again", or no trace
     at all) evict the least recently used resident, so without a trace the
-    policy degrades to LRU rather than refusing to cache.
+    policy degrades to LRU rather than refusing to cache. The trainer's trace is the epoch's and the next
+    epoch's (``Loop.begin_epoch``), so a key evicted or bypassed for a later epoch is worth spilling.
     """
 
     name = "plan"

@@ -96,6 +96,8 @@ class Residency:
             self.ram[key] = data
         else:
             self._n["bypasses"] += 1
+            if self.policy.knows_future:  # needed again, later than all in RAM: the spill keeps it till then
+                self._queue_spill(key, data, spills)
 
     def pressure_evict(self, pressure: bool, spills: list) -> None:
         if not pressure or self.depth > 0:
@@ -110,6 +112,10 @@ class Residency:
         """Drop ``key`` (already removed from the policy) from RAM; queue its spill."""
         data = self.ram.pop(key)
         self._n["evictions"] += 1
+        self._queue_spill(key, data, spills)
+
+    def _queue_spill(self, key: Key, data: Arrays, spills: list) -> None:
+        """Queue ``key``'s spill write, when there is a spill, the policy wants it kept and it is not there yet."""
         store = self.spill
         if store is None or not store.enabled or not self.policy.worth_spilling(key) or key in store:
             return

@@ -2,7 +2,7 @@
 
 Why each rule exists:
 
-- Read back only with ``np.load(allow_pickle=False)`` and checked against the
+- Read back straight into arrays (``npz.py``: never unpickles, as ``np.load(allow_pickle=False)``) and checked against the
   column names, dtypes, shapes and a CRC-32 per array recorded in memory at
   write time: a spill file is a cache, never a source of truth, so a
   truncated, replaced, pickled or vanished file must be noticed (counted in
@@ -52,6 +52,7 @@ from typing import ClassVar
 import numpy as np
 
 from tcgexp.cache import registry
+from tcgexp.cache.npz import read_npz
 from tcgexp.ownership import (
     SPILL_MARKER,
     HeldLock,
@@ -365,24 +366,20 @@ class SpillStore:
 
 
 def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.ndarray]:
-    if entry.path.stat().st_size != entry.size:
-        raise ValueError("size changed since it was written")
     names = [m[0] for m in entry.meta]
     if columns is not None and list(columns) != names:
         raise ValueError(f"columns {names} != expected {list(columns)}")
+    npz = read_npz(entry.path, entry.size)  # never unpickles (npz.py)
+    if sorted(npz) != sorted(names):
+        raise ValueError(f"members {sorted(npz)} != {sorted(names)}")
     out: dict[str, np.ndarray] = {}
-    with np.load(entry.path, allow_pickle=False) as npz:
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")  # noqa: TRY004 - read as "not usable" with the rest
-        if sorted(npz.files) != sorted(names):
-            raise ValueError(f"members {sorted(npz.files)} != {sorted(names)}")
-        for name, dtype, shape, crc in entry.meta:
-            arr = npz[name]
-            if arr.dtype.str != dtype or tuple(arr.shape) != shape:
-                raise ValueError(f"{name}: {arr.dtype.str}{arr.shape} != {dtype}{shape}")
-            if _crc(arr) != crc:
-                raise ValueError(f"{name}: checksum mismatch")
-            out[name] = arr
+    for name, dtype, shape, crc in entry.meta:
+        arr = npz[name]
+        if arr.dtype.str != dtype or tuple(arr.shape) != shape:
+            raise ValueError(f"{name}: {arr.dtype.str}{arr.shape} != {dtype}{shape}")
+        if _crc(arr) != crc:
+            raise ValueError(f"{name}: checksum mismatch")
+        out[name] = arr
     return out
 
 

@@ -145,9 +145,11 @@ class Planner:
             raise ValueError(f"shard {shard} of {shards} shards: need shards >= 1 and 0 <= shard < shards")
         self.shards, self.shard = shards, (0 if shards == 1 else shard)
         self._chunks: tuple | None = None
-        self._last: Plan | None = None  # the latest epoch plan: the trainer asks for it more than once
+        # the latest epochs' plans (this one's and the next's: the train cache's plan policy reads one epoch ahead),
+        # asked for more than once each
+        self._plans: dict[int, Plan] = {}
         self._counts: dict[int, int] = {}  # microbatches per epoch, from the packing alone
-        self._shard_plans: tuple | None = None  # (epoch, [plan per shard]) of the latest epoch
+        self._shard_plans: dict[int, list[Plan]] = {}  # epoch -> [plan per shard], the latest epochs'
         if enabled:
             size, lane, d = index.largest_decision()
             if size > batch_size:
@@ -208,21 +210,24 @@ class Planner:
     def epoch_plan(self, epoch: int) -> Plan:
         """What this process runs in epoch `epoch`: the whole plan, its shard (padded), or the
         shards interleaved (``shard=None``)."""
-        if self._last is None or self._last.epoch != epoch:
+        if epoch not in self._plans:
             if self.shards == 1:
-                self._last = self._plan("train", epoch)
+                plan = self._plan("train", epoch)
             else:
                 plans = self.shard_plans(epoch)
                 n = max(len(p) for p in plans)
-                self._last = Plan.interleave(plans) if self.shard is None else plans[self.shard].padded(n)
-        return self._last
+                plan = Plan.interleave(plans) if self.shard is None else plans[self.shard].padded(n)
+            self._plans[epoch] = keep_latest(self._plans, plan)
+        return self._plans[epoch]
 
     def shard_plans(self, epoch: int) -> list[Plan]:
         """Every shard's own plan of epoch `epoch` (unpadded): any rank can compute any rank's."""
-        if self._shard_plans is None or self._shard_plans[0] != epoch:
+        if epoch not in self._shard_plans:
             lanes = self.lane_order("train", epoch)
-            self._shard_plans = (epoch, [self._pack(part, "train", epoch) for part in self.partition(lanes)])
-        return self._shard_plans[1]
+            self._shard_plans[epoch] = keep_latest(
+                self._shard_plans, [self._pack(part, "train", epoch) for part in self.partition(lanes)]
+            )
+        return self._shard_plans[epoch]
 
     def partition(self, lanes: np.ndarray) -> list[np.ndarray]:
         """`lanes` (in admission order) cut into `shards` parts: whole runs of one row group, each to
@@ -260,8 +265,8 @@ class Planner:
 
         Counted once per epoch: start-up asks for every epoch's microbatches, optimizer steps and real
         microbatches (the schedule's horizon), and packing a year of lanes takes most of a second."""
-        if self._last is not None and self._last.epoch == epoch:
-            return len(self._last)
+        if epoch in self._plans:
+            return len(self._plans[epoch])
         if self.shards > 1:
             return len(self.epoch_plan(epoch))
         if epoch not in self._counts:
@@ -362,3 +367,13 @@ class Planner:
             lane = ix.lane(int(self._lane_of(d[k : k + 1])[0]))
             raise decision_too_large(lane, int(d[k] - ix.lane_dec0[lane.index]), self.batch_size, ix.files[lane.key[0]])
         return d, fill(sizes, self.batch_size)
+
+
+KEPT_PLANS = 2  # an epoch's plan and the next's: the train cache's plan policy reads one epoch ahead
+
+
+def keep_latest(kept: dict, made):
+    """`made`, after dropping the oldest of `kept` (insertion order) so that it and `made` are ``KEPT_PLANS``."""
+    while len(kept) >= KEPT_PLANS:
+        del kept[next(iter(kept))]
+    return made

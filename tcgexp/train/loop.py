@@ -317,7 +317,12 @@ class Loop:
         """The epoch's plan, its access trace handed to the train cache; lane memory zeroed at its start."""
         p = self.p
         plan = self.planner.epoch_plan(p.epoch)
-        self.train_cache.set_trace(plan.trace())
+        trace = plan.trace()
+        if p.epoch + 1 < self.epochs:
+            # and the next epoch's: a row group this epoch reads for the last time is read again there, so the
+            # plan policy spills it rather than drop it, and the next epoch reads it back instead of decoding it
+            trace += self.planner.epoch_plan(p.epoch + 1).trace()
+        self.train_cache.set_trace(trace)
         if p.position == 0:
             self.memory.reset()  # every lane starts the epoch from zero memory
             p.epoch_microbatches = p.epoch_opt_steps = p.epoch_real = 0

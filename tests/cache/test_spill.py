@@ -14,6 +14,7 @@ import pytest
 
 from tcgexp.cache.spill import MARKER, SpillStore, estimate_bytes
 from tests.cache.conftest import COLUMNS, Probe, assert_same, spill_dir_bytes
+from tests.cache.test_policy import belady_hits
 from tests.conftest import cache_of
 
 
@@ -289,3 +290,26 @@ def test_disk_full_warns_once_and_stops_spilling(corpus_files, all_keys, referen
         c = cache.counters()
         assert c["spill_disabled"] == 1 and c["ssd_spills"] == 0 and c["evictions"] == 5
         assert any("turned off after a write error (the disk is full)" in m for m in cache.diagnose())
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3], ids=lambda c: f"capacity{c}")
+def test_plan_keeps_what_it_bypasses_or_evicts_for_a_later_use_on_the_spill(
+    capacity, corpus_files, all_keys, reference, tmp_path
+):
+    """Two epochs' trace in view (the trainer hands the plan policy this epoch's and the next's): every row group
+    is decoded once; in the second epoch what RAM does not hold is read back from the spill, bypassed keys too
+    (before, a bypassed key was dropped and decoded again). RAM's choices stay Belady's over the whole trace."""
+    keys = all_keys[:6]
+    rng = random.Random(capacity)
+    epochs = [[(k,) for k in rng.sample(keys, len(keys))] for _ in range(2)]
+    with make(corpus_files, tmp_path / "spill", policy="plan", capacity=capacity) as cache:
+        cache.set_trace(epochs[0] + epochs[1])
+        for t, (key,) in enumerate(epochs[0]):
+            assert_same(cache.get(key, t=t), reference[key])
+        cache.set_trace(epochs[1])  # the next epoch: its own trace (and the one after it, were there one)
+        for t, (key,) in enumerate(epochs[1]):
+            assert_same(cache.get(key, t=t), reference[key])
+        c = cache.counters()
+    assert c["decodes"] == len(keys), c  # each row group decoded once, in the first epoch
+    assert c["ssd_hits"] == c["misses"] - len(keys), c  # every later miss read back from the spill
+    assert c["hits"] == belady_hits(epochs[0] + epochs[1], capacity), c

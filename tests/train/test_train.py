@@ -156,6 +156,19 @@ def test_cache_policy_and_workers_never_change_the_weights(baseline, game_cfg, t
     assert r["kernels"] == step_path and weights(r) == weights(full)
 
 
+@pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"workers{w}")
+def test_a_plan_run_decodes_each_row_group_once_over_its_epochs(train_cfg, data_root, tmp_path, workers):
+    """The plan policy sees this epoch's accesses and the next's: what it evicts or bypasses for a later epoch
+    waits on the spill, so a 3-epoch run decodes each row group once and reads the rest back from the spill."""
+    r = train(
+        train_cfg("cache=plan", "cache.capacity=2", "trainer.epochs=3", f"loader.workers={workers}", data=data_root),
+        run_dir=tmp_path / "r",
+    )
+    c = r["cache"]["train"]
+    assert c["decodes"] == c["distinct_keys"] and c["ssd_hits"] > 0, c
+    assert c["misses"] == c["decodes"] + c["ssd_hits"] + c["shared_misses"] + c["rescues"], c
+
+
 def test_resume_past_the_scheduler_horizon_is_refused(train_cfg, data_root, tmp_path):
     train(train_cfg("trainer.epochs=1", data=data_root), run_dir=tmp_path / "a")
     with pytest.raises(ScheduleError, match="only 0 of its"):
