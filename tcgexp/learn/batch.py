@@ -19,6 +19,7 @@ import numpy as np
 from ..plan.loader import Batch
 
 EARLY_DECISIONS = 8  # "first decisions of an episode": where memory has the least to go on
+AUX_TARGETS = ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")  # float32 per row, as in the file
 
 
 def bucket(n: int, lo: int = 4) -> int:
@@ -58,25 +59,33 @@ class Prepared:
 
 
 def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
+    # Runs once per microbatch on the loader's thread, beside the step on the same cores: every numpy call
+    # costs ~1 us of Python before its work, so each array is made in as few calls as its values allow.
     mb, a = batch.mb, batch.arrays
     R, L = mb.rows, mb.lanes
     most = int(mb.lane_decisions.max())
     Lp, T = bucket(L), min(bucket(most), max(decisions_pad, most))
     if R > rows_pad:
         raise ValueError(f"microbatch {mb.index} has {R} rows, more than the row budget {rows_pad}")
-    A = a["action_mask"].shape[1]
+    feats, mask = a["features"], a["action_mask"]
+    F, A = feats.shape[1], mask.shape[1]
     valid = a["would_ko_valid"]
-    x = np.zeros((rows_pad, a["features"].shape[1] + A + 1), np.float32)
-    x[:R, : -A - 1] = a["features"]
-    x[:R, -A - 1 : -1] = a["would_ko"] * valid[:, None]
+    x = np.zeros((rows_pad, F + A + 1), np.float32)
+    x[:R, :F] = feats
+    np.multiply(a["would_ko"], valid[:, None], out=x[:R, F : F + A])  # would-KO where valid, else 0
     x[:R, -1] = valid
     row_lane = np.zeros(rows_pad, np.int32)
     row_dec = np.zeros(rows_pad, np.int32)
     row_lane[:R], row_dec[:R] = mb.row_lane, mb.row_dec
     # the first row of each decision feeds the memory; rows are grouped by (lane, decision)
-    starts = np.flatnonzero(np.diff(mb.row_lane * T + mb.row_dec, prepend=-1))
-    first_row = np.zeros((Lp, T), np.int32)
-    first_row[mb.row_lane[starts], mb.row_dec[starts]] = starts
+    slot = mb.row_lane.astype(np.int64) * T + mb.row_dec  # (lane, decision) slot of each row
+    first = np.empty(R, bool)
+    first[:1] = True
+    np.not_equal(slot[1:], slot[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    first_row = np.zeros(Lp * T, np.int32)
+    first_row[slot[starts]] = starts
+    first_row = first_row.reshape(Lp, T)
     offered = "option_features" in a  # a game whose decisions offer options, each with a vector: the option head
     if offered:
         # what a lane chose at each decision: the picked options' vectors, summed over its rows (its picks)
@@ -85,27 +94,34 @@ def prepare(batch: Batch, *, rows_pad: int, decisions_pad: int) -> Prepared:
         label_hot = np.zeros((Lp, T, opts.shape[2]), np.float32)
         np.add.at(label_hot, (mb.row_lane, mb.row_dec), picked)
     else:
-        label_hot = np.zeros((Lp, T, A), np.float32)
-        np.add.at(label_hot, (mb.row_lane, mb.row_dec, a["label"]), 1.0)
+        # how many of a decision's rows chose each action: counts, exact in float32 (as adding 1.0 per row is)
+        label_hot = np.bincount(slot * A + a["label"], minlength=Lp * T * A).astype(np.float32).reshape(Lp, T, A)
     lane_decisions = np.zeros(Lp, np.int32)
     lane_decisions[:L] = mb.lane_decisions
 
     def pad(v, fill=0):
-        out = np.full((rows_pad,) + v.shape[1:], fill, dtype=v.dtype)
+        out = (
+            np.zeros((rows_pad,) + v.shape[1:], dtype=v.dtype)
+            if not fill
+            else np.full((rows_pad,) + v.shape[1:], fill, v.dtype)
+        )
         out[:R] = v
         return out
 
-    weight = np.zeros(rows_pad, np.float32)
+    # the row-level float targets: rows of one zeroed block (one allocation), each its own contiguous array
+    weight, early, aux_valid, *aux = np.zeros((7, rows_pad), np.float32)
     weight[:R] = 1.0
-    early = np.zeros(rows_pad, np.float32)
     early[:R] = (mb.lane_dec_start[mb.row_lane] + mb.row_dec) < EARLY_DECISIONS
+    aux_valid[:R] = a["aux_valid"]
+    for k, out in zip(AUX_TARGETS, aux):
+        out[:R] = a[k]
     targets = {
-        "action_mask": pad(a["action_mask"], True),
+        "action_mask": pad(mask, True),
         "label": pad(a["label"]),
         "row_weight": weight,
         "row_early": early,
-        "aux_valid": pad(a["aux_valid"]).astype(np.float32),
-        **{k: pad(a[k]) for k in ("aux_ko", "aux_prize_delta", "aux_terminal", "aux_return")},
+        "aux_valid": aux_valid,
+        **dict(zip(AUX_TARGETS, aux)),
     }
     inputs = {
         "x": x,
