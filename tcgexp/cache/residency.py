@@ -115,9 +115,14 @@ class Residency:
         self._queue_spill(key, data, spills)
 
     def _queue_spill(self, key: Key, data: Arrays, spills: list) -> None:
-        """Queue ``key``'s spill write, when there is a spill, the policy wants it kept and it is not there yet."""
+        """Queue ``key``'s spill write, when there is a spill, the policy wants it kept and it is neither there nor on
+        its way there. (Two workers can each drop the same key while its first write is in flight: a second write
+        was refused by the store at once, and its ``flush`` then cleared ``spilling`` under the first, so a miss
+        in between found the key nowhere and decoded it again.)"""
         store = self.spill
-        if store is None or not store.enabled or not self.policy.worth_spilling(key) or key in store:
+        if store is None or not store.enabled or key in self.spilling or not self.policy.worth_spilling(key):
+            return
+        if key in store:  # (after the cheap checks: the store takes its own lock)
             return
         rank = ranks = None
         if self.policy.knows_future:  # snapshot: the store must not touch the policy

@@ -313,3 +313,24 @@ def test_plan_keeps_what_it_bypasses_or_evicts_for_a_later_use_on_the_spill(
     assert c["decodes"] == len(keys), c  # each row group decoded once, in the first epoch
     assert c["ssd_hits"] == c["misses"] - len(keys), c  # every later miss read back from the spill
     assert c["hits"] == belady_hits(epochs[0] + epochs[1], capacity), c
+
+
+def test_a_row_group_on_its_way_to_the_spill_is_not_queued_again(corpus_files, all_keys, reference, tmp_path):
+    """Two loader workers can each drop the same row group while its first spill write is in flight. A second write
+    was queued, refused by the store at once, and its flush then cleared the in-flight entry under the first: a miss
+    in between found the row group nowhere and decoded it again (CI, 2026-12-05: a 3-epoch ``cache=plan`` run with
+    ``loader.workers=2`` decoded one twice in 8 of 10 tries). Now it is queued once and served from memory till written."""
+    key = all_keys[0]
+    with make(corpus_files, tmp_path / "spill", policy="plan", capacity=1) as cache:
+        cache.set_trace([(key,), (key,)])  # read later: worth keeping
+        tiers, first, second = cache._tiers, [], []
+        with cache._lock:
+            tiers._queue_spill(key, reference[key], first)
+            tiers._queue_spill(key, reference[key], second)  # the other worker, while the first is on its way
+        assert len(first) == 1 and second == []
+        tiers.flush(second)
+        assert key in tiers.spilling  # still in memory for a miss until its write is done
+        tiers.flush(first)
+        assert key not in tiers.spilling and key in tiers.spill
+        assert_same(cache.get(key, t=0), reference[key])
+        assert cache.counters()["decodes"] == 0 and cache.counters()["ssd_hits"] == 1
