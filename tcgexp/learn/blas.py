@@ -30,6 +30,7 @@ import os
 import sys
 
 from ..launch import share_cores
+from .denormals import flush_in_mlx
 
 _LOADED: str | None = None
 
@@ -39,6 +40,7 @@ def mlx_imported() -> bool:
 
 
 _MKL: ctypes.CDLL | None = None
+DENORMALS: str | None = None  # what setup() left MLX's stream thread with (tcgexp/learn/denormals.py)
 _USER_THREADS = False  # MKL_NUM_THREADS was set before tcgexp loaded MKL
 
 
@@ -75,8 +77,9 @@ def setup() -> str:
     cores' BLAS threads (``launch.share_cores``), then MKL loaded (unless TCGEXP_BLAS=reference, another OS, or
     no MKL). Returns what MLX will use ("mkl: <path>" or why not). The entry points call it when they run
     (``tcgexp-train``'s task, ``tcgexp-bench``, ``tcgexp.app.compose``, ``tcgexp.api.train``); importing a
-    tcgexp module never does."""
-    global _LOADED, _MKL, _USER_THREADS
+    tcgexp module never does. Then MLX's CPU stream thread is started with subnormal floats flushed to zero
+    (``denormals.flush_in_mlx``: ``DENORMALS`` says whether it holds)."""
+    global _LOADED, _MKL, _USER_THREADS, DENORMALS
     if _LOADED is not None:
         return _LOADED
     share_cores()  # ranks of one mlx.launch on one host: each its share of the cores' BLAS threads
@@ -96,6 +99,7 @@ def setup() -> str:
             _USER_THREADS = "MKL_NUM_THREADS" in os.environ
             _MKL = ctypes.CDLL(candidates[0], mode=ctypes.RTLD_GLOBAL)
             _LOADED = f"mkl: {candidates[0]}"
+    DENORMALS = flush_in_mlx()  # imports MLX: after MKL, which MLX binds when it loads
     return _LOADED
 
 
@@ -109,7 +113,8 @@ class BlasError(RuntimeError):
 def require() -> str:
     """``setup()``, refusing a process whose MLX was loaded before it could load MKL: MLX binds its BLAS when
     mlx.core is first imported, so such a process would train on the reference BLAS (~50x slower matrix
-    products, and other bits than a run set up first computes)."""
+    products, and other bits than a run set up first computes). Returns what the run records as its arithmetic:
+    the BLAS and whether MLX flushes subnormals ("mkl: <path>; subnormals flushed")."""
     loaded = setup()
     if loaded == LATE:
         raise BlasError(
@@ -117,4 +122,6 @@ def require() -> str:
             "tcgexp.api.setup() before anything imports mlx (first thing in the script, or in conftest.py), or "
             "set TCGEXP_BLAS=reference to train on that BLAS anyway"
         )
-    return loaded
+    # what a run records as its arithmetic (result.json, each checkpoint): the BLAS and whether MLX flushes
+    # subnormals, since either changes the bits a resumed run must match
+    return f"{loaded}; subnormals {DENORMALS}"
