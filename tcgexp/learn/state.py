@@ -43,7 +43,9 @@ class LaneMemory:
         """The memory of `lanes` (global lane ids): [len(lanes), hidden] float32."""
         if self._table is None:
             return np.zeros((len(lanes), self.hidden), np.float32)
-        return np.array(mx.take(self._table, mx.array(np.asarray(lanes, np.int32)), axis=0))
+        # numpy's view of the evaluated table, gathered on the host: no MLX graph and stream round trip while a
+        # latest/ save keeps the step waiting
+        return np.asarray(self._table)[np.asarray(lanes, np.int64)]
 
     def load(self, h: np.ndarray) -> None:
         """Replace every lane's memory with `h` [lanes, hidden] (a resumed checkpoint's)."""

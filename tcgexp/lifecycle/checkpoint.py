@@ -119,11 +119,14 @@ def check_finite_weights(model, path: Path) -> None:
 
 
 def check_finite(params: dict[str, mx.array], path: Path) -> None:
-    """``check_finite_weights`` on a flat parameter dict: one read-back for all of them, the first named."""
-    if not params:
-        return
-    finite = np.array(mx.stack([mx.all(mx.isfinite(value)) for value in params.values()]))
-    for name, ok in zip(params, finite.tolist()):
+    """``check_finite_weights`` on a flat parameter dict, the first bad one named. A float32 array is read in
+    place (numpy's view of MLX's buffer): ~30 us for the model at hidden 128, where a graph of ``isfinite`` and
+    ``all`` per parameter on MLX's stream took 0.8-2.5 ms, while a latest/ save keeps the step waiting."""
+    for name, value in params.items():
+        if value.dtype == mx.float32:
+            ok = bool(np.isfinite(np.asarray(value)).all())
+        else:  # (a dtype numpy has no view of, such as bfloat16)
+            ok = bool(mx.all(mx.isfinite(value)).item())
         if not ok:
             raise CheckpointError(
                 f"not writing checkpoint {path}: parameter {name} holds NaN or infinity "

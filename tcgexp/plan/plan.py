@@ -211,8 +211,14 @@ class Plan:
         cut = int(self.bounds[min(max(position, 0), len(self))])
         lane, d0 = self.lane[cut:], self.d0[cut:]
         fresh = d0 == self.index.lane_dec0[lane]
-        # a lane with a chunk still to come whose first chunk came before `position`
-        return np.setdiff1d(lane[~fresh], lane[fresh])
+        # a lane with a chunk still to come whose first chunk came before `position` (np.setdiff1d's sorted
+        # unique answer, by a mask over lane ids: no sort of the rest of the plan at every latest/ save)
+        if not len(lane):
+            return lane[:0]
+        live = np.zeros(int(lane.max()) + 1, bool)
+        live[lane[~fresh]] = True
+        live[lane[fresh]] = False
+        return np.flatnonzero(live).astype(lane.dtype, copy=False)
 
     @property
     def stats(self) -> dict:
