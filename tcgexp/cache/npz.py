@@ -64,13 +64,14 @@ def _array(fh: BinaryIO, info: zipfile.ZipInfo, size: int) -> np.ndarray:
     shape, fortran, dtype = read_header(npy)
     if dtype.hasobject:
         raise ValueError(f"{info.filename}: an object array (it would need pickle)")
-    flat = np.empty(int(np.prod(shape, dtype=np.int64)), dtype)
-    if start + npy.tell() + flat.nbytes != end:
+    # an array that owns its buffer (a packed row group's columns are views of it: tcgexp.data.source.pack)
+    arr = np.empty(shape, dtype, order="F" if fortran else "C")
+    if start + npy.tell() + arr.nbytes != end:
         raise ValueError(f"{info.filename}: {dtype.str}{shape} does not fill its member")
     fh.seek(start + npy.tell())
-    if fh.readinto(flat.view(np.uint8)) != flat.nbytes:
+    if fh.readinto(arr.reshape(-1, order="A").view(np.uint8)) != arr.nbytes:
         raise ValueError(f"{info.filename}: the file ended inside its data")
-    return flat.reshape(shape, order="F" if fortran else "C")
+    return arr
 
 
 def _exactly(fh: BinaryIO, n: int, info: zipfile.ZipInfo) -> bytes:

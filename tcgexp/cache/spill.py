@@ -53,6 +53,7 @@ import numpy as np
 
 from tcgexp.cache import registry
 from tcgexp.cache.npz import read_npz
+from tcgexp.data.source import packed_records
 from tcgexp.ownership import (
     SPILL_MARKER,
     HeldLock,
@@ -115,11 +116,17 @@ def _quietly(fn, *args) -> None:
         pass
 
 
+# the one member a packed row group is written as: its [rows, record bytes] buffer (``tcgexp.data.source.pack``)
+RECORDS = "__records__"
+
+
 @dataclass(frozen=True)
 class _Entry:
     path: Path
     size: int
-    meta: tuple[tuple[str, str, tuple[int, ...], int], ...]  # (name, dtype.str, shape, crc32)
+    meta: tuple[tuple[str, str, tuple[int, ...], int], ...]  # each member written: (name, dtype.str, shape, crc32)
+    # a packed row group's columns in record order, (name, dtype.str, shape); None: the members are the columns
+    columns: tuple[tuple[str, str, tuple[int, ...]], ...] | None = None
 
 
 class SpillStore:
@@ -211,10 +218,15 @@ class SpillStore:
         stem = f"rg-{'-'.join(str(part) for part in key)}" if isinstance(key, tuple) else f"rg-{key}"
         final = self.dir / f"{stem}.npz"
         tmp = self.dir / f".{stem}.{uuid.uuid4().hex}.tmp"
+        # a row group the cache packed row-major is written as its one record buffer and read back packed, so a
+        # spill hit is not packed again on its next touch (nor its strided columns copied out to be written)
+        packed = packed_records(arrays)
+        members = {RECORDS: packed[0]} if packed is not None else arrays
+        columns = tuple((name, a.dtype.str, tuple(a.shape)) for name, a in arrays.items()) if packed else None
         try:
-            meta = tuple((name, a.dtype.str, tuple(a.shape), _crc(a)) for name, a in arrays.items())
+            meta = tuple((name, a.dtype.str, tuple(a.shape), _crc(a)) for name, a in members.items())
             with open(tmp, "wb") as fh:  # a file object: savez must not append its own suffix
-                np.savez(fh, **arrays)  # object dtypes were refused above
+                np.savez(fh, **members)  # object dtypes were refused above
             size = tmp.stat().st_size
             os.replace(tmp, final)
         except Exception as exc:  # noqa: BLE001 - of any kind: the spill is a cache, never worth the run
@@ -238,7 +250,7 @@ class SpillStore:
             if self.closed or self._bytes + self._reserved + size > self.budget:
                 _quietly(final.unlink, True)
                 return False
-            self._index[key] = _Entry(final, size, meta)
+            self._index[key] = _Entry(final, size, meta, columns)
             self._bytes += size
             self.spills += 1
         return True
@@ -366,12 +378,13 @@ class SpillStore:
 
 
 def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.ndarray]:
-    names = [m[0] for m in entry.meta]
+    members = [m[0] for m in entry.meta]
+    names = members if entry.columns is None else [c[0] for c in entry.columns]
     if columns is not None and list(columns) != names:
         raise ValueError(f"columns {names} != expected {list(columns)}")
     npz = read_npz(entry.path, entry.size)  # never unpickles (npz.py)
-    if sorted(npz) != sorted(names):
-        raise ValueError(f"members {sorted(npz)} != {sorted(names)}")
+    if sorted(npz) != sorted(members):
+        raise ValueError(f"members {sorted(npz)} != {sorted(members)}")
     out: dict[str, np.ndarray] = {}
     for name, dtype, shape, crc in entry.meta:
         arr = npz[name]
@@ -380,7 +393,16 @@ def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.nda
         if _crc(arr) != crc:
             raise ValueError(f"{name}: checksum mismatch")
         out[name] = arr
-    return out
+    if entry.columns is None:
+        return out
+    # the columns as views of the record buffer, as ``pack`` made them (``packed_records`` knows them again)
+    raw = out[RECORDS]
+    dtype = np.dtype([(name, np.dtype(d), shape[1:]) for name, d, shape in entry.columns])
+    if raw.ndim != 2 or raw.shape[1] != dtype.itemsize or raw.base is not None:
+        raise ValueError(f"{RECORDS}: {raw.shape} is not a buffer of {dtype.itemsize}-byte records")
+    raw.flags.writeable = False  # before the views are made: they inherit it
+    records = raw.view(dtype).reshape(raw.shape[0])
+    return {name: records[name] for name, _, _ in entry.columns}
 
 
 def _prepare_dir(path: Path) -> HeldLock:

@@ -12,7 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
-from tcgexp.cache.spill import MARKER, SpillStore, estimate_bytes
+from tcgexp.cache.spill import MARKER, RECORDS, SpillStore, estimate_bytes
+from tcgexp.data.source import packed_records
 from tests.cache.conftest import COLUMNS, Probe, assert_same, spill_dir_bytes
 from tests.cache.test_policy import belady_hits
 from tests.conftest import cache_of
@@ -40,6 +41,27 @@ def test_round_trip_through_disk(corpus_files, all_keys, reference, tmp_path):
     assert c["bytes_loaded"] == loaded, "a disk read is not a Parquet decode"
     assert c["evictions"] == 2 and c["ssd_spills"] == 2 and c["ssd_resident"] == 2
     assert c["hits"] + c["misses"] == c["accesses"] == 3
+
+
+def test_a_packed_row_group_is_spilled_as_its_records_and_read_back_packed(corpus_files, all_keys, reference, tmp_path):
+    """Touched twice, a row group is packed row-major (one gather per microbatch); spilled, it is written as that
+    one buffer and comes back as views of one, so it is not packed again; its values are the decoded ones."""
+    a, b = all_keys[0], all_keys[1]
+    with make(corpus_files, tmp_path / "spill") as cache:
+        cache.get(a)
+        assert packed_records(cache.get(a)) is not None  # the second touch packs it
+        cache.get(b)  # capacity 1: a goes to the spill
+        with np.load(tmp_path / "spill" / "rg-0-0.npz") as npz:
+            assert npz.files == [RECORDS]
+        got = cache.get(a)
+        c = cache.counters()
+        raw, _ = packed_records(got)
+        assert_same(got, reference[a])
+        assert list(got) == list(reference[a]) and all(not arr.flags.writeable for arr in got.values())
+        assert not raw.flags.writeable and raw.flags.owndata
+        assert packed_records(cache.get(a))[0] is raw, "a spill hit is not packed again"
+    assert c["ssd_hits"] == 1 and c["decodes"] == 2
+    assert c["ssd_bytes_read"] == sum(arr.nbytes for arr in reference[a].values())
 
 
 def test_bytes_moved_counts_what_the_spill_reads_back_beside_what_is_decoded(
@@ -75,16 +97,19 @@ def _corrupt(path, kind):
     elif kind == "other_values":
         with np.load(path) as npz:
             arrays = {name: npz[name] for name in npz.files}
-        arrays["features"] = arrays["features"] + 1.0  # a valid npz, same shapes and size
+        name = "features" if "features" in arrays else RECORDS  # a packed row group's one member
+        arrays[name] = arrays[name] + arrays[name].dtype.type(1)  # a valid npz, same shapes and size
         np.savez(path, **arrays)
 
 
+@pytest.mark.parametrize("touches", [1, 2], ids=["columns", "packed"])
 @pytest.mark.parametrize("same_size", [False, True], ids=["as_is", "size_matched"])
 @pytest.mark.parametrize("kind", ["deleted", "truncated", "garbage", "pickle", "other_values"])
-def test_corrupt_spill_is_detected_and_redecoded(kind, same_size, corpus_files, all_keys, reference, tmp_path):
+def test_corrupt_spill_is_detected_and_redecoded(kind, same_size, touches, corpus_files, all_keys, reference, tmp_path):
     a, b = all_keys[0], all_keys[1]
     with make(corpus_files, tmp_path / "spill") as cache:
-        cache.get(a)
+        for _ in range(touches):  # touched twice, the row group is packed row-major and spilled as one buffer
+            cache.get(a)
         cache.get(b)
         path = tmp_path / "spill" / "rg-0-0.npz"
         _corrupt(path, kind)
