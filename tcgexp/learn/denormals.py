@@ -55,12 +55,12 @@ def _libm():
 
 
 def flushes_in_mlx() -> bool:
-    """Whether MLX, on this thread's default stream, computes half the smallest normal float32 as zero."""
+    """Whether MLX, on this thread's CPU stream, computes half the smallest normal float32 as zero."""
     import mlx.core as mx
     import numpy as np
 
     tiny = float(np.finfo(np.float32).tiny)
-    return float(np.array(mx.array([tiny], dtype=mx.float32) * 0.5)[0]) == 0.0
+    return float(np.array(mx.multiply(mx.array([tiny], dtype=mx.float32), 0.5, stream=mx.cpu))[0]) == 0.0
 
 
 def flush_in_mlx() -> str:
@@ -82,7 +82,8 @@ def flush_in_mlx() -> str:
     try:
         import mlx.core as mx
 
-        mx.eval(mx.array([1.0], dtype=mx.float32) + 1.0)  # MLX's stream thread starts here, inheriting FTZ/DAZ
+        # MLX's CPU stream thread starts here, inheriting FTZ/DAZ (the CPU's, whatever the default device)
+        mx.eval(mx.add(mx.array([1.0], dtype=mx.float32), 1.0, stream=mx.cpu))
     finally:
         libm.fesetenv(ctypes.byref(own))  # this thread's Python and numpy keep IEEE subnormals
     if flushes_in_mlx():
