@@ -170,3 +170,21 @@ def room(proc: Path = Path("/proc"), env: Mapping[str, str] | None = None) -> Ro
         r for r in (cgroup_room(proc), slurm_room(os.environ if env is None else env), machine_room()) if r is not None
     ]
     return min(rooms, key=lambda r: r.bytes)
+
+
+def peak_rss_bytes(proc: Path = Path("/proc")) -> int:
+    """This process's own peak resident memory since it started its program (``VmHWM``).
+
+    Why not ``getrusage().ru_maxrss``: Linux keeps it across ``execve``, and Python's subprocess spawns with
+    vfork, so a child's ru_maxrss starts at its parent's peak (a child of a 1.6 GB pytest reads 1.6 GB, however
+    little it holds). ``VmHWM`` belongs to the address space exec made. Where /proc has no ``status`` (not Linux),
+    ru_maxrss (KiB on Linux, bytes on macOS) is the answer there is."""
+    try:
+        with open(proc / "self" / "status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024

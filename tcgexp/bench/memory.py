@@ -47,11 +47,12 @@ CORPUS = [
     "trainer.epochs=1",
 ]
 CHILD = textwrap.dedent("""
-    import json, resource, sys
+    import json, sys
     from tcgexp.api import setup; setup()  # MKL before mlx.core (imported below), as every entry point does
     from tcgexp.train import train
     from tcgexp.app import compose
     from tcgexp.train import memneed
+    from tcgexp.memlimit import peak_rss_bytes
     import tcgexp.train.run as setup  # where the run composes its parts (prepare_data calls check_memory)
     cfg = compose(*sys.argv[2:])
     seen = {}
@@ -59,13 +60,7 @@ CHILD = textwrap.dedent("""
         seen.update(parts=memneed.need(cfg, slots, lanes, rows))
     setup.check_memory = recording
     train(cfg, run_dir=sys.argv[1])
-    def peak():  # this process's own peak: ru_maxrss keeps the parent's at the spawn (vfork), VmHWM starts at exec
-        try:
-            with open("/proc/self/status") as f:
-                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
-        except (OSError, StopIteration):
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak": peak(), "parts": seen["parts"],
+    print(json.dumps({"peak": peak_rss_bytes(), "parts": seen["parts"],
                       "estimate": memneed.total(seen["parts"])}))
 """)
 

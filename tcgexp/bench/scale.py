@@ -35,6 +35,7 @@ import numpy as np
 
 from ..app import compose, option
 from ..config import build as instantiate
+from ..memlimit import peak_rss_bytes
 from ..plan import LaneIndex
 from . import reference_planner as ref
 from .table import markdown_table
@@ -133,7 +134,7 @@ def child(spec: dict) -> dict:
     out["lanes_dense_mb"] = mem[0].nbytes / 1e6
     out["live_lanes"] = len(plan.live_lanes(mid))
     del first
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mib"] = peak_rss_bytes() / 2**20
     return out
 
 
@@ -203,7 +204,7 @@ def startup_child(spec: dict) -> dict:
         train_run.train(cfg, run_dir=Path(spec["run_dir"]), console=Console(file=io.StringIO()))
     finally:
         Loader.iterate = orig
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_bytes() / 2**20
     validate_s = best(instantiate(cfg.dataset).build, 1)[0]
     ckpt = Path(spec["run_dir"]) / "checkpoints" / "latest"
     # cpu: this process's CPU seconds to the first step (all its threads): what start-up needs of a machine

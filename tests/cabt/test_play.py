@@ -43,7 +43,12 @@ def test_every_row_of_recorded_episodes_is_what_a_player_computes_from_the_raw_o
 
     db, decks = kit
     checked = multi = 0
-    for seed, (a, b) in enumerate([("expert-fighting", "novice-grass"), ("club-water", "expert-psychic")]):
+    # In this process the engine shuffles from its own random device (the seeded deal loads only in a dealer),
+    # so a game's length varies: play pairs in turn until enough rows are checked (CI once saw 189 in two).
+    pairs = [("expert-fighting", "novice-grass"), ("club-water", "expert-psychic")] * 4
+    for seed, (a, b) in enumerate(pairs):
+        if checked > 200 and multi > 5:
+            break
         ep = demo.play(a, b, seed, bo=3, db=db, decks=decks)
         cols, _ = encode_episode(ep, match=1, tb=tables, max_options=64, players=[{}, {}], would_ko=True)
         r = 0
