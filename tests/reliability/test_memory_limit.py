@@ -87,6 +87,22 @@ def test_slurms_allocation_per_task():
     assert room.bytes == 512 * 2**20 and "SLURM_MEM_PER_NODE=512 MiB" in room.source
 
 
+def test_a_subprocess_peak_is_its_own_not_its_parents():
+    """peak_rss_bytes in a child of a process holding 300 MiB reads the child's few tens of MiB (VmHWM), where
+    ru_maxrss reads at least the parent's (Linux keeps it across exec); a fake /proc falls back to ru_maxrss."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc/self/status (not Linux)")
+    held = bytearray(300 << 20)
+    held[:: 1 << 12] = b"x" * len(held[:: 1 << 12])  # touch every page: resident, not just mapped
+    code = "import json, resource; from tcgexp.memlimit import peak_rss_bytes; " + (
+        "print(json.dumps([peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))"
+    )
+    own, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    assert own < 100 << 20 and inherited >= 300 << 20, (own >> 20, inherited >> 20)
+    assert memlimit.peak_rss_bytes(Path("/nonexistent")) > 0
+    del held
+
+
 def test_the_refusal_names_the_knobs_and_the_jobs_limit(fresh_held):
     c = compose_config("model.hidden=4096")
     with pytest.raises(ConfigError) as err:
