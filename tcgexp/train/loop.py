@@ -14,6 +14,7 @@ stops for the signal all of them agreed on.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -241,32 +242,35 @@ class Loop:
             self.save_seconds,
         )
         queued: Queued | None = None  # a fused window dispatched and not yet read back
-        for prep in self.train_loader.iterate(plan, start=p.position):
-            t0 = time.perf_counter()
-            with self.train_cache.in_opt_step():
-                loss = self.window.add(prep, self.memory)
-            closed = None
-            if self.window.ends_at(prep.index, len(plan)):
-                step = p.opt_steps + 1 + (queued is not None)  # the optimizer step this window makes
-                where = f"epoch {p.epoch + 1}, optimizer step {step} (microbatch {prep.index} of {len(plan)})"
-                closed = self.window.close(self.hooks.stop_requested(), where)
-            self.step_seconds += time.perf_counter() - t0
-            p.position, p.microbatches, p.epoch_microbatches = (
-                prep.index + 1,
-                p.microbatches + 1,
-                p.epoch_microbatches + 1,
-            )
-            if queued is not None:  # the window before this one: read while this one computes
-                rows += self.settle(queued, sums, plan, in_flight=True)
-                queued = None
-            if isinstance(closed, Queued):
-                queued = closed
-                if self.must_settle(prep, plan):  # a checkpoint or stop follows: nothing may be in flight
-                    rows += self.settle(queued, sums, plan)
+        # closed here, not whenever the collector finds it: a second signal landing in its finally (which may
+        # join the worker) then ends the run with its one line; inside a finalizer Python prints it as ignored
+        with contextlib.closing(self.train_loader.iterate(plan, start=p.position)) as batches:
+            for prep in batches:
+                t0 = time.perf_counter()
+                with self.train_cache.in_opt_step():
+                    loss = self.window.add(prep, self.memory)
+                closed = None
+                if self.window.ends_at(prep.index, len(plan)):
+                    step = p.opt_steps + 1 + (queued is not None)  # the optimizer step this window makes
+                    where = f"epoch {p.epoch + 1}, optimizer step {step} (microbatch {prep.index} of {len(plan)})"
+                    closed = self.window.close(self.hooks.stop_requested(), where)
+                self.step_seconds += time.perf_counter() - t0
+                p.position, p.microbatches, p.epoch_microbatches = (
+                    prep.index + 1,
+                    p.microbatches + 1,
+                    p.epoch_microbatches + 1,
+                )
+                if queued is not None:  # the window before this one: read while this one computes
+                    rows += self.settle(queued, sums, plan, in_flight=True)
                     queued = None
-            elif closed is not None:
-                rows += self.timed_hooks(lambda: self.applied(closed, sums, more=p.position < len(plan)))  # noqa: B023 - called at once
-            self.hooks.on_advance(1, {"loss": loss} if loss is not None else {})
+                if isinstance(closed, Queued):
+                    queued = closed
+                    if self.must_settle(prep, plan):  # a checkpoint or stop follows: nothing may be in flight
+                        rows += self.settle(queued, sums, plan)
+                        queued = None
+                elif closed is not None:
+                    rows += self.timed_hooks(lambda: self.applied(closed, sums, more=p.position < len(plan)))  # noqa: B023 - called at once
+                self.hooks.on_advance(1, {"loss": loss} if loss is not None else {})
         self.assert_counts(plan)
         stall, busy = self.train_loader.stall_seconds - stall0, self.step_seconds - busy0
         hooks, wall = self.hook_seconds - hooks0, time.perf_counter() - t_epoch
@@ -393,15 +397,17 @@ class Loop:
         # each microbatch is dispatched before the one before it is read back (as in training): its lanes'
         # memory stays in MLX, so the stream goes on while this thread reads values and builds the next graph
         pending = None
-        for prep in self.val_loader.iterate(plan):
-            inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
-            h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
-            values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
-            self.val_memory.write(prep, carry)
-            mx.async_eval(values, sums, self.val_memory.table)
-            if pending is not None:
-                account(*pending)
-            pending = (values, sums, prep.rows)
+        # closed here (see train_epoch)
+        with contextlib.closing(self.val_loader.iterate(plan)) as batches:
+            for prep in batches:
+                inputs, targets = to_mx(prep.inputs), to_mx(prep.targets)
+                h0 = self.val_memory.read(prep, inputs["lane_decisions"].shape[0])
+                values, carry, sums = self.stepper.evaluate(inputs, targets, h0)
+                self.val_memory.write(prep, carry)
+                mx.async_eval(values, sums, self.val_memory.table)
+                if pending is not None:
+                    account(*pending)
+                pending = (values, sums, prep.rows)
         if pending is not None:
             account(*pending)
         if int(totals[n - 1]) != plan.rows:
