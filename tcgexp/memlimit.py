@@ -19,6 +19,8 @@ that cannot be read is a limit that is not there.
 from __future__ import annotations
 
 import os
+import resource
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,8 +185,5 @@ def peak_rss_bytes(proc: Path = Path("/proc")) -> int:
         with open(proc / "self" / "status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
     except (OSError, StopIteration, ValueError, IndexError):
-        import resource
-        import sys
-
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024

@@ -31,12 +31,13 @@ CHILD = textwrap.dedent(
     import json, sys, time
     from tcgexp.app import compose
     from tcgexp.config import build
+    from tcgexp.memlimit import peak_rss_bytes
     src, root = sys.argv[1], sys.argv[2]
     c = build(compose("dataset=cabt", f"dataset.root={root}").dataset)
     t0 = time.perf_counter()
     summary, outcome = c.import_episodes(src, "2026-08-01", lambda line: None)
     total = time.perf_counter() - t0
-    hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+    hwm = peak_rss_bytes() // 1024
     rows = sum(m["rows"] for m in c.manifests.values())
     print(json.dumps({"filing": summary.seconds, "total": total, "episodes": sum(summary.imported.values()),
                       "refused": len(summary.refused), "bytes": summary.bytes, "rows": rows, "hwm_kib": hwm}))
