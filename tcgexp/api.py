@@ -11,6 +11,11 @@ with its schema beside it and one YAML, in a package on Hydra's search path
         spare: int = 0
         CHECKS: ClassVar[tuple] = (("spare", within(0, 64), "in [0, 64]"),)
 
+A game of your own is one object of the ``Game`` protocols (``SimulatedGame``: days played from a seed;
+``EpisodeGame``: days read from episode files), ``register``ed (or named ``dataset.game=package.module:ATTR``);
+its ``arena()`` (an ``Arena``: its ``Player``s against the trained network, a ``Tally`` each, ``counted`` with
+``wilson``'s interval) is what ``eval`` plays.
+
 Its tests compose and train with ``compose``/``option``/``train`` and expect ``ConfigError`` for a
 refused value. These names keep this import path whatever moves inside tcgexp (``tests/test_plugins.py``
 imports nothing else); the docs' "Extending" page shows each kind of option.
@@ -29,12 +34,16 @@ from .app import compose, option
 from .cache.policy import Policy, PolicyConfig
 from .cache.rowgroup import CacheConfig
 from .errors import ConfigError
+from .games.base import EpisodeGame, Game, SimulatedGame
+from .games.play import Arena, EvalSettings, Player, WeightsRefused
+from .games.registry import register
 from .learn.blas import setup
 from .learn.configs import ModelConfig, OptimizerConfig, SchedulerConfig
 from .lifecycle.ckpt_files import CheckpointError
 from .schema import ALL, FLOAT32_MAX, INT32_MAX, schema, validate, within
 from .track import NullTracker, Tracker, TrackingConfig
 from .train import train
+from .winrate import Tally, counted, wilson
 
 if TYPE_CHECKING:  # for readers and type checkers; at run time __getattr__ below loads them
     from .learn.model import RecurrentPolicy
@@ -74,6 +83,18 @@ __all__ = [
     "TrackingConfig",
     "Tracker",
     "NullTracker",
+    # a game of your own (docs/extending.md): what it is, its players and its arena, how it counts, registering it
+    "Game",
+    "SimulatedGame",
+    "EpisodeGame",
+    "Player",
+    "Arena",
+    "EvalSettings",
+    "WeightsRefused",
+    "Tally",
+    "counted",
+    "wilson",
+    "register",
     # an option's tests: set up, compose, train, and what a refused resume raises
     "setup",
     "compose",

@@ -5,7 +5,8 @@ Before Hydra composes, a command registers (``register``):
 - every schema: importing the modules that declare them with ``@schema`` is registering them, Hydra's
   own ConfigStore pattern (the imports below; a module outside tcgexp registers the same way when
   Hydra's search path names it, ``structured://my_module``); a tool with a root config of its own
-  (``tcgexp-replay``: ``tcgexp.bench.trace``) registers it by being the module that runs;
+  (``tcgexp-replay``: ``tcgexp.bench.trace``) registers it by being imported by the command that runs
+  (``tcgexp/cli/replay.py``);
 - the resolvers conf/ uses: ``${launch_now:}`` and ``${rank_suffix:}`` (``launch.py``: one clock for
   the ranks of one launch, one job log each), ``${sweep_name:}`` (``sweep/config.py``: a halving sweep's
   folder) and ``${tcgexp.groups:}`` (the ``--help`` text of ``conf/hydra/help/``);
@@ -35,6 +36,7 @@ import tcgexp.cache.rowgroup
 import tcgexp.data.corpus
 import tcgexp.plan.loader
 import tcgexp.plan.planner
+import tcgexp.sequence.configs  # (the sequence app's root, base_sequence: the train app's and sequence.*)
 import tcgexp.track.aim_run
 import tcgexp.track.remote
 import tcgexp.train.configs  # noqa: F401  (the train app's root, base_config; trainer, checkpoint, model, ...)

@@ -32,6 +32,8 @@ def primary_defaults(config_name: str, conf_dir: Path = CONF_DIR) -> dict[str, s
     doc = yaml.safe_load((conf_dir / f"{config_name}.yaml").read_text()) or {}
     out: dict[str, str] = {}
     for entry in doc.get("defaults", []):
+        if isinstance(entry, str) and entry != config_name and (conf_dir / f"{entry}.yaml").is_file():
+            out.update(primary_defaults(entry, conf_dir))  # a primary config that includes another (sequence: config)
         if isinstance(entry, dict):
             for key, value in entry.items():
                 if not key.startswith(("override ", "hydra/", "optional ")) and (conf_dir / key).is_dir():

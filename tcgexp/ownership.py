@@ -152,12 +152,20 @@ def remove_spill_root(spill_root: Path) -> None:
     spill_root = Path(spill_root)
     if spill_root.is_symlink() or not spill_root.is_dir():
         return
-    foreign = []
+    foreign, stuck = [], []
     for child in sorted(spill_root.iterdir()):
         if child.is_dir() and not child.is_symlink() and (child / SPILL_MARKER).is_file():
-            remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file)
+            with warnings.catch_warnings(record=True) as said:  # said once for the folder, below
+                warnings.simplefilter("always")
+                if not remove_owned(child, SPILL_MARKER, what="spill dir", ours=is_spill_file):
+                    stuck.append((child.name, said[-1].message if said else None))
         else:
             foreign.append(child.name)
+    causes = {str(m) for _, m in stuck if m is not None and "could not remove" not in str(m)}
+    for cause in sorted(causes):  # a marked dir holding files tcgexp did not write: its own line, as before
+        warnings.warn(cause, RuntimeWarning, stacklevel=1)
+    # a marked dir that could not be removed (a read-only disk): its cache has said so already, naming the
+    # folder; it stays marked, and the next run in this folder removes it once it can write there
     if foreign:  # said once for the folder, whatever it holds (a run's whole folder put there once made 7 warnings)
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         warnings.warn(

@@ -29,11 +29,13 @@ TINY = [
     "tracking=off",
 ]
 SCRIPTS = {
-    "tcgexp-train": "tcgexp.train.__main__",
-    "tcgexp-data": "tcgexp.data.__main__",
-    "tcgexp-replay": "tcgexp.bench.trace",
-    "tcgexp-bench": "tcgexp.bench.__main__",
-    "tcgexp-launch": "tcgexp.lifecycle.launcher",
+    "tcgexp-train": "tcgexp.cli.train",
+    "tcgexp-data": "tcgexp.cli.data",
+    "tcgexp-replay": "tcgexp.cli.replay",
+    "tcgexp-bench": "tcgexp.cli.bench",
+    "tcgexp-launch": "tcgexp.cli.launch",
+    "tcgexp-report": "tcgexp.cli.report",
+    "tcgexp-sequence": "tcgexp.cli.sequence",
 }
 
 

@@ -19,6 +19,7 @@ import pkgutil
 import pytest
 
 import tcgexp
+from tcgexp.data.build_stop import BuildStopped
 from tcgexp.data.errors import DataError, StoreInterrupted
 from tcgexp.data.storeproc import Interrupted
 from tcgexp.extras import NEEDS
@@ -30,6 +31,7 @@ SAMPLES = {
     ),
     StoreInterrupted: StoreInterrupted("SIGINT", "[data] interrupted by SIGINT while reading s3://bucket/day"),
     Interrupted: Interrupted("SIGTERM"),
+    BuildStopped: BuildStopped("SIGTERM"),
     Preempted: Preempted("SIGTERM"),
     ForcedStop: ForcedStop("SIGINT"),
     WaitAbandoned: WaitAbandoned("SIGINT", "row group 4 of day 2026-07-27"),

@@ -82,16 +82,16 @@ def test_what_an_entry_point_imports_first_loads_no_mlx():
         "tcgexp.api",
         "tcgexp.app",
         "tcgexp.train",
-        "tcgexp.train.__main__",
-        "tcgexp.bench.__main__",
-        "tcgexp.data.__main__",
-        "tcgexp.kernels.__main__",
-        "tcgexp.track.report",
+        "tcgexp.cli.train",
+        "tcgexp.cli.bench",
+        "tcgexp.cli.data",
+        "tcgexp.cli.kernels",
+        "tcgexp.report.report",
         "tcgexp.lifecycle.launcher",
         # what a launcher pickles for its workers (joblib, submitit, Ray): they unpickle it, which imports
         # these modules, before the task's own setup() runs
         "tcgexp.train.run_guard",
-        "tcgexp.track.callbacks",
+        "tcgexp.report.callbacks",
         "hydra_plugins.tcgexp_sweepers.halving",
     ]
     code = (

@@ -10,8 +10,8 @@ import pytest
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from tcgexp import sim
 from tcgexp.config import build
+from tcgexp.games import sim
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.loader import TRAIN_COLUMNS
 from tcgexp.track import NullTracker

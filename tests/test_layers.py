@@ -6,14 +6,18 @@ The layers, bottom up (``docs/design.md`` draws them):
 
 - base: the top-level modules every layer may use (errors, console, schema, config, launch, ownership, extras,
   plugins, progress, overrides, memlimit), importing nothing above them;
-- sim, cabt (the two games: the built-in simulator, the real game) < data < plan, cache, track (the planner and the cache never import each other) < learn (the model,
-  its step, optimizers and schedules) < lifecycle (a run's folder, signals, checkpoints, resume, ranks) <
-  train (composes a run) < sweep (with the sweeper's Hydra plugin class in hydra_plugins/); kernels (the
-  step's compiled kernels, built and loaded) beside sim: it imports no other part, and only learn uses it;
-- the entry layer: ``tcgexp/app.py`` (registers schemas, resolvers, the sweeper; composes) and every
-  command's ``__main__.py``; then the benchmark tools (``tcgexp/bench``: they compose runs) and the docs'
-  generated references (``tcgexp/reference``: they compose every option); then
-  ``tcgexp/api.py``, the plug-in surface, which nothing of tcgexp imports.
+- games (``tcgexp/games``: the registry, the built-in simulator, the real game, each game in its own wing)
+  < data < plan, cache, track (Aim tracking; the planner, the cache and tracking never import each other) < learn
+  (the model, its step, optimizers and schedules), report (a sweep's report and findings, its Aim link and end
+  callbacks: it reads tracking's job context; learn and report never import each other) < lifecycle (a run's folder, signals, checkpoints, resume, ranks) <
+  eval (a run's policy played in its game's arena, counted) < train (composes a run) < sweep (with the
+  sweeper's Hydra plugin class in hydra_plugins/), sequence (the daily sequence of training runs); kernels (the step's compiled kernels, built and loaded) beside
+  games: it imports no other part, and only learn uses it;
+- the entry layer: ``tcgexp/app.py`` (registers schemas, resolvers, the sweeper; composes); then the
+  benchmark tools (``tcgexp/bench``: they compose runs) and the docs' generated references
+  (``tcgexp/reference``: they compose every option); then the commands (``tcgexp/cli``: every console
+  script's body; the packages' ``__main__.py`` aliases run them by name) and ``tcgexp/api.py``, the plug-in
+  surface, which nothing of tcgexp imports.
 """
 
 from __future__ import annotations
@@ -36,24 +40,28 @@ BASE = {
     "overrides",
     "memlimit",
     "extras",
+    "winrate",
 }
 RANK = {
     "base": 0,
-    "sim": 1,
-    "cabt": 1,
+    "games": 1,
     "kernels": 1,
     "data": 2,
     "plan": 3,
     "cache": 3,
     "track": 3,
     "learn": 4,
+    "report": 4,
     "lifecycle": 5,
+    "eval": 5.5,  # above lifecycle (a checkpoint's weights, result.json), below train (a run's end plays)
     "train": 6,
     "sweep": 7,
+    "sequence": 7,  # the daily sequence: training phases, their evaluation and tracking (beside sweep)
     "hydra_plugins": 7,
     "entry": 8,
     "bench": 9,
     "reference": 9,
+    "cli": 10,
     "api": 10,
 }
 APART = {
@@ -63,7 +71,9 @@ APART = {
     ("track", "plan"),
     ("cache", "track"),
     ("track", "cache"),
-}  # one layer, three parts that never import each other
+    ("learn", "report"),
+    ("report", "learn"),
+}  # one layer, parts that never import each other (plan, cache, track; learn, report)
 
 
 def modules() -> dict[str, Path]:
@@ -113,9 +123,9 @@ def layer(name: str) -> str:
     parts = name.split(".")
     if parts[0] == "hydra_plugins":
         return "hydra_plugins"
-    if parts[-1] == "__main__" and len(parts) > 2 and RANK.get(parts[1], 0) > RANK["entry"]:
-        return parts[1]  # a tool's own command (python -m tcgexp.bench) stands with its package
-    if parts[-1] == "__main__" or name == "tcgexp.app":
+    if parts[-1] == "__main__" or parts[1:2] == ["cli"]:
+        return "cli"
+    if name == "tcgexp.app":
         return "entry"
     if name == "tcgexp.api":
         return "api"
@@ -132,7 +142,7 @@ def test_the_graph_is_read_whole():
     assert "tcgexp.app" in GRAPH and "hydra_plugins.tcgexp_sweepers.halving" in GRAPH
     assert "tcgexp.sweep.sweeper" in GRAPH["hydra_plugins.tcgexp_sweepers.halving"], "an import inside a method"
     assert "hydra_plugins.tcgexp_sweepers.halving" in GRAPH["tcgexp.app"]
-    assert "tcgexp.lifecycle.rundir" in GRAPH["tcgexp.train.__main__"]
+    assert "tcgexp.lifecycle.rundir" in GRAPH["tcgexp.cli.train"]
     unplaced = sorted(
         n
         for n in GRAPH
@@ -282,3 +292,27 @@ def test_the_design_page_lists_the_base_this_test_ranks():
     page = (ROOT / "docs" / "design.md").read_text().splitlines()
     [line] = [ln for ln in page if ln.rstrip().endswith("(the base)")]
     assert {n.strip() for n in line.split("(the base)")[0].split(",")} == BASE
+
+
+def room(name: str) -> str:
+    """The part of the house a module is in, as a picture of the tree draws it: a top-level package of tcgexp
+    (``tcgexp/data/``, ...), a top-level module (``tcgexp/app.py``), or ``hydra_plugins``."""
+    parts = name.split(".")
+    return "hydra_plugins" if parts[0] == "hydra_plugins" else ".".join(parts[:2])
+
+
+def test_no_two_parts_of_the_house_import_each_other():
+    """Read a folder at a time, the graph still runs one way: no package imports, through any of its modules,
+    one that imports it back (a command's body inside a library package did: ``data/__main__.py`` imported
+    ``app.py``, which imports ``data``). The aliases ``python -m tcgexp.train`` etc. run their command by name."""
+    rooms: dict[str, dict[str, int]] = {}
+    for name, imported in GRAPH.items():
+        mine = rooms.setdefault(room(name), {})
+        for other in imported:
+            if room(other) != room(name):
+                mine.setdefault(room(other), 0)
+    for r in list(rooms.values()):
+        for other in r:
+            rooms.setdefault(other, {})
+    found = cycles(rooms)
+    assert not found, f"parts of the house that import each other: {found}"

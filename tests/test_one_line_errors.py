@@ -116,7 +116,7 @@ def test_data_replay_bench_and_screenshot_speak_in_one_line(tmp_path, corpus):
     assert_one_line(run("tcgexp.bench.trace", "tbptt.chunk=abc"), "tbptt.chunk")
     assert_one_line(run("tcgexp.bench", "loader", "--dataset", "nosuch"), "dataset/nosuch")
     assert_one_line(
-        run("tcgexp.track.screenshot", "--repo", str(tmp_path), "--out", str(tmp_path / "shots")),
+        run("tcgexp.report.screenshot", "--repo", str(tmp_path), "--out", str(tmp_path / "shots")),
         "--repo",
         str(tmp_path),
     )

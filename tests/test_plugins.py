@@ -301,3 +301,31 @@ def test_options_from_outside_and_their_tests_import_tcgexp_only_through_its_api
             assert all(n == "tcgexp.api" or not n.startswith("tcgexp") for n in names), names
     missing = [name for name in api.__all__ if not hasattr(api, name)]
     assert not missing and len(api.__all__) == len(set(api.__all__)), missing
+
+
+def test_a_game_of_your_own_finds_its_protocols_and_counting_in_the_api():
+    """What a game written outside tcgexp imports: the Game protocols, Player and Arena, the Tally it returns
+    (counted, with wilson's interval), and register."""
+    from tcgexp import api
+
+    class Mover:
+        def new_episode(self) -> None:
+            pass
+
+        def act(self, observation):
+            return 0
+
+    assert isinstance(Mover(), api.Player) and not isinstance(object(), api.Player)
+
+    class NoArena:
+        def check(self, settings, run_cfg) -> None:
+            pass
+
+    assert not isinstance(NoArena(), api.Arena)
+    t: api.Tally = api.counted(["win", "draw", "loss", "win"])
+    assert (t["games"], t["wins"], t["draws"], t["losses"]) == (4, 2, 1, 1) and t["interval"] == api.wilson(2, 4)
+    settings = api.EvalSettings(opponents=["random"], games=2)
+    assert settings.games == 2 and settings.load is None
+    assert issubclass(api.WeightsRefused, ValueError) and callable(api.register)
+    assert {"name", "source", "option_dim"} <= set(api.Game.__annotations__)
+    assert api.Game in api.SimulatedGame.__mro__ and api.Game in api.EpisodeGame.__mro__

@@ -26,6 +26,7 @@ APPS = {
     "tcgexp-data": "tcgexp.data",
     "tcgexp-replay": "tcgexp.bench.trace",
     "tcgexp-bench": "tcgexp.bench",
+    "tcgexp-sequence": "tcgexp.cli.sequence",
 }
 RUNS = "<!-- test: runs -->"  # the next bash block's commands run in the tests, as written
 # the pages a reader follows, each held to the placeholder rule (RELIABILITY.md, a record of faults tried, is
@@ -173,7 +174,7 @@ def test_command_composes(page, command, tmp_path):
     if module == "tcgexp.bench" and not args:
         pytest.skip("the benchmark CLI named, not run (it needs a benchmark name)")
     if module == "tcgexp.bench":
-        from tcgexp.bench.__main__ import parser
+        from tcgexp.cli.bench import parser
 
         try:
             parser().parse_args(args)

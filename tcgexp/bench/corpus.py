@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import sim
 from ..app import compose
 from ..config import build
 from ..data.replay import episode_id, episode_seed
+from ..games import sim
 from .table import markdown_table
 
 

@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def make_episodes(folder: Path, n: int) -> None:
-    from ..cabt import demo
+    from ..games.cabt import demo
 
     base = min(n, 200)
     demo.make_demo(folder, date="2026-08-01", episodes=base, seed=1, bo=1, ratings_of={})

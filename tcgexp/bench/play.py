@@ -5,7 +5,7 @@
     python -m tcgexp.bench play --games 1000 --workers 1 2
     python -m tcgexp.bench play --run <run dir> --games 200 --workers 2 --players policy expert-fighting first
 
-What ``tcgexp-eval`` does for each opponent (``tcgexp/cabt/arena.py``: worker processes, each with the engine and
+What ``tcgexp-eval`` does for each opponent (``tcgexp/games/cabt/arena.py``: worker processes, each with the engine and
 the seeded deal, half the games in each seat), timed from the first worker's start to the last game's count,
 with the policy's move times; beside it the engine's own ``first`` agent against ``random`` (no network: what
 the engine and the game loop cost alone), and any teacher of the demo's roster named in ``--players`` (its own
@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def random_weights(hidden: int = 128, options: int = 64, seed: int = 0, memory_scale: float = 1.0) -> dict:
     """The option-head model's parameters (``tcgexp.learn.model.RecurrentPolicy``'s names and shapes), drawn at
     random; the trunk's weights on the memory scaled by `memory_scale`."""
-    from ..cabt.features import OPTION_DIM, STATE_DIM
+    from ..games.cabt.features import OPTION_DIM, STATE_DIM
 
     rng = np.random.default_rng(seed)
     H, F, O = hidden, STATE_DIM + options + 1, OPTION_DIM
@@ -67,10 +67,10 @@ def random_weights(hidden: int = 128, options: int = 64, seed: int = 0, memory_s
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..cabt.arena import Settings, Side, play_match
-    from ..cabt.demo import ROSTER, deck_of
-    from ..cabt.engine import engine
-    from ..cabt.policyfile import save
+    from ..games.cabt.arena import Settings, Side, play_match
+    from ..games.cabt.demo import ROSTER, deck_of
+    from ..games.cabt.engine import engine
+    from ..games.cabt.policyfile import save
 
     ROSTER_NAMES = [r[0] for r in ROSTER]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> None:
         policy = Path(tmp) / "policy.npz"
         label, deck = deck_of(None)
         if args.run:
+            from ..games.cabt.evaluation import write_policy
             from ..lifecycle.weights import checkpoint_of, read_weights
-            from ..train.evaluate import write_policy
 
             ckpt = checkpoint_of(Path(args.run), "best")
             weights, state = read_weights(ckpt)

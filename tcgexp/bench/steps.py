@@ -24,8 +24,8 @@ import numpy as np
 
 from ..app import compose, option
 from ..config import build
-from ..data.games import model_dims
 from ..extras import NEEDS, missing
+from ..games.registry import model_dims
 from ..learn.batch import prepare
 from ..learn.blas import setup
 from ..plan import LaneIndex

@@ -1,6 +1,6 @@
 """Offline trace replay: run a plan's access trace through a policy, no data.
 
-``python -m tcgexp.bench.trace dataset=5d`` (``tcgexp-replay``) prints, for each policy and for
+``python -m tcgexp.bench.trace dataset=5d`` (``tcgexp-replay``: ``tcgexp/cli/replay.py``) prints, for each policy and for
 Belady's optimum, the hit rate across capacities (a miss-ratio curve) for the
 configured plan, for the planner's grouped lane order and a naive one.
 
@@ -20,14 +20,12 @@ from typing import ClassVar
 
 from omegaconf import MISSING, DictConfig
 
-from tcgexp.app import hydra_main, option
+from tcgexp.app import option
 from tcgexp.bench.belady import belady_hits, flatten
 from tcgexp.bench.table import markdown_table
 from tcgexp.cache.policy import Policy, admit
 from tcgexp.config import build
-from tcgexp.console import job_errors
 from tcgexp.data.corpus import DatasetConfig
-from tcgexp.data.errors import DataError
 from tcgexp.data.source import Key, as_key
 from tcgexp.plan import LaneIndex
 from tcgexp.plan.planner import TbpttConfig
@@ -105,12 +103,6 @@ def miss_ratio_table(
     return header, rows
 
 
-@hydra_main("replay", DataError)
-def main(cfg: DictConfig) -> None:
-    with job_errors(DataError):
-        replay_report(cfg)
-
-
 def replay_report(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
     corpus = build(cfg.dataset)
@@ -151,5 +143,7 @@ def replay_report(cfg: DictConfig) -> None:
     print(f"\n({len(flatten(traces['grouped']))} accesses per order; {time.perf_counter() - t0:.1f} s)")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the command is tcgexp/cli/replay.py; run by name, as the packages' __main__ aliases do
+    import runpy
+
+    runpy.run_module("tcgexp.cli.replay", run_name="__main__", alter_sys=True)

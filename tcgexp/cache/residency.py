@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from tcgexp.cache.policy import Policy, admit
 from tcgexp.cache.spill import SpillStore
+from tcgexp.cache.spill_files import say_once, write_error
 from tcgexp.data.source import Arrays, Key
 
 
@@ -34,14 +34,20 @@ def make_spill(
     `keep_free`: bytes its filesystem must keep free (``SpillStore``)."""
     if not (enabled and capacity > 0 and budget_bytes > 0):  # a zero-capacity cache never evicts, never spills
         return None
-    directory = directory if directory is not None else tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-")
+    directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"tcgexp-spill-{name}-"))
     try:
         return SpillStore(directory, budget_bytes, keep_free)
     except OSError as exc:  # unwritable or read-only: the spill is an optimisation, not the run
-        warnings.warn(
-            f"cache-{name}: no spill to {directory} ({exc}); evicted row groups will be re-decoded from Parquet",
-            RuntimeWarning,
-            stacklevel=3,
+        # one line for the folder, whatever the number of caches that meet it there (a run's train and val each
+        # said it, in the OSError's words); attributed to the cache, so the console shows it as one line
+        why = write_error(exc)
+        say_once(
+            directory.parent,
+            why,
+            f"no spill under {directory.parent} ({why}), for cache-{name} nor any cache after it there: evicted "
+            "row groups are re-decoded from Parquet; give the run a folder it can write (hydra.run.dir=...), or turn spilling off "
+            "(cache.spill=false)",
+            stacklevel=2,
         )
         return None
 

@@ -42,91 +42,29 @@ import threading
 import uuid
 import warnings
 import weakref
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
 from tcgexp.cache import registry
-from tcgexp.cache.npz import read_npz
-from tcgexp.data.source import packed_records
-from tcgexp.ownership import (
-    SPILL_MARKER,
-    HeldLock,
-    NotOurs,
-    describe,
-    held_by_someone,
-    is_spill_file,
-    read_info,
-    remove_owned,
+from tcgexp.cache.spill_files import (
+    MARKER,  # noqa: F401 - where callers have found it
+    RECORDS,
+    Entry,
+    checksum,
+    estimate_bytes,
+    prepare_dir,
+    quietly,
+    read_verified,
+    teardown,
+    write_error,
 )
+from tcgexp.data.source import packed_records
 
 log = logging.getLogger(__name__)
-
-MARKER = SPILL_MARKER  # proves a directory is ours to wipe; its flock says its owner lives
-_ARRAY_OVERHEAD = 512  # bound on one .npy header + its zip local/central entries
-_ARCHIVE_OVERHEAD = 1024  # bound on the zip end records
-
-
-def write_error(exc: BaseException) -> str:
-    """What a write error says about the disk, in words: a read-only file system is not a full disk."""
-    import errno
-
-    code = getattr(exc, "errno", None)
-    if code == errno.EROFS:
-        return "its file system is read-only"
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
-    if code in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def estimate_bytes(arrays: dict[str, np.ndarray]) -> int:
-    """An upper bound on the size of ``np.savez(**arrays)`` (uncompressed zip)."""
-    total = _ARCHIVE_OVERHEAD
-    for name, arr in arrays.items():
-        total += arr.nbytes + _ARRAY_OVERHEAD + 2 * len(name.encode()) + 24 * arr.ndim
-    return total
-
-
-def _crc(arr: np.ndarray) -> int:
-    return zlib.crc32(np.ascontiguousarray(arr).view(np.uint8).reshape(-1))
-
-
-def _teardown(path: str, lock: HeldLock, entry) -> None:
-    """Forget the registry entry, remove the (marked) dir, then let go of the lock: in that order,
-    so no reclaimer ever sees a registered dir whose lock is free while its owner still lives."""
-    registry.unregister(entry)
-    try:
-        remove_owned(Path(path), MARKER, what="spill dir", ours=is_spill_file)
-    finally:
-        lock.release()
-
-
-def _quietly(fn, *args) -> None:
-    """Cleanup of a failed write: its own error (ENOENT, EROFS) must not end the run."""
-    try:
-        fn(*args)
-    except OSError:
-        pass
-
-
-# the one member a packed row group is written as: its [rows, record bytes] buffer (``tcgexp.data.source.pack``)
-RECORDS = "__records__"
-
-
-@dataclass(frozen=True)
-class _Entry:
-    path: Path
-    size: int
-    meta: tuple[tuple[str, str, tuple[int, ...], int], ...]  # each member written: (name, dtype.str, shape, crc32)
-    # a packed row group's columns in record order, (name, dtype.str, shape); None: the members are the columns
-    columns: tuple[tuple[str, str, tuple[int, ...]], ...] | None = None
 
 
 class SpillStore:
@@ -138,11 +76,11 @@ class SpillStore:
         self.dir = Path(directory)
         self.budget = int(budget_bytes)
         self.keep_free = keep_free  # bytes to leave free on the spill's filesystem (given the spill dir), or None
-        lock = _prepare_dir(self.dir)
+        lock = prepare_dir(self.dir)
         entry = registry.register(self.dir)
-        self._finalizer = weakref.finalize(self, _teardown, str(self.dir), lock, entry)
+        self._finalizer = weakref.finalize(self, teardown, str(self.dir), lock, entry)
         self._lock = threading.Lock()
-        self._index: OrderedDict[object, _Entry] = OrderedDict()  # oldest write first
+        self._index: OrderedDict[object, Entry] = OrderedDict()  # oldest write first
         self._writing: set = set()
         self._reserved = 0  # estimated bytes of writes in progress
         self._bytes = 0  # bytes of finished files
@@ -224,20 +162,20 @@ class SpillStore:
         members = {RECORDS: packed[0]} if packed is not None else arrays
         columns = tuple((name, a.dtype.str, tuple(a.shape)) for name, a in arrays.items()) if packed else None
         try:
-            meta = tuple((name, a.dtype.str, tuple(a.shape), _crc(a)) for name, a in members.items())
+            meta = tuple((name, a.dtype.str, tuple(a.shape), checksum(a)) for name, a in members.items())
             with open(tmp, "wb") as fh:  # a file object: savez must not append its own suffix
                 np.savez(fh, **members)  # object dtypes were refused above
             size = tmp.stat().st_size
             os.replace(tmp, final)
         except Exception as exc:  # noqa: BLE001 - of any kind: the spill is a cache, never worth the run
-            _quietly(tmp.unlink, True)
+            quietly(tmp.unlink, True)
             with self._lock:
                 self._reserved -= need
                 self._writing.discard(key)
                 self._disable(exc)
             return False
         except BaseException:
-            _quietly(tmp.unlink, True)
+            quietly(tmp.unlink, True)
             with self._lock:
                 self._reserved -= need
                 self._writing.discard(key)
@@ -248,9 +186,9 @@ class SpillStore:
             # size <= need by construction of the estimate; the check keeps the
             # budget exact even if that bound were ever wrong.
             if self.closed or self._bytes + self._reserved + size > self.budget:
-                _quietly(final.unlink, True)
+                quietly(final.unlink, True)
                 return False
-            self._index[key] = _Entry(final, size, meta, columns)
+            self._index[key] = Entry(final, size, meta, columns)
             self._bytes += size
             self.spills += 1
         return True
@@ -304,15 +242,18 @@ class SpillStore:
             pass
 
     def _disable(self, exc: BaseException) -> None:
+        # Said when it happens, without its cause: the cache's report (``diagnose``, the run's end-of-run
+        # "[cache] ... turned off after a write error (<cause>)" line) says the cause once, with what to change.
+        # A run once told one read-only disk three times: this warning, a log line, and that report line.
         if self.enabled and not self.closed:
             self.disabled_reason = write_error(exc)
             warnings.warn(
-                f"row-group spill to {self.dir} disabled after a write error ({exc}); "
-                "evicted row groups will be re-decoded from Parquet",
+                f"row-group spill to {self.dir} disabled at a failed write; evicted row groups are re-decoded "
+                "from Parquet (the cache's report says why, and what to change)",
                 RuntimeWarning,
                 stacklevel=4,
             )
-            log.warning("spill to %s disabled: %s", self.dir, exc)
+            log.debug("spill to %s disabled: %s", self.dir, exc)  # the raw error, for a debugging handler only
         self.enabled = False
 
     # -- read ---------------------------------------------------------------
@@ -323,7 +264,7 @@ class SpillStore:
         if entry is None:
             return None
         try:
-            out = _read_verified(entry, columns)
+            out = read_verified(entry, columns)
         except Exception as exc:  # noqa: BLE001 - any failure at all means "not usable": re-decode
             with self._lock:
                 if self._index.get(key) is entry:  # not a concurrent budget drop
@@ -375,66 +316,3 @@ class SpillStore:
 
     def __repr__(self) -> str:
         return f"SpillStore({str(self.dir)!r}, files={len(self._index)}, bytes={self._bytes}/{self.budget})"
-
-
-def _read_verified(entry: _Entry, columns: list[str] | None) -> dict[str, np.ndarray]:
-    members = [m[0] for m in entry.meta]
-    names = members if entry.columns is None else [c[0] for c in entry.columns]
-    if columns is not None and list(columns) != names:
-        raise ValueError(f"columns {names} != expected {list(columns)}")
-    npz = read_npz(entry.path, entry.size)  # never unpickles (npz.py)
-    if sorted(npz) != sorted(members):
-        raise ValueError(f"members {sorted(npz)} != {sorted(members)}")
-    out: dict[str, np.ndarray] = {}
-    for name, dtype, shape, crc in entry.meta:
-        arr = npz[name]
-        if arr.dtype.str != dtype or tuple(arr.shape) != shape:
-            raise ValueError(f"{name}: {arr.dtype.str}{arr.shape} != {dtype}{shape}")
-        if _crc(arr) != crc:
-            raise ValueError(f"{name}: checksum mismatch")
-        out[name] = arr
-    if entry.columns is None:
-        return out
-    # the columns as views of the record buffer, as ``pack`` made them (``packed_records`` knows them again)
-    raw = out[RECORDS]
-    dtype = np.dtype([(name, np.dtype(d), shape[1:]) for name, d, shape in entry.columns])
-    if raw.ndim != 2 or raw.shape[1] != dtype.itemsize or raw.base is not None:
-        raise ValueError(f"{RECORDS}: {raw.shape} is not a buffer of {dtype.itemsize}-byte records")
-    raw.flags.writeable = False  # before the views are made: they inherit it
-    records = raw.view(dtype).reshape(raw.shape[0])
-    return {name: records[name] for name, _, _ in entry.columns}
-
-
-def _prepare_dir(path: Path) -> HeldLock:
-    """Create ``path`` empty and marked, its marker locked. A stale spill dir (marked, its owner dead) is
-    emptied of its row-group files; a folder without the marker, or holding anything else, is refused
-    (``NotOurs``, one line) with nothing deleted, whatever its files are called; so is a live one."""
-    if path.exists() or path.is_symlink():
-        if not path.is_dir() or path.is_symlink():
-            raise NotOurs(
-                f"spill dir {path} exists and is not a folder tcgexp made (a file or a link); nothing was "
-                "deleted: move it away, or give the run its own folder"
-            )
-        marked = (path / MARKER).is_file()
-        if marked and held_by_someone(path / MARKER):
-            raise NotOurs(
-                f"spill dir {path} is in use by a live run ({describe(read_info(path / MARKER))}); "
-                "give this cache its own directory"
-            )
-        entries = [e for e in path.iterdir() if e.name != MARKER]
-        foreign = sorted(e.name for e in entries if not is_spill_file(e))
-        if entries and (not marked or foreign):
-            shown = ", ".join((foreign or sorted(e.name for e in entries))[:3])
-            raise NotOurs(
-                f"spill dir {path} holds files tcgexp did not write ({shown}"
-                f"{'' if marked else f'; no {MARKER} marker'}); refusing to delete any of them - "
-                "move them away, or pass a dedicated directory such as <run dir>/.cache_spill/train"
-            )
-        for entry in entries:  # row-group files of a dead run (checked above)
-            entry.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    lock = HeldLock(path / MARKER, "spill")  # the marker is the lock file: written with the holder's info
-    holder = lock.acquire()
-    if holder is not None:  # another store got here between the check and now
-        raise NotOurs(f"spill dir {path} is in use by a live run ({describe(holder)})")
-    return lock

@@ -1,4 +1,7 @@
-"""Build (or validate) one corpus day: ZIP -> shards -> day Parquet -> manifest -> catalog.
+"""Build (or validate) one simulated corpus day: ZIP -> shards -> day Parquet -> manifest -> catalog.
+
+The day's game (a ``SimulatedGame``, ``tcgexp.games.base``) plays and encodes its episodes; nothing here names
+which game it is.
 
 Every step is idempotent and resumable: the ZIP is written once, shards are
 accepted only with ``.done``, the day file and manifest are renamed into place
@@ -20,11 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import sim
 from ..ownership import remove_owned
 from .catalog import Catalog
 from .errors import BuildRefused, DataError
-from .manifest import check_day, file_sha256, read_manifest, write_json_atomic
+from .manifest import check_day, finish_day, read_manifest, summed_stats, write_json_atomic
 from .replay import DayZip, write_day_zip
 from .schema import SCHEMA_VERSION, arrow_schema
 from .shards import discard_partial, encode_member, read_done, read_shard, write_shard
@@ -48,15 +50,15 @@ class DaySpec:
     def ordinal(self) -> int:
         return dt.date.fromisoformat(self.date).toordinal()
 
-    def source_meta(self) -> dict:
-        """What determines the replay ZIP's content."""
+    def source_meta(self, version: int) -> dict:
+        """What determines the replay ZIP's content (`version`: the simulator's, ``game.version``)."""
         return {
             "date": self.date,
             "seed": self.seed,
             "rows_per_day": self.rows_per_day,
             "episodes_per_shard": self.episodes_per_shard,
             "max_turns": self.max_turns,
-            "sim_version": sim.SIM_VERSION,
+            "sim_version": version,
         }
 
 
@@ -94,6 +96,7 @@ class DayBuilder:
         fingerprint: str,
         catalog: Catalog | None,
         *,
+        game,
         executor: Executor | None = None,
         ahead: int = 2,
         verify: str = "quick",
@@ -102,6 +105,9 @@ class DayBuilder:
         read_only: bool = False,
     ) -> None:
         self.spec, self.paths, self.fingerprint, self.catalog = spec, paths, fingerprint, catalog
+        self.game = game  # a SimulatedGame: plays the day's episodes and encodes them
+        self.dims = game.dims(0)  # (features, action_mask) widths; a simulated game offers no options
+        self.schema = arrow_schema(*self.dims, game.columns(0))
         self.rebuild = rebuild  # a finished day whose Parquet is gone is built again from its ZIP (False: refused)
         self.read_only = read_only  # the corpus is on read-only storage (what the refusal then advises)
         self.executor, self.ahead, self.verify = executor, ahead, verify
@@ -161,25 +167,25 @@ class DayBuilder:
                     "python -m tcgexp.data simulates the day again from its seed"
                 ),
             )
-        check_day(
-            p.parquet, manifest, feature_dim=sim.FEATURE_DIM, action_dim=sim.ACTION_DIM, full=self.verify == "full"
-        )
+        check_day(p.parquet, manifest, feature_dim=self.dims[0], action_dim=self.dims[1], full=self.verify == "full")
         if self.verify == "full" and p.zip.exists():  # full: the durable source must read back whole too
             DayZip(p.zip).close()  # every member's CRC (testzip); a damaged member is named
         self.catalog.reconcile(manifest, p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
         return manifest
 
     def config(self) -> dict:
-        return {**self.spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION}
+        return sim_config(self.spec, self.game)
 
     # -- steps ---------------------------------------------------------------------------
     def source(self) -> DayZip:
         p, s = self.paths, self.spec
+        want = s.source_meta(self.game.version)
         if not p.zip.exists():
             self.progress(f"{s.date} simulate", 0, s.rows_per_day)
             write_day_zip(
                 p.zip,
-                meta=s.source_meta(),
+                self.game,
+                meta=want,
                 ordinal=s.ordinal,
                 seed=s.seed,
                 rows_target=s.rows_per_day,
@@ -190,11 +196,11 @@ class DayBuilder:
                 on_shard=lambda done, total: self.progress(f"{s.date} simulate", done, total),
             )
         day = DayZip(p.zip)
-        meta = {k: v for k, v in day.meta.items() if k in s.source_meta()}
-        if meta != s.source_meta():
+        meta = {k: v for k, v in day.meta.items() if k in want}
+        if meta != want:
             day.close()
             raise BuildRefused(
-                f"replay ZIP was generated with other settings ({diff_config(meta, s.source_meta())})",
+                f"replay ZIP was generated with other settings ({diff_config(meta, want)})",
                 path=p.zip,
                 fix="the ZIP is the durable source and is never replaced: restore the "
                 "config, or move the ZIP away to simulate the day afresh",
@@ -230,13 +236,13 @@ class DayBuilder:
                 dones[i] = done
         total = len(day.members)
         self.progress(f"{s.date} encode", len(dones), total)
-        args = [(str(day.path), day.members[i], s.would_ko) for i in todo]
+        args = [(self.game, str(day.path), day.members[i], s.would_ko) for i in todo]
         if self.executor is not None and len(todo) > 1:
             results = self.executor.map(encode_member, *zip(*args)) if args else []
         else:
             results = (encode_member(*a) for a in args)
         for i, (columns, stats, episodes) in zip(todo, results):
-            dones[i] = write_shard(work, i, columns, stats, episodes, compression=s.compression)
+            dones[i] = write_shard(work, i, columns, stats, episodes, compression=s.compression, schema=self.schema)
             self.encoded.append(i)
             self.progress(f"{s.date} encode", len(dones), total)
         return [dones[i] for i in range(total)]
@@ -246,50 +252,25 @@ class DayBuilder:
         s, p = self.spec, self.paths
         episodes = [e for d in dones for e in d["episodes"]]
         val = split_val(np.array([e[0] for e in episodes], dtype=np.int64), s)
-        schema = arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM)
         tmp = p.parquet.with_name(p.parquet.name + ".tmp")
-        groups, rows = write_day(tmp, p.work, len(dones), schema, s.compression, s.row_group_rows, val)
-        stats: dict[str, int] = {}
-        for d in dones:
-            for k, v in d["stats"].items():
-                stats[k] = stats.get(k, 0) + v
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "date": s.date,
-            "file": p.parquet.name,
-            "source": str(p.zip.relative_to(p.root)),
-            "fingerprint": self.fingerprint,
-            "config": self.config(),
-            "rows": rows["train"] + rows["val"],
-            "episodes": len(episodes),
-            "decisions": stats.get("decisions", 0),
-            "row_groups": groups,
-            "split": {
+        groups, rows = write_day(tmp, p.work, len(dones), self.schema, s.compression, s.row_group_rows, val)
+        stats = summed_stats(dones)
+        head = {"date": s.date, "source": str(p.zip.relative_to(p.root))}
+        return finish_day(
+            tmp,
+            p.parquet,
+            head={**head, "fingerprint": self.fingerprint, "config": self.config()},
+            counts={"episodes": len(episodes), "decisions": stats.get("decisions", 0)},
+            groups=groups,
+            rows=rows,
+            split={
                 "by": "episode",
                 "val_fraction": s.val_fraction,
-                "train_rows": rows["train"],
-                "val_rows": rows["val"],
                 "train_episodes": len(episodes) - len(val),
                 "val_episodes": sorted(int(v) for v in val),
             },
-            "would_ko": {
-                k: stats.get(k, 0)
-                for k in (
-                    "eligible",
-                    "computed",
-                    "valid_trials",
-                    "failed_trials",
-                    "valid_rows",
-                    "valid_zero_rows",
-                    "failed_rows",
-                )
-            },
-            "file_bytes": tmp.stat().st_size,
-            "sha256": file_sha256(tmp),
-            "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
-        tmp.replace(p.parquet)
-        return manifest
+            stats=stats,
+        )
 
 
 def write_day(
@@ -348,6 +329,11 @@ def write_day(
                     rows[split] += int(b - a)
             flush()
     return groups, rows
+
+
+def sim_config(spec: DaySpec, game) -> dict:
+    """What a simulated day's manifest records as its config (and its fingerprint hashes)."""
+    return {**spec.__dict__, "encoder": game.identity(), "schema_version": SCHEMA_VERSION}
 
 
 def split_val(episode_ids: np.ndarray, spec: DaySpec) -> np.ndarray:

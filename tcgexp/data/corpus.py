@@ -11,15 +11,12 @@ read through the local tier (``remote.py``, ``tier.py``).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import errno
 import fcntl
-import hashlib
 import json
 import os
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import field
 from enum import Enum
@@ -28,22 +25,18 @@ from typing import ClassVar
 
 from omegaconf import MISSING
 
-from .. import sim
+from ..games.registry import NAMES, known
+from ..games.registry import game as find_game
 from ..schema import ALL, check, schema, within
-from .build import DayBuilder, DayPaths, DaySpec, ProgressFn, diff_config
+from .build import DayPaths, DaySpec, ProgressFn, diff_config
+from .build_stop import stop_said
 from .catalog import Catalog
-from .episodes import EpisodeDays, EpisodeSettings, ImportSummary, read_index
-from .errors import BuildRefused, DataError, listed
-from .games import GAMES
-from .games import game as find_game
-from .parallel import build_days, worker_pool
-from .remote import RemoteFile
-from .schema import SCHEMA_VERSION
+from .days import DayFn, DaySource, source_for
+from .errors import DataError, listed
+from .publish import open_published
 from .select import check_built, check_count, selected_dates
 from .store import RemoteCatalog, StorageConfig, Store, is_remote, setting
 from .tier import Tier
-
-DayFn = Callable[[str, str, int, int], None]  # (date, "built" | "validated" | "rebuilt", days done, days in all)
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "brotli", "lz4", "none")  # what pyarrow's ParquetWriter takes
 
@@ -67,7 +60,7 @@ class FilterConfig:
 
 @schema("dataset.demo")
 class DemoConfig:
-    """A demo corpus of a game that can play itself (cabt_demo): episodes made by its scripted players."""
+    """A demo corpus of a game that can play itself (an episode game with ``make_demo``): its own players' episodes."""
 
     episodes_per_day: int = 0  # self-play episodes per day (0: not a demo; days come from tcgexp-data action=import)
     bo: int = 1  # rounds per episode (best of): 1, or 3 as Kaggle's harness plays by default
@@ -83,7 +76,7 @@ class DatasetConfig:
 
     _target_: str = MISSING  # the option names the class (conf/dataset/*.yaml)
     name: str = MISSING  # the corpus's name (each option sets its own): its folder under data/ and its catalog rows
-    game: str = "sim"  # whose episodes: sim (the built-in simulator) or cabt (the real game; the cabt extra)
+    game: str = "sim"  # whose episodes: a registered game's name (tcgexp.games.registry), or package.module:ATTR
     root: str = "data/${.name}"  # one folder per dataset option (demo, 1d, 5d coexist); relative to the launch dir
     start_date: str = "2026-07-27"  # first day; days are consecutive dates
     days: int = 1  # consecutive days from start_date; each is built once and kept
@@ -97,9 +90,9 @@ class DatasetConfig:
     compression: str = "zstd"  # the Parquet codec: smaller files or faster decodes (none: neither cost)
     workers: int = 1  # encoder processes (0 = one per core); >1 pays ~1 s of process start-up
     verify: str = "quick"  # quick: metadata vs manifest; full: also checksum + every row group
-    max_options: int = 64  # cabt: offered options a row holds; an episode with a decision offering more is refused
-    filter: FilterConfig = field(default_factory=FilterConfig)  # which agents' rows a run trains on (cabt)
-    demo: DemoConfig = field(default_factory=DemoConfig)  # cabt_demo: days made by self-play
+    max_options: int = 64  # a game of offered options: options a row holds (a decision offering more is refused)
+    filter: FilterConfig = field(default_factory=FilterConfig)  # which agents' rows a run trains on (rated players)
+    demo: DemoConfig = field(default_factory=DemoConfig)  # a game that plays itself: days made by self-play
     # choosing days (instead of start_date + days): train on exactly these built days, found in the catalog;
     # a day not built, or built with other settings, is refused by name. Either a list ...
     dates: list[str] | None = None  # e.g. dataset.dates=[2026-07-27,2026-08-02]
@@ -121,7 +114,7 @@ class DatasetConfig:
         ("compression", lambda v: v in COMPRESSIONS, f"one of {', '.join(COMPRESSIONS)}"),
         ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
         ("verify", lambda v: v in ("quick", "full"), "'quick' or 'full'"),
-        ("game", lambda v: v in GAMES, f"one of {', '.join(GAMES)}"),
+        ("game", known, NAMES),  # the registry's games (NAMES reads them when a message is written)
         ("max_options", within(1, 1024), "in [1, 1024]"),
     )
 
@@ -185,7 +178,7 @@ class Corpus:
         )
         if problem:
             raise DataError(problem, fix="see the dataset config group (conf/dataset/)")
-        self.game = game_of = find_game(game)
+        self.game = find_game(game)
         self.filter = {"min_rating": None, "players": None, **dict(filter or {})}
         self.demo = {"episodes_per_day": 0, "bo": 1, **dict(demo or {})}
         self.storage = storage
@@ -197,21 +190,6 @@ class Corpus:
         self._remote_catalog: RemoteCatalog | None = None
         self._remote_files: list = []
         first = dt.date.fromisoformat(start_date)
-        self.episodes: EpisodeDays | None = None
-        if game_of.source == "episodes":
-            self.episodes = EpisodeDays(
-                self.root,
-                game_of,
-                EpisodeSettings(
-                    row_group_rows=row_group_rows,
-                    episodes_per_shard=episodes_per_shard,
-                    val_fraction=val_fraction,
-                    seed=seed,
-                    would_ko=would_ko,
-                    compression=compression,
-                    max_options=max_options,
-                ),
-            )
         chosen = (
             selected_dates(dates, date_from, date_to, lambda: self.catalog)
             if (dates is not None or date_from or date_to)
@@ -219,9 +197,6 @@ class Corpus:
         )
         self.selected = chosen is not None  # a selection trains on built days only (see select.py)
         self.dates = chosen or [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
-        if self.episodes is not None and chosen is None and not self.demo["episodes_per_day"] and not self.remote:
-            # imported episodes carry their own days: every day the root holds (its ZIPs, its catalog)
-            self.dates = sorted(set(self.episodes.days()) | {r["date"] for r in self._catalog_rows()})
         self._spec = {
             "seed": seed,
             "rows_per_day": rows_per_day,
@@ -232,6 +207,11 @@ class Corpus:
             "would_ko": would_ko,
             "compression": compression,
         }
+        # where the days come from, chosen once by the game's source: from here on only asked (days.py)
+        self.days: DaySource = source_for(self, {**self._spec, "max_options": max_options})
+        held = self.days.held() if chosen is None else None
+        if held is not None:  # days the root holds (imported episodes carry their own days)
+            self.dates = held
         self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
         self.workers = workers or (os.cpu_count() or 1)
         self.verify = verify
@@ -272,14 +252,8 @@ class Corpus:
         return self._open_store() if self.remote else Catalog(self.root / "catalog.sqlite")
 
     def fingerprint(self, spec: DaySpec) -> str:
-        """Simulator + encoder config + every knob that shapes the day's bytes (an episode game's day: its
-        settings, the game's identity and its ZIPs, ``EpisodeDays.fingerprint``)."""
-        if self.episodes is not None:
-            return self.episodes.fingerprint(spec.date)
-        blob = json.dumps(
-            {**spec.__dict__, "encoder": sim.encoder_config(), "schema_version": SCHEMA_VERSION}, sort_keys=True
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()
+        """Every knob that shapes the day's bytes and what pins its game (``DaySource.fingerprint``)."""
+        return self.days.fingerprint(spec)
 
     # -- build ---------------------------------------------------------------------------
     def check_selected(self) -> None:
@@ -288,7 +262,7 @@ class Corpus:
         def diff(date: str) -> str:
             spec = self.specs[self.dates.index(date)]
             manifest = json.loads(self.paths(date).manifest.read_text()) if self.paths(date).manifest.exists() else {}
-            return diff_config(manifest.get("config", {}), DayBuilder(spec, self.paths(date), "", None).config())
+            return diff_config(manifest.get("config", {}), self.days.config(spec))
 
         check_count(self.dates, self.catalog)  # more days than the catalog holds: refused before any is looked at
         check_built(self.dates, [self.fingerprint(s) for s in self.specs], self.catalog, diff)
@@ -315,11 +289,11 @@ class Corpus:
         only_built = self.selected and not build_missing
         if not only_built:
             self.check_new_days(max_new_days)  # before the lock: a refused build writes nothing
-        with self.locked():
+        with stop_said(self, progress) as noted, self.locked():  # a SIGTERM: one line, what is kept (exit 143)
             if only_built:
                 self.check_selected()
             on_day = on_day or (lambda date, outcome, done, total: None)
-            return self._build(progress, on_day, rebuild=not only_built and not self.read_only)
+            return self._build(noted, on_day, rebuild=not only_built and not self.read_only)
 
     def check_new_days(self, limit: int) -> None:
         if limit < 0:
@@ -336,42 +310,8 @@ class Corpus:
             )
 
     def _open_remote(self) -> dict[str, str]:
-        """A published corpus: every day published with these settings, then its files opened for range reads.
-
-        Nothing is built in a store: a day that is missing (no manifest) or was built with other settings
-        is refused in one line, with the commands that publish it.
-        """
-
-        if self.selected:
-            check_count(self.dates, self.catalog)  # one listing: more days than are published, refused at once
-        published = dict(zip(self.dates, self.store.map(self.catalog.manifest, self.dates)))  # a HEAD per day
-        missing = [d for d, m in published.items() if m is None]
-        other = [
-            (s, d, m)
-            for s, (d, m) in zip(self.specs, published.items())
-            if m and m["fingerprint"] != self.fingerprint(s)
-        ]
-        if missing or other:
-            shown = [
-                f"{d} ({diff_config(m.get('config', {}), DayBuilder(s, self.paths(d), '', None).config())})"
-                for s, d, m in other[:3]
-            ] + [d for _, d, _ in other[3:]]
-            parts = ([f"not published: {listed(missing)}"] if missing else []) + (
-                [f"published with other settings: {listed(shown, 3, '; ')}"] if other else []
-            )
-            raise DataError(
-                f"days {'; '.join(parts)}",
-                path=self.catalog.path,
-                fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
-                f"dataset settings), then tcgexp-data action=publish target={self.root}",
-            )
-        self._remote_files = [
-            RemoteFile(self.store, f"bc_data/{d}.parquet", published[d], self.tier) for d in self.dates
-        ]
-        for date, f in zip(self.dates, self._remote_files):
-            self.manifests[date] = f.manifest
-            f.metadata()  # footers now: a damaged or unreachable object fails before any planning
-        return {d: "published" for d in self.dates}
+        """A published corpus: every day published with these settings, its files opened (``open_published``)."""
+        return open_published(self)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -414,163 +354,25 @@ class Corpus:
             return None
 
     def _build(self, progress: ProgressFn | None, on_day: DayFn, rebuild: bool = True) -> dict[str, str]:
-        if self.episodes is not None:
-            return self._build_episodes(progress, on_day)
-        catalog = self.catalog
-        outcome: dict[str, str] = {}
-        pending = [s for s in self.specs if not self.paths(s.date).manifest.exists()]
-        built: dict[str, tuple] = {}
-        report = progress or (lambda stage, done, total: None)
-        total = len(self.specs)
-        if len(pending) > 1 and self.workers > 1:  # whole days in parallel; the catalog stays with us
-            built = build_days(
-                pending,
-                self.root,
-                [self.fingerprint(s) for s in pending],
-                workers=self.workers,
-                verify=self.verify,
-                progress=progress,
-            )
-            for spec in pending:
-                p = self.paths(spec.date)
-                catalog.reconcile(built[spec.date][1], p.parquet.relative_to(p.root), p.manifest.relative_to(p.root))
-        # one missing day: its shards in parallel (the builder's own pool), finished days validated here
-        pool = worker_pool(self.workers) if len(pending) == 1 and self.workers > 1 else nullcontext(None)
-        with pool as executor:
-            for spec in self.specs:
-                if spec.date in built:
-                    outcome[spec.date], self.manifests[spec.date], self.encoded[spec.date] = built[spec.date]
-                else:
-                    builder = DayBuilder(
-                        spec,
-                        self.paths(spec.date),
-                        self.fingerprint(spec),
-                        catalog,
-                        executor=executor,
-                        ahead=2 * self.workers,
-                        verify=self.verify,
-                        progress=progress,
-                        rebuild=rebuild,
-                        read_only=self.read_only,
-                    )
-                    outcome[spec.date], self.manifests[spec.date] = builder.run()
-                    self.encoded[spec.date] = builder.encoded
-                report("days", len(outcome), total)
-                on_day(spec.date, outcome[spec.date], len(outcome), total)
-        return outcome
+        return self.days.build(progress, on_day, rebuild)
 
-    def _build_episodes(self, progress: ProgressFn | None, on_day: DayFn) -> dict[str, str]:
-        """Days of an episode game: a demo day without episodes is played first (then imported), every day
-        is built from its replay ZIPs or validated."""
-        catalog, outcome = self.catalog, {}
-        report = progress or (lambda stage, done, total: None)
-        for date in self.dates:
-            if self.demo["episodes_per_day"] and not self.episodes.day_zips(date):
-                self.make_demo_day(date, report)
-            outcome[date], self.manifests[date] = self.episodes.build_day(
-                self.paths(date), catalog, self.verify, report
-            )
-            report("days", len(outcome), len(self.dates))
-            on_day(date, outcome[date], len(outcome), len(self.dates))
-        return outcome
-
-    def make_demo_day(self, date: str, report: ProgressFn) -> ImportSummary:
-        """Self-play episodes for `date` (the game's scripted players), written as harness episode JSONs with
-        sidecars into ``<root>/incoming/<date>/``, then imported like any other episodes."""
-        folder = self.root / "incoming" / date
-        shutil.rmtree(folder, ignore_errors=True)
-        self.game.make_demo(
-            folder,
-            date=date,
-            episodes=int(self.demo["episodes_per_day"]),
-            seed=int(self._spec["seed"]) * 100_003 + dt.date.fromisoformat(date).toordinal(),
-            bo=int(self.demo["bo"]),
-            progress=lambda done, total: report(f"{date} self-play", done, total),
-            pools=worker_pool,  # the game's players, in processes of this package's one kind of pool
-        )
-        summary = self.episodes.import_from(folder, date, lambda line: None)
-        shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()  # incoming/, when no other day's episodes wait there
-        if summary.refused and not summary.imported:
-            raise DataError(f"the demo's own episodes were refused: {summary.refused[0]}", path=folder)
-        return summary  # a rare episode wider than dataset.max_options is left out (the summary names it)
-
-    def import_episodes(self, source: str, date: str | None, report) -> tuple[ImportSummary, dict[str, str]]:
-        """``tcgexp-data action=import``: file the episodes of `source` into days, then build those days."""
-        if self.episodes is None:
-            raise DataError(
-                f"dataset.game={self.game.name} simulates its days; import is for a game whose days are episodes",
-                fix="dataset=cabt (or dataset.game=cabt) action=import source=<folder or ZIP>",
-            )
-        with self.locked():
-            summary = self.episodes.import_from(Path(source), date, report)
-            outcome = {}
-            catalog = self.catalog
-            for day in sorted(summary.imported):
-                outcome[day], self.manifests[day] = self.episodes.build_day(
-                    self.paths(day), catalog, self.verify, lambda stage, done, total: None
-                )
+    def import_episodes(self, source: str, date: str | None, report, progress=None) -> tuple:
+        """``tcgexp-data action=import``: file the episodes of `source` into days, then build those days
+        (refused in one line for a game whose days are simulated); (ImportSummary, {date: outcome});
+        `progress(files read)` as it goes."""
+        summary, outcome = self.days.import_days(Path(source), date, report, progress)
         if not self.selected and not self.demo["episodes_per_day"]:
             self.dates = sorted(set(self.dates) | set(summary.imported))
             self.specs = [DaySpec(date=d, **self._spec) for d in self.dates]
         return summary, outcome
 
     def clean_derived(self, date: str) -> None:
-        """Delete a day's derived files, under the build lock; refused unless the replay ZIP (their source)
-        reads back whole (every member's CRC) and was generated with the current settings."""
+        """Delete a day's derived files, under the build lock; refused unless its source (the replay ZIPs) reads
+        back whole and would rebuild it with the current settings (``DaySource.clean``)."""
         if self.remote:
             raise refuse_remote(self.root)
-        p = self.paths(date)
-        if self.episodes is not None:
-            with self.locked():
-                zips = self.episodes.day_zips(date)
-                if not zips:
-                    raise BuildRefused(
-                        "the day's replay ZIPs are missing, so the derived day cannot be regenerated",
-                        path=self.root / "replays" / date,
-                        fix="restore the ZIPs first; the derived Parquet is kept",
-                    )
-                for z in zips:
-                    read_index(z)  # each must read back before its derived files go
-                for f in (p.manifest, p.parquet):
-                    f.unlink(missing_ok=True)
-                shutil.rmtree(p.work, ignore_errors=True)
-                self.catalog.delete(date)
-                self.manifests.pop(date, None)
-            return
         with self.locked():
-            if not p.zip.exists():
-                raise BuildRefused(
-                    "the source replay ZIP is missing, so the derived day cannot be regenerated",
-                    path=p.zip,
-                    fix="restore the ZIP first; the derived Parquet is kept",
-                )
-            spec = self.specs[self.dates.index(date)]
-            try:  # the same reading a rebuild does: CRCs, meta.json, its shard count, the settings
-                DayBuilder(spec, p, self.fingerprint(spec), None).source().close()
-            except DataError as exc:
-                raise BuildRefused(
-                    f"not cleaning: the day could not be rebuilt from its source ({exc})",
-                    path=p.parquet,
-                    fix="the derived Parquet is kept, the only readable copy",
-                ) from None
-            if not os.access(p.parquet.parent, os.W_OK):  # a read-only mount: nothing can go (nor half of it)
-                raise DataError(
-                    "cannot delete the day's derived files: their folder is read-only",
-                    path=p.parquet,
-                    fix="clean where the corpus is writable (it stays as it is here)",
-                )
-            try:
-                for f in (p.manifest, p.parquet):
-                    f.unlink(missing_ok=True)
-            except OSError as exc:
-                raise DataError(
-                    f"cannot delete the day's derived files ({exc.strerror})",
-                    path=p.parquet,
-                    fix="clean where the corpus is writable",
-                ) from None
-            shutil.rmtree(p.work, ignore_errors=True)
+            self.days.clean(date)
             self.catalog.delete(date)
             self.manifests.pop(date, None)
 

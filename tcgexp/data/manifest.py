@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ from .errors import DataError
 from .schema import SCHEMA_VERSION, arrow_schema, to_numpy
 from .shards import validate_columns  # shares the per-row rules with the builder
 
+WOULD_KO = ("eligible", "computed", "valid_trials", "failed_trials", "valid_rows", "valid_zero_rows", "failed_rows")
 REFIX = "delete the day's .parquet and .manifest.json to rebuild it from its replay ZIP"
 
 
@@ -25,6 +27,55 @@ def write_json_atomic(path: Path, data: dict) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def summed_stats(dones: list[dict]) -> dict[str, int]:
+    """The day's counters: every shard's ``.done`` stats, summed."""
+    stats: dict[str, int] = {}
+    for d in dones:
+        for k, v in d["stats"].items():
+            stats[k] = stats.get(k, 0) + v
+    return stats
+
+
+def finish_day(
+    tmp: Path,
+    final: Path,
+    *,
+    head: dict,
+    counts: dict,
+    groups: list[dict],
+    rows: dict[str, int],
+    split: dict,
+    stats: dict[str, int],
+) -> dict:
+    """The manifest of the day file just written to `tmp` (every day source's one manifest form), then `tmp`
+    renamed to `final`. `head`: date, source, fingerprint, config; `counts`: episodes (and the source's other
+    counts) after ``rows``; `split`: by, val_fraction, then train_episodes and val_episodes after the rows."""
+    by = {k: split[k] for k in ("by", "val_fraction")}
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "date": head["date"],
+        "file": final.name,
+        "source": head["source"],
+        "fingerprint": head["fingerprint"],
+        "config": head["config"],
+        "rows": rows["train"] + rows["val"],
+        **counts,
+        "row_groups": groups,
+        "split": {
+            **by,
+            "train_rows": rows["train"],
+            "val_rows": rows["val"],
+            **{k: v for k, v in split.items() if k not in by},
+        },
+        "would_ko": {k: stats.get(k, 0) for k in WOULD_KO},
+        "file_bytes": tmp.stat().st_size,
+        "sha256": file_sha256(tmp),
+        "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    tmp.replace(final)
+    return manifest
 
 
 def read_manifest(path: Path) -> dict:

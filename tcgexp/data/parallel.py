@@ -57,14 +57,15 @@ def worker_pool(workers: int, then: Callable[[], object] | None = None) -> Proce
     )
 
 
-def build_day(spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[str, dict, list[int]]:
-    """One whole day in this process, without touching the catalog (the parent indexes it)."""
-    builder = DayBuilder(spec, DayPaths(Path(root), spec.date), fingerprint, None, verify=verify)
+def build_day(game, spec: DaySpec, root: str, fingerprint: str, verify: str) -> tuple[str, dict, list[int]]:
+    """One whole day of `game` in this process, without touching the catalog (the parent indexes it)."""
+    builder = DayBuilder(spec, DayPaths(Path(root), spec.date), fingerprint, None, game=game, verify=verify)
     outcome, manifest = builder.run()
     return outcome, manifest, builder.encoded
 
 
 def build_days(
+    game,
     specs: Sequence[DaySpec],
     root: Path,
     fingerprints: Sequence[str],
@@ -80,7 +81,7 @@ def build_days(
     pool = worker_pool(min(workers, len(specs)))
     out: dict[str, tuple[str, dict, list[int]]] = {}
     try:
-        futures = {pool.submit(build_day, s, str(root), fp, verify): s.date for s, fp in zip(specs, fingerprints)}
+        futures = {pool.submit(build_day, game, s, str(root), fp, verify): s.date for s, fp in zip(specs, fingerprints)}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_EXCEPTION)

@@ -19,9 +19,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .build import DayBuilder
-from .errors import DataError
-from .remote import read_metadata
+from .build import diff_config
+from .errors import DataError, listed
+from .remote import RemoteFile, read_metadata
+from .select import check_count
 from .store import Store, is_remote
 
 
@@ -102,7 +103,7 @@ def publish(corpus, target: str, storage=None, report: Callable[[str], None] | N
     with corpus.locked():  # no build or clean of these days while they are read for upload
         for spec in corpus.specs:
             p = corpus.paths(spec.date)
-            manifest = DayBuilder(spec, p, corpus.fingerprint(spec), corpus.catalog, verify=corpus.verify).validate()
+            manifest = corpus.days.validate(spec)
             parquet_rel, manifest_rel = f"bc_data/{p.parquet.name}", f"bc_data/{p.manifest.name}"
             have = store.read_json(manifest_rel)
             if (
@@ -138,3 +139,42 @@ def publish(corpus, target: str, storage=None, report: Callable[[str], None] | N
                 f"{store.uri}/{parquet_rel}"
             )
     return outcome
+
+
+def open_published(corpus) -> dict[str, str]:
+    """``Corpus.build`` of a published corpus (a root in a store): every day published with these settings,
+    then its files opened for range reads.
+
+    Nothing is built in a store: a day that is missing (no manifest) or was built with other settings
+    is refused in one line, with the commands that publish it.
+    """
+
+    if corpus.selected:
+        check_count(corpus.dates, corpus.catalog)  # one listing: more days than are published, refused at once
+    published = dict(zip(corpus.dates, corpus.store.map(corpus.catalog.manifest, corpus.dates)))  # a HEAD per day
+    missing = [d for d, m in published.items() if m is None]
+    other = [
+        (s, d, m)
+        for s, (d, m) in zip(corpus.specs, published.items())
+        if m and m["fingerprint"] != corpus.fingerprint(s)
+    ]
+    if missing or other:
+        shown = [f"{d} ({diff_config(m.get('config', {}), corpus.days.config(s))})" for s, d, m in other[:3]] + [
+            d for _, d, _ in other[3:]
+        ]
+        parts = ([f"not published: {listed(missing)}"] if missing else []) + (
+            [f"published with other settings: {listed(shown, 3, '; ')}"] if other else []
+        )
+        raise DataError(
+            f"days {'; '.join(parts)}",
+            path=corpus.catalog.path,
+            fix=f"build the days locally (python -m tcgexp.data dataset.root=<folder> and the same "
+            f"dataset settings), then tcgexp-data action=publish target={corpus.root}",
+        )
+    corpus._remote_files = [
+        RemoteFile(corpus.store, f"bc_data/{d}.parquet", published[d], corpus.tier) for d in corpus.dates
+    ]
+    for date, f in zip(corpus.dates, corpus._remote_files):
+        corpus.manifests[date] = f.manifest
+        f.metadata()  # footers now: a damaged or unreachable object fails before any planning
+    return {d: "published" for d in corpus.dates}

@@ -1,7 +1,7 @@
 """Replay ZIPs: the durable source of a corpus day.
 
 One ZIP per day, ``replays/<date>.zip``; one JSON-lines member per build shard
-(``shard_00000.jsonl``, one simulator record per line) and ``meta.json`` with
+(``shard_00000.jsonl``, one record of the game's simulator per line) and ``meta.json`` with
 the settings that generated it. Derived files (shards, Parquet) can always be
 rebuilt from it; it is never rewritten once it exists.
 """
@@ -19,7 +19,6 @@ from typing import Self
 
 import numpy as np
 
-from .. import sim
 from .errors import DataError
 
 META = "meta.json"
@@ -39,15 +38,17 @@ def episode_id(ordinal: int, k: int) -> int:
     return ordinal * 100_000 + k
 
 
-def simulate_shard(ordinal: int, seed: int, first: int, count: int, max_turns: int) -> list[dict]:
+def simulate_shard(game, ordinal: int, seed: int, first: int, count: int, max_turns: int) -> list[dict]:
+    """`count` episodes of `game` (a SimulatedGame) from episode `first` of the day on (runs in a worker)."""
     return [
-        sim.simulate_episode(episode_id(ordinal, k), episode_seed(seed, ordinal, k), max_turns=max_turns)
+        game.simulate(episode_id(ordinal, k), episode_seed(seed, ordinal, k), max_turns=max_turns)
         for k in range(first, first + count)
     ]
 
 
 def write_day_zip(
     path: Path,
+    game,
     *,
     meta: dict,
     ordinal: int,
@@ -73,7 +74,7 @@ def write_day_zip(
 
     def submit() -> None:
         nonlocal next_shard
-        args = (ordinal, seed, next_shard * episodes_per_shard, episodes_per_shard, max_turns)
+        args = (game, ordinal, seed, next_shard * episodes_per_shard, episodes_per_shard, max_turns)
         pending.append(executor.submit(simulate_shard, *args) if executor else args)
         next_shard += 1
 

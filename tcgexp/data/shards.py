@@ -15,11 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import sim
 from .errors import DataError
 from .lanecheck import check_lanes
 from .replay import DayZip
-from .schema import arrow_schema, to_table
+from .schema import to_table
 
 
 def shard_paths(work: Path, index: int) -> tuple[Path, Path]:
@@ -40,15 +39,15 @@ def read_done(work: Path, index: int) -> dict | None:
     return done
 
 
-def encode_member(zip_path: str, member: str, would_ko: bool) -> tuple[dict, dict, list[list[int]]]:
-    """Re-simulate and encode every record of one member (runs in a worker process)."""
+def encode_member(game, zip_path: str, member: str, would_ko: bool) -> tuple[dict, dict, list[list[int]]]:
+    """Re-simulate and encode every record of one member with `game`, a SimulatedGame (runs in a worker)."""
     parts, episodes = [], []
     stats: dict[str, int] = {}
     with DayZip(Path(zip_path), verify=False) as day:
         for rec in day.iter_records(member):
             try:
-                cols, st = sim.encode_episode(rec, would_ko=would_ko)
-            except sim.ReplayError as exc:
+                cols, st = game.encode(rec, would_ko=would_ko)
+            except game.refusal as exc:
                 raise DataError(
                     f"{member}: {exc}", path=zip_path, fix="the replay is inconsistent with this simulator version"
                 ) from exc
@@ -98,13 +97,12 @@ def write_shard(
     episodes: list,
     *,
     compression: str,
-    schema: pa.Schema | None = None,
+    schema: pa.Schema,
 ) -> dict:
-    """`schema`: the game's day schema (the built-in simulator's when None)."""
+    """`schema`: the game's day schema (``arrow_schema`` of its dims and columns)."""
     data_path, done_path = shard_paths(work, index)
     if columns:
         validate_columns(columns, path=data_path)
-    schema = schema if schema is not None else arrow_schema(sim.FEATURE_DIM, sim.ACTION_DIM)
     table = to_table(columns, schema) if columns else schema.empty_table()
     tmp = data_path.with_name(data_path.name + ".tmp")
     # no dictionaries: a shard is read once, by the day's merge, and its feature columns are floats a dictionary

@@ -84,7 +84,9 @@ class Tier:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             if not (self.root / TIER_MARKER).is_file():
-                if any(self.root.iterdir()):  # someone else's files: the tier would evict them
+                # someone else's files: the tier would evict them (looked at again after listing: a job beside
+                # this one that claimed the empty folder a moment ago has its marker there by now)
+                if any(self.root.iterdir()) and not (self.root / TIER_MARKER).is_file():
                     raise DataError(
                         f"the local tier folder holds files tcgexp did not put there (no {TIER_MARKER} marker)",
                         path=self.root,

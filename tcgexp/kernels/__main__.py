@@ -1,25 +1,7 @@
-"""``python -m tcgexp.kernels``: which step path a run would take here, and why; ``build``: build the kernels now."""
+"""``python -m tcgexp.kernels``: the command ``tcgexp/cli/kernels.py`` is, under the name users type. Every command's
+body lives in ``tcgexp/cli/``, above the library; this alias runs it by name (``runpy``) rather than importing
+it, so that the library package below names nothing above it."""
 
-from __future__ import annotations
+import runpy
 
-import sys
-
-from ..learn.blas import setup
-from . import load
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv not in ([], ["build"]):
-        print("usage: python -m tcgexp.kernels [build]", file=sys.stderr)
-        return 2
-
-    setup()  # MKL before mlx.core, as a run loads it
-
-    module, line = load(say=print)
-    print(f"trainer.kernels=auto runs the {'fused' if module else 'pure MLX'} step: {line}")
-    return 0 if module or not argv else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+runpy.run_module("tcgexp.cli.kernels", run_name="__main__", alter_sys=True)

@@ -2,7 +2,7 @@
 
 A trained ``RecurrentPolicy`` with the option head (``option_dim > 0``: the real game) plays one lane: it keeps
 its memory ``h`` [H] (zeros when a round starts), and at each decision it is given the row a corpus would
-hold for it (``tcgexp/cabt/features.py``'s ``decision_row`` makes it from a raw harness observation). The math,
+hold for it (``tcgexp/games/cabt/features.py``'s ``decision_row`` makes it from a raw harness observation). The math,
 every step a matrix product, a ReLU, a clip, a row-wise dot product or a sum (the weights named as
 ``tree_flatten(model.parameters())`` names them; ``W x`` is ``x @ W.T``):
 
@@ -21,7 +21,7 @@ every step a matrix product, a ReLU, a clip, a row-wise dot product or a sum (th
 How to play a selection (``select.minCount``, ``maxCount``): pick the highest score; after each pick, stop at
 ``maxCount`` picks or when no option is left, go on below ``minCount``, and otherwise stop when ``stop_k`` of the
 option just picked is above 0.5 (the next pick is a new row: the same state, one more pick, the picked options
-flagged in their vectors and no longer offered). ``tests/cabt/test_infer.py`` holds ``decide`` and ``advance``
+flagged in their vectors and no longer offered). ``tests/games/cabt/test_infer.py`` holds ``decide`` and ``advance``
 to the model's training forward pass over whole lanes, and a numpy copy of this math to them within 1e-5.
 """
 

@@ -174,9 +174,10 @@ def read_files(path: Path) -> tuple[Path, dict[str, bytes]]:
     )
 
 
-def find(resume: str) -> Path:
+def find(resume: str, key: str = "resume") -> Path:
     """A checkpoint dir, or the latest/ of a run dir (or of its checkpoints/). (Here, beside the folder rules, with no
-    MLX: a job's callbacks find a requeued run's checkpoint before the job has set up its BLAS.)
+    MLX: a job's callbacks find a requeued run's checkpoint before the job has set up its BLAS.) `key`: the config
+    key the path was given as (``resume``, ``init_from``), which the messages name.
 
     A ``latest/`` (or ``.latest.old``) found inside a run dir must be a real folder: tcgexp replaces it
     by renaming folders, so a link there is not what a run wrote (``resume=`` its target instead).
@@ -194,12 +195,12 @@ def find(resume: str) -> Path:
         if (cand / "state.json").exists():
             if cand != p and cand.is_symlink():
                 raise CheckpointError(
-                    f"resume={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
-                    f"a run wrote there; {shell_override('resume', str(cand.resolve()))} reads that checkpoint itself"
+                    f"{key}={resume}: {cand} is a link to {os.readlink(cand)}, not a checkpoint "
+                    f"a run wrote there; {shell_override(key, str(cand.resolve()))} reads that checkpoint itself"
                 )
             return cand
     raise CheckpointError(
-        f"resume={resume}: no checkpoint there (looked for state.json in it, latest/ and "
+        f"{key}={resume}: no checkpoint there (looked for state.json in it, latest/ and "
         "checkpoints/latest/); pass a run dir or a checkpoint dir"
     )
 

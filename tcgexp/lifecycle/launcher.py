@@ -1,4 +1,4 @@
-"""``tcgexp-launch`` (``python -m tcgexp.lifecycle.launcher``): ``mlx.launch`` that exits with its ranks' status.
+"""``tcgexp-launch``'s library (the command: ``tcgexp/cli/launch.py``): ``mlx.launch`` that exits with its ranks' status.
 
 Why: MLX 0.32's ``mlx.launch`` exits 0 whatever its ranks did (it prints ``[WARN] Node with rank N
 exited with code C``), so a script, a CI job or a scheduler running it could not tell a failed run
@@ -19,19 +19,14 @@ reaches every rank once (``Interrupts``): each stops resumably, as after its own
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from ..data.parallel import die_with_parent
 from ..ownership import pid_alive
 from .parent_watch import GRACE_S
 from .rank_status import STATUS_VAR
@@ -187,53 +182,7 @@ class Interrupts:
                     break
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    launcher = shutil.which("mlx.launch")
-    if launcher is None:
-        print("error: mlx.launch is not on PATH (it comes with the mlx package: pip install mlx)", file=sys.stderr)
-        return 1
-    own = STATUS_VAR not in os.environ
-    folder = Path(os.environ.get(STATUS_VAR) or tempfile.mkdtemp(prefix="tcgexp-launch-"))
-    env = {**os.environ, STATUS_VAR: str(folder)}
-    # its own session: a terminal's Ctrl-C reaches this process alone, which passes it to every rank once (as
-    # it passes a SIGINT sent to it alone); in one process group the ranks would get it twice, a forced stop
-    proc = subprocess.Popen(
-        [launcher, "--env", f"{STATUS_VAR}={folder}", *argv],
-        env=env,
-        start_new_session=True,
-        # PR_SET_PDEATHSIG can only be set in the child; nothing here runs threads yet
-        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
-    )
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # passed on: mlx.launch dies, its ranks stop (parent_watch)
-        signal.signal(signum, lambda s, f: proc.send_signal(signal.SIGTERM))
-    interrupts = Interrupts(folder, proc.pid)
-    signal.signal(signal.SIGINT, interrupts.note)
-    while proc.poll() is None:
-        interrupts.deliver()
-        try:
-            proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
-    interrupts.deliver()
-    try:
-        statuses = wait_for_ranks(folder)
-        code, line = verdict(statuses, expected_ranks(argv))
-    finally:
-        if own:
-            shutil.rmtree(folder, ignore_errors=True)
-    if not statuses and remote_hosts(argv):  # no rank started: ssh, which mlx.launch keeps quiet, says why
-        failed = ssh_failures(remote_hosts(argv))
-        if failed:
-            line = (
-                f"no rank started: ssh cannot reach {'; '.join(failed)} (mlx.launch runs each rank there through "
-                "ssh: check the host names, that sshd runs there, and key-based login: ssh <host> true must "
-                "work without a password)"
-            )
-    if line:
-        print(f"[launch] {line}", file=sys.stderr, flush=True)
-    return code
+if __name__ == "__main__":  # the command is tcgexp/cli/launch.py; run by name, as the packages' __main__ aliases do
+    import runpy
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    runpy.run_module("tcgexp.cli.launch", run_name="__main__", alter_sys=True)

@@ -18,6 +18,8 @@ PACKAGES = ("mlx", "numpy", "pyarrow", "hydra-core", "omegaconf", "aim")
 # keys that moved since a checkpoint was written: its config and overrides are read at their new place
 MOVED = {"optimizer.grad_clip": "trainer.grad_clip"}
 TRAINER = "tcgexp.train.trainer.Trainer"  # what the trainer group built before it named its class
+# classes that moved since a checkpoint was written: its config names them at their new place
+MOVED_TARGETS = {"tcgexp.train.evaluate.Evaluation": "tcgexp.eval.evaluate.Evaluation"}
 
 
 def pinned(cfg: DictConfig) -> list[str]:
@@ -56,7 +58,7 @@ def is_pinned(cfg: DictConfig, key: str) -> bool:
 
 
 def upgrade(config: dict) -> dict:
-    """A checkpoint's config as this version composes it (keys that moved; the trainer's class)."""
+    """A checkpoint's config as this version composes it (keys that moved; the trainer's class; classes that moved)."""
     config = OmegaConf.create(config)
     for old, new in MOVED.items():
         value = OmegaConf.select(config, old)
@@ -66,6 +68,10 @@ def upgrade(config: dict) -> dict:
             OmegaConf.select(config, parent).pop(leaf)
     if "trainer" in config and "_target_" not in config.trainer:
         config.trainer._target_ = TRAINER
+    for key in list(config.keys()):
+        target = OmegaConf.select(config, f"{key}._target_", throw_on_missing=False)
+        if isinstance(target, str) and target in MOVED_TARGETS:
+            OmegaConf.update(config, f"{key}._target_", MOVED_TARGETS[target])
     return OmegaConf.to_container(config)
 
 

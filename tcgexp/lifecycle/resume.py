@@ -67,6 +67,7 @@ def resume_config(
     merged["resume"] = override("resume", str(cfg.resume))  # quoted as a path with spaces or quotes needs
     new = compose(*merged.values())
     was = OmegaConf.create(upgrade(saved.get("config", {})))
+    check_same_network(was, new, cfg.resume)  # before the data is built: a corpus of another game can take minutes
     refused = []
     for o in parser.parse_overrides(now):
         key = _key(o)
@@ -88,6 +89,34 @@ def resume_config(
     if run_dir is not None and (run_dir / ".hydra").is_dir():
         OmegaConf.save(new, run_dir / ".hydra" / "config.yaml")  # what ran, not what was typed
     return new, list(merged.values())
+
+
+def check_same_network(was: DictConfig, new: DictConfig, resume) -> None:
+    """A resume's data is of the checkpoint's game, and sizes the network as the checkpoint's was sized
+    (``model_dims``: the game's features and options at ``dataset.max_options``); else one line naming both."""
+    from ..games.registry import game, known, model_dims
+
+    games = [value_at(c, "dataset.game") for c in (was, new)]
+    names = [value_at(c, "dataset.name") for c in (was, new)]
+    if games[0] is None or games[1] is None:  # a checkpoint of a config that does not say: left to the data check
+        return
+    if games[0] != games[1]:
+        raise ConfigError(
+            f"resume={resume}: the checkpoint is a network of dataset.game={games[0]} (dataset={names[0]}), this "
+            f"run's data is of dataset.game={games[1]} (dataset={names[1]}): one game's network cannot train on "
+            f"another's; resume with dataset={names[0]} (drop this command's dataset override), or start a new run"
+        )
+    width = [value_at(c, "dataset.max_options") for c in (was, new)]
+    if width[0] == width[1] or None in width or not known(games[0]):
+        return
+    dims = [model_dims(game(games[0]), int(w)) for w in width]
+    if dims[0] != dims[1]:
+        said = [", ".join(f"{k}={v}" for k, v in d.items()) for d in dims]
+        raise ConfigError(
+            f"resume={resume}: the checkpoint's network is {said[0]} (dataset.max_options={width[0]}), this run's "
+            f"would be {said[1]} (dataset.max_options={width[1]}): resume with dataset.max_options={width[0]}, or "
+            "start a new run"
+        )
 
 
 @dataclass

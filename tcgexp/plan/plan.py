@@ -55,6 +55,8 @@ class Plan:
     """``microbatches[i]`` is chunks ``bounds[i]:bounds[i+1]`` of (lane, d0, d1) in placed order.
 
     d0/d1 are global decision ids (``index.lane_dec0``). ``len(plan)`` is microbatches_per_epoch.
+    ``width`` is the decision width it was planned with (the planner's chunk; 1 without TBPTT): no chunk holds
+    more decisions, and ``prepare`` pads a microbatch's decisions to at most it.
     """
 
     def __init__(
@@ -67,8 +69,11 @@ class Plan:
         split: str,
         epoch: int | None,
         tbptt: bool,
+        *,
+        width: int,
     ) -> None:
         self.index, self.lane, self.d0, self.d1 = index, lane, d0, d1
+        self.width = width
         self.bounds = bounds
         self.split, self.epoch, self.tbptt = split, epoch, tbptt
         self.chunk_rows = index.dec_row0[d1] - index.dec_row0[d0]
@@ -165,7 +170,9 @@ class Plan:
         if length < len(self):
             raise ValueError(f"cannot pad a plan of {len(self)} microbatches to {length}")
         bounds = np.concatenate([self.bounds, np.full(length - len(self), self.bounds[-1], np.int64)])
-        return Plan(self.index, self.lane, self.d0, self.d1, bounds, self.split, self.epoch, self.tbptt)
+        return Plan(
+            self.index, self.lane, self.d0, self.d1, bounds, self.split, self.epoch, self.tbptt, width=self.width
+        )
 
     @classmethod
     def interleave(cls, plans: Sequence[Plan]) -> Plan:
@@ -181,7 +188,7 @@ class Plan:
         take = ranges(lo + base[shard], hi - lo)
         lane, d0, d1 = (np.concatenate([getattr(p, a) for p in plans])[take] for a in ("lane", "d0", "d1"))
         bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
-        return cls(first.index, lane, d0, d1, bounds, first.split, first.epoch, first.tbptt)
+        return cls(first.index, lane, d0, d1, bounds, first.split, first.epoch, first.tbptt, width=first.width)
 
     # -- the whole plan ---------------------------------------------------------------------
     def row_ids(self) -> np.ndarray:

@@ -23,7 +23,7 @@ microbatches interleaved (shard 0's i-th, shard 1's i-th, ...).
 Everything is array work over the lane index except the packing itself,
 which is a greedy decision per chunk (continue active lanes first, then admit
 new ones) kept as one tight loop over plain ints. Plans are identical to the
-per-object planner this replaced (``tcgexp/bench/reference_planner.py``; a
+per-object planner this replaced (``tests/plan/reference_planner.py``; a
 test compares them).
 """
 
@@ -328,12 +328,13 @@ class Planner:
     def _pack(self, lanes: np.ndarray, split: str, epoch: int | None) -> Plan:
         if not self.enabled:
             d, bounds = self._rows_plan(lanes, epoch)
-            return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False)
+            return Plan(self.index, self._lane_of(d), d, d + 1, bounds, split, epoch, False, width=self.chunk)
         first, d0, d1, rows = self.chunk_table()
         placed, bounds = pack(first[lanes].tolist(), first[lanes + 1].tolist(), rows, self.batch_size)
         placed = np.array(placed, np.int64)
         lane_of_chunk = self._lane_of(d0[placed])
-        return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], np.array(bounds, np.int64), split, epoch, True)
+        bounds = np.array(bounds, np.int64)
+        return Plan(self.index, lane_of_chunk, d0[placed], d1[placed], bounds, split, epoch, True, width=self.chunk)
 
     def _lane_of(self, d: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.index.lane_dec0, d, side="right") - 1

@@ -9,6 +9,7 @@ without one stops the build (``MissingMeaning``).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 from collections.abc import Iterable
@@ -31,6 +32,7 @@ APPS = (
     ("tcgexp-train", "config", "base_config"),
     ("tcgexp-data", "data", "base_data_app"),
     ("tcgexp-replay", "replay", "base_replay"),
+    ("tcgexp-sequence", "sequence", "base_sequence"),
 )
 SWEEPERS = (("halving", "schema.hydra.sweeper.halving"),)  # hydra/sweeper=<option>: its schema's name
 KNOB_HEADER = ["| knob | type | default | allowed | meaning |", "|---|---|---|---|---|"]
@@ -104,6 +106,30 @@ def knob_rows(cls: type, prefix: str, *, own_only: bool = False, groups: dict | 
             continue
         rows.append(row(prefix + k.key, k))
     return rows
+
+
+def base_app(cls: type, schemas: dict[str, type]) -> tuple[str, type] | None:
+    """(command, root schema) of the app whose root `cls` extends (the sequence's: the training run's), or None."""
+    for cmd, _, root in APPS:
+        if schemas[root] is not cls and issubclass(cls, schemas[root]):
+            return cmd, schemas[root]
+    return None
+
+
+def own_rows(cls: type) -> list[str]:
+    """An app root's own knobs beyond the root it extends: a node of knobs (``sequence``) as its dotted keys."""
+    rows = []
+    for name, hint in inspect.get_annotations(cls, eval_str=True).items():
+        if dataclasses.is_dataclass(hint):
+            rows += knob_rows(hint, f"{name}.")
+    return rows
+
+
+def extends(cls: type, schemas: dict[str, type]) -> list[str]:
+    found = base_app(cls, schemas)
+    if found is None:
+        return []
+    return [f"Every key and group of [`{found[0]}`](#{anchor(found[0])}), and its own:", ""]
 
 
 def row(key: str, k: Knob) -> str:
@@ -281,8 +307,13 @@ def page() -> str:
             "",
             f"`conf/{config_name}.yaml`; schema: {where(cls)}.",
             "",
+            *extends(cls, schemas),
             *KNOB_HEADER,
-            *knob_rows(cls, "", groups=primary_defaults(config_name)),
+            *(
+                own_rows(cls)
+                if base_app(cls, schemas) is not None
+                else knob_rows(cls, "", groups=primary_defaults(config_name))
+            ),
             "",
         ]
     for group in groups:

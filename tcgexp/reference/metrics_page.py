@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..sequence.series import SERIES
 from ..train.tracked import WHEN, names
 from .config_page import prose
 
@@ -39,6 +40,17 @@ def page() -> str:
         "| prefix | when |",
         "|---|---|",
         *(f"| `{p}` | {prose(w)} |" for p, w in WHEN.items()),
+        "",
+    ]
+    out += [
+        "## The daily sequence: `day/*`",
+        "",
+        "`tcgexp-sequence`'s own Aim run, in the sequence's experiment beside its phases' runs: one value per "
+        "recorded day, at step = the day's place in the sequence, written when the command ends.",
+        "",
+        "| name | meaning |",
+        "|---|---|",
+        *(f"| `{n}` | {prose(m)} |" for n, m in SERIES.items()),
         "",
     ]
     for heading, prefixes, note in SECTIONS:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..track.stats import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
+from ..report.stats import mean_interval  # noqa: F401  (replicates: mean and 95 % interval)
 
 RUNNING, WAITING, PRUNED, COMPLETE, FAILED = "running", "waiting", "pruned", "complete", "failed"
 

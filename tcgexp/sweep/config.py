@@ -13,9 +13,10 @@ from typing import ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..report.multirun import HALVING
 from ..schema import INT32_MAX, schema, within
 
-TARGET = "hydra_plugins.tcgexp_sweepers.halving.HalvingSweeper"
+TARGET = HALVING  # the one name of the class (the report reads which sweeper ran by it)
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 
 

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from ..console import one_line_errors
-from ..track.screenshot import capture, free_port, served
+from ..report.screenshot import capture, free_port, served
 
 TEXT = "document.body.innerText.slice(0, 4000)"
 

@@ -27,10 +27,11 @@ from ..errors import ConfigError
 from ..lifecycle.rundir import RUN_MARKER, mark
 from ..overrides import shell_override
 from ..ownership import HeldLock, describe
+from ..report.summary import SWEEP_LOCK
 from .space import WHERE, overrides_of
 
 STAMP = ".tcgexp-trial.json"
-LOCK = ".tcgexp-sweep.lock"
+LOCK = SWEEP_LOCK  # the report reads whether a sweep still runs its folder by the same lock
 
 
 def real_dir(sweep_dir) -> Path:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..lifecycle.ckpt_files import find
+from ..report.jobs import JOB_STATUS
 from ..track.aim_run import recorded_run
 
 DONE, FAILED, CONTINUE = "done", "failed", "continue"
@@ -66,7 +67,7 @@ def read(run_dir: Path, budget: int, metric: str, job_error: str | None = None) 
             return Outcome(DONE, value)
         return Outcome(FAILED, error=f"{metric} is {value} after {budget} epochs")
     result = _json(run_dir / "result.json")
-    status = _json(run_dir / "job_status.json")
+    status = _json(run_dir / JOB_STATUS)
     if result.get("status") == "diverged":
         return Outcome(FAILED, error=result.get("error") or "diverged")
     error = job_error or (status.get("error") or "failed" if status.get("status") == "FAILED" else None)

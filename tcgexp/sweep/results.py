@@ -3,7 +3,7 @@
 ``optimization_results.yaml`` follows Hydra's Optuna sweeper (``name``, ``best_params``, ``best_value``)
 and adds the best trial's interval, epochs, run dirs and the command that trains it straight (the same
 computation, bit for bit). ``trials.json`` is every configuration as the sweeper sees it; the sweep
-report (``tcgexp.track.summary``) is drawn from it. Each trial's Aim run gets its rung and status as
+report (``tcgexp.report.summary``) is drawn from it. Each trial's Aim run gets its rung and status as
 params (``run["trial"]``) and its status (promoted, pruned, complete) as a tag.
 """
 
@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
 from ..overrides import command_line
+from ..report.summary import TRIALS, write_atomic, write_summary
 from ..track.aim_run import mark_run
-from ..track.summary import TRIALS, write_atomic, write_summary
 from . import asha, outcome
 from .space import Space, overrides_of
 

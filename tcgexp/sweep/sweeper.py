@@ -23,6 +23,7 @@ from ..console import user_error
 from ..errors import ConfigError
 from ..lifecycle.rundir import SWEEP_MARKER, discard
 from ..overrides import shell_override
+from ..report.multirun import NAME as MULTIRUN
 from ..schema import check, validate
 from ..train.metric import WIN_RATE, check_metric, higher_is_better
 from ..train.preflight import check_memory
@@ -185,7 +186,7 @@ class HalvingSearch:
         self.job_idx = int(study.user_attrs.get("tcgexp_jobs", 0))
         self.run = Run(self, study, space, budgets, metric, direction, seed0, n_trials, records)  # folders checked
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        OmegaConf.save(self.config, self.sweep_dir / MULTIRUN)
         say(
             f"study {name!r} in {key}: {len(space.params)} swept keys, rungs {', '.join(map(str, budgets))} epochs "
             f"(eta {self.s.eta}), {n_trials} configurations x {self.s.seeds} seed(s), sampler {self.s.sampler}"

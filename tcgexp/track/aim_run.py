@@ -27,53 +27,45 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
-from ..ownership import held_by_someone
 from ..schema import schema
 from . import TrackingConfig
-from .aim_repo import exit_cleanup_in_place, one_line, quiet_aim, say_untracked, within
+from .aim_record import (  # noqa: F401 (callers open and mark runs through this module too)
+    CLOSE_SECONDS,
+    IDENTITY,
+    OPEN_SECONDS,
+    RECORD_LOCK,
+    RUN_RECORD,
+    SUBSETS,
+    _after,
+    apply_attributes,
+    by_context,
+    discard_run,
+    experiment_name,
+    mark_run,
+    open_run,
+    recorded_run,
+    run_attributes,
+    run_record,
+    subset_of,
+    track_after,
+)
+from .aim_repo import say_untracked
 from .context import JobContext
 
-CLOSE_SECONDS = 10.0  # the longest a job waits for its run to close (a flush to local disk)
-OPEN_SECONDS = 30.0  # the longest anything waits for the run to open (import, repo lock, remote handshake)
 # in the job's run dir: which Aim run it writes, written by the run's own process as soon as the run is open, so a
 # resume finds it even when the job died before it learnt the hash (no checkpoint waits for the hash)
-RUN_RECORD = ".tcgexp-aim-run.json"
-RECORD_LOCK = ".tcgexp-aim-run.lock"  # held by the run's process for its life: a resume waits for it to finish
-
-SUBSETS = (
-    ("train/", "train"),
-    ("cache_train/", "train"),
-    ("lr", "train"),
-    ("val/", "val"),
-    ("cache_val/", "val"),
-    ("eval/", "eval"),  # the policy playing the real game (tcgexp.train.evaluate)
-)
 
 
 @schema("tracking", "aim")
 class AimTrackingConfig(TrackingConfig):
     repo: str | None = "."  # the folder holding .aim/ (what `aim up --repo` takes)
-
-
-def subset_of(name: str) -> str | None:
-    """The Aim context subset of a metric name: "train", "val", or None (no context)."""
-    for prefix, subset in SUBSETS:
-        if name == prefix or (prefix.endswith("/") and name.startswith(prefix)):
-            return subset
-    return None
-
-
-def by_context(values: dict[str, float], extra: dict | None = None) -> list[tuple[dict, dict[str, float]]]:
-    """`values` split into (context, values) groups: one Aim ``track`` call each. `extra` joins every
-    group's context (``{"rank": r}``: one rank's own counters in a distributed run)."""
-    groups: dict[str | None, dict[str, float]] = {}
-    for name, value in values.items():
-        groups.setdefault(subset_of(name), {})[name] = float(value)
-    return [({**({"subset": subset} if subset else {}), **(extra or {})}, group) for subset, group in groups.items()]
+    # keep the Aim process for the next run this process tracks (its import and start-up paid once): null = in a
+    # sweep (its jobs in one process); a daily sequence sets it for its phases
+    keep_process: bool | None = None
+    NULLABLE: ClassVar[tuple] = ("experiment", "keep_process")
 
 
 class AimTracker:
@@ -99,6 +91,7 @@ class AimTracker:
         experiment: str | None,
         hparams: dict,
         context: JobContext,
+        keep_process: bool | None,
         resume_hash: str | None = None,
     ) -> None:
         self.where = str(Path(str(repo or ".")).expanduser().absolute())
@@ -110,7 +103,8 @@ class AimTracker:
         self.proc: subprocess.Popen | None = None  # None once closed
         self._proc: subprocess.Popen | None = None
         self._closed = threading.Event()  # the child closed the run and waits for the next job's (``reuse``)
-        self.reuse = bool(context.in_sweep)  # a sweep's next job in this process takes the child on
+        # the next run in this process takes the child on: a sweep's next job, a sequence's next phase
+        self.reuse = bool(context.in_sweep) if keep_process is None else bool(keep_process)
         init = {
             "repo": self.where,
             "experiment": experiment_name(experiment, context),
@@ -122,20 +116,9 @@ class AimTracker:
         }
         line = json.dumps(init, default=str) + "\n"
         try:
-            # a session of its own: Ctrl-C (the terminal's foreground group) never reaches it, not even while it
-            # starts, before it ignores signals (remote.child): the job says when it closes
             self.proc = self._proc = self._spare(line) if self.reuse else None
             if self.proc is None:
-                self.proc = self._proc = subprocess.Popen(
-                    [sys.executable, *self.CHILD],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    bufsize=1,
-                    start_new_session=True,
-                )
-                self.proc.stdin.write(line)
-                self.proc.stdin.flush()
+                self.proc = self._proc = start_child(line, self.CHILD)
         except Exception as exc:  # noqa: BLE001 - any tracking failure must leave training running
             self._give_up(f"could not start an Aim run at {self.where} ({type(exc).__name__}: {exc})")
             return
@@ -283,174 +266,54 @@ _SPARE: list[tuple[int, subprocess.Popen]] = []
 _AT_EXIT: list[bool] = []
 
 
+def start_child(line: str, child: tuple = ()) -> subprocess.Popen:
+    """An Aim process (`child`: its arguments to this Python, ``AimTracker.CHILD`` by default: ``python -m
+    tcgexp.track.remote``) given its first line. A session of its own: Ctrl-C (the terminal's foreground group)
+    never reaches it, not even while it starts, before it ignores signals (remote.child): the job says when it
+    closes."""
+    proc = subprocess.Popen(
+        [sys.executable, *(child or AimTracker.CHILD)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
+    proc.stdin.write(line)
+    proc.stdin.flush()
+    return proc
+
+
+def prewarm() -> None:
+    """An Aim process started ahead of the first run this process will track, importing Aim meanwhile: the spare
+    the next ``AimTracker`` that may take one (``keep_process``) takes. A daily sequence starts one before its first
+    phase, so no phase waits for Aim's import. A failure costs nothing but the head start."""
+    try:
+        proc = start_child(json.dumps({"prewarm": True}) + "\n")
+    except OSError:
+        return
+    _SPARE.append((os.getpid(), proc))
+    _let_go_at_exit()
+
+
+def let_go() -> None:
+    """Every spare Aim process of this process told to end (its stdin closed): none has a run open. At exit, and
+    where a caller is done tracking before it (a daily sequence, once its series is written)."""
+    while _SPARE:
+        owner, proc = _SPARE.pop()
+        if owner == os.getpid():
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+
 def _let_go_at_exit() -> None:
     """At this process's exit a spare Aim process is told to end (its stdin closed): it has no run open."""
     if _AT_EXIT:
         return
     _AT_EXIT.append(True)
-
-    def let_go() -> None:
-        while _SPARE:
-            owner, proc = _SPARE.pop()
-            if owner == os.getpid():
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-
     atexit.register(let_go)
 
 
 _CLOSE = json.dumps({"close": True}) + "\n"
-
-
-def run_record(context: JobContext) -> str | None:
-    """Where the job's tracker records its run (None outside a run folder)."""
-    return str(Path(context.run_dir) / RUN_RECORD) if context.run_dir else None
-
-
-def recorded_run(run_dir: Path, wait: float = 0.0) -> str | None:
-    """The hash of the Aim run a job in `run_dir` wrote (its record), or None. `wait`: while that run's process
-    still lives (a job SIGKILLed as its tracker started: the process opens the run and writes what it was
-    sent), wait for it to end, at most `wait` seconds, so a resume continues that run and never races it."""
-
-    deadline = time.monotonic() + wait
-    while held_by_someone(Path(run_dir) / RECORD_LOCK) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    try:
-        return json.loads((Path(run_dir) / RUN_RECORD).read_text()).get("hash")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def run_attributes(hparams: dict, context: JobContext) -> dict[str, Any]:
-    """What a job's Aim run records beside its metrics: its name, config, overrides, sweep membership."""
-    attrs: dict[str, Any] = {
-        "name": context.name,
-        "hparams": hparams,
-        "overrides": list(context.overrides),
-        "swept": context.swept,
-        "status": "running",
-        "error": None,
-    }
-    if context.in_sweep:
-        attrs["sweep"] = {"id": context.sweep_id, "dir": context.sweep_dir}
-        attrs["job_num"] = context.job_num
-    return attrs
-
-
-IDENTITY = ("name", "overrides", "swept", "sweep", "job_num")  # what a resumed job's run keeps as it was
-
-
-def open_run(aim, *, run_hash: str | None, repo: str, experiment: str, attrs: dict[str, Any]):
-    """A new Aim run in `experiment` with `attrs`; or, given `run_hash`, the run a resumed job continues.
-
-    A resumed job is the same run: its name, overrides, sweep and experiment stay as its first job
-    set them (the resume's own command line, ``resume=<dir>`` and little else, would rename it
-    "defaults" and move it to an experiment named after the new run dir). What runs now (hparams)
-    and the status are updated, and the resume's overrides are appended to ``run["resumes"]``.
-    """
-    # capture_terminal_logs off: the run lives in a child process (remote.py) whose stdout is the pipe
-    # to its job, protocol lines and no logs
-    exit_cleanup_in_place()  # a repo on a server was not prepared here (prepare_repo sees to it for a local one)
-    if run_hash is None:
-        run = aim.Run(repo=repo, capture_terminal_logs=False)
-        try:  # named and set up once it exists: a run that fails here is deleted, never left half-made
-            run.experiment = experiment
-            apply_attributes(run, attrs)
-        except BaseException as exc:
-            run_hash = run.hash
-            run.close()
-            run = None  # no reference left (the traceback's frames are cleared too): its storage closes now
-            traceback.clear_frames(exc.__traceback__)
-            discard_run(aim, repo, run_hash)
-            raise
-        return run
-    run = aim.Run(run_hash=run_hash, repo=repo, capture_terminal_logs=False)  # no experiment: it keeps its own
-    try:
-        resumes = list(run["resumes"])
-    except KeyError:
-        resumes = []
-    apply_attributes(run, {k: v for k, v in attrs.items() if k not in IDENTITY})
-    run["resumes"] = [*resumes, list(attrs.get("overrides", []))]
-    return run
-
-
-def discard_run(aim, repo: str, run_hash: str) -> None:
-    """Delete a run that failed to start, once nothing refers to it (best effort: its failure is what gets said)."""
-    import gc
-
-    gc.collect()  # Aim's storage closes with the run object: deleted before that, its finalizer writes again
-    try:
-        aim.Repo(repo).delete_run(run_hash)
-    except Exception:  # noqa: BLE001, S110 - best effort: the failure said is the run's, not this clean-up's
-        pass
-
-
-def apply_attributes(run, attrs: dict[str, Any]) -> None:
-    """Set `attrs` on an Aim run; "name" is the run's name (``run.name``), not a param."""
-    for key, value in attrs.items():
-        if key == "name":
-            run.name = value
-        else:
-            run[key] = value
-
-
-def experiment_name(experiment: str | None, context: JobContext) -> str:
-    return str(experiment or context.experiment or "tcgexp")
-
-
-def mark_run(
-    repo: str | Path, run_hash: str, attrs: dict[str, Any], tags: tuple[str, ...] = (), untag: tuple[str, ...] = ()
-) -> bool:
-    """Set `attrs` and move tags on a run of the local repo at `repo` after its job ended (the halving
-    sweeper's trial status: pruned, promoted, complete, and its rung). Bounded like every wait on
-    tracking; False (said in one line) when the run could not be marked."""
-
-    def work(run) -> None:
-        apply_attributes(run, attrs)
-        for old in untag:
-            if old in (run.props.tags or []):
-                run.remove_tag(old)
-        for tag in tags:
-            if tag not in (run.props.tags or []):
-                run.add_tag(tag)
-
-    return _after(repo, run_hash, work, failed="could not mark")
-
-
-def track_after(repo: str | Path, run_hash: str, values: dict[str, float], *, step: int) -> bool:
-    """Track `values` into a run of the local repo at `repo` after its job ended (``tcgexp-eval``'s win rates),
-    each in its subset's context, without touching its attributes. Bounded like every wait on tracking; False
-    (said in one line) when the run could not be written."""
-
-    def work(run) -> None:
-        for context, group in by_context(values):
-            run.track(group, step=step, context=context)
-
-    return _after(repo, run_hash, work, failed="could not write to")
-
-
-def _after(repo: str | Path, run_hash: str, work, *, failed: str) -> bool:
-    """`work(run)` on an ended job's run of the local repo at `repo`, the run closed after; within CLOSE_SECONDS.
-    False, said in one line ("[tracking] <failed> Aim run ..."), when it raised or did not answer in time."""
-    import aim
-
-    quiet_aim()
-    errors: list[Exception] = []
-
-    def opened() -> None:
-        try:
-            run = aim.Run(run_hash=run_hash, repo=str(Path(repo).expanduser().absolute()))
-            try:
-                work(run)
-            finally:
-                run.close()
-        except Exception as exc:  # noqa: BLE001 - said below, once
-            errors.append(exc)
-
-    if within(CLOSE_SECONDS, opened) and not errors:
-        return True
-    why = one_line(errors[0]) if errors else f"no answer in {CLOSE_SECONDS:.0f} s"
-    print(f"[tracking] {failed} Aim run {run_hash} in {repo} ({why})", file=sys.stderr, flush=True)
-    return False

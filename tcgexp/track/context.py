@@ -26,6 +26,7 @@ PATH_KEYS = (
     "tier_dir",
     "target",
 )  # where things live, not what a job is
+MULTIRUN = "multirun.yaml"  # a sweep's record in its folder (Hydra's name; the report's multirun.NAME is this)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def swept_keys(sweep_dir: Path) -> frozenset[str] | None:
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from omegaconf import OmegaConf
 
-        sweep = load_yaml(Path(sweep_dir) / "multirun.yaml")
+        sweep = load_yaml(Path(sweep_dir) / MULTIRUN)
         keys = {str(k).lstrip("+~") for k in (OmegaConf.select(sweep, "hydra.sweeper.params") or {})}
         task = list(OmegaConf.select(sweep, "hydra.overrides.task") or [])
         keys |= {o.key_or_group for o in OverridesParser.create().parse_overrides(task) if o.is_sweep_override()}
@@ -174,7 +175,15 @@ def job_context(run_dir: Path | None = None) -> JobContext:
             swept_keys(Path(sweep_dir)),
             str(Path(hc.runtime.output_dir).absolute()),
         )
-    run_dir = Path(hc.runtime.output_dir)
+    run_dir_of_job = Path(hc.runtime.output_dir)
+    if run_dir is not None and Path(run_dir).absolute() != run_dir_of_job.absolute():
+        # a run the job started in a folder of its own (a daily sequence's phase): that run's context, not the job's
+        return JobContext(experiment=Path(run_dir).name, run_dir=str(Path(run_dir).absolute()))
     return JobContext(
-        None, None, None, overrides, f"run {run_dir.parent.name}/{run_dir.name}", run_dir=str(run_dir.absolute())
+        None,
+        None,
+        None,
+        overrides,
+        f"run {run_dir_of_job.parent.name}/{run_dir_of_job.name}",
+        run_dir=str(run_dir_of_job.absolute()),
     )

@@ -1,5 +1,5 @@
 """The training app's typed schemas: the run's root (``conf/config.yaml``: one option of every group and the
-run's own keys), the ``trainer``, ``checkpoint`` and ``eval`` groups.
+run's own keys), the ``trainer`` and ``checkpoint`` groups (``eval``'s is ``tcgexp.eval.config``'s).
 
 Like ``tcgexp.learn.configs`` they import no MLX: ``tcgexp.app`` registers them to compose a run, and composing
 must not load MLX before the entry point has set up its BLAS (``tcgexp.learn.blas``).
@@ -7,14 +7,13 @@ must not load MLX before the entry point has set up its BLAS (``tcgexp.learn.bla
 
 from __future__ import annotations
 
-import re
-from dataclasses import field
 from typing import ClassVar
 
 from omegaconf import MISSING
 
 from ..cache.rowgroup import CacheConfig
 from ..data.corpus import DatasetConfig
+from ..eval.config import EvalConfig
 from ..learn.configs import KERNELS, ModelConfig, OptimizerConfig, SchedulerConfig
 from ..plan.loader import LoaderConfig
 from ..plan.planner import TbpttConfig
@@ -76,53 +75,6 @@ class CheckpointConfig:
     )
 
 
-def _opponents(v) -> bool:
-    names = [str(o).partition("=")[0] if "=" in str(o) and "/" not in str(o).partition("=")[0] else str(o) for o in v]
-    return len(v) >= 1 and all(str(o).strip() for o in v) and len(set(names)) == len(names)
-
-
-@schema("eval")
-class EvalConfig:
-    """Play the trained policy against opponents in the real game's engine (``tcgexp.train.evaluate``): at the end
-    of training when ``enabled``, and by ``tcgexp-eval <run dir>`` whenever asked."""
-
-    _target_: str = MISSING
-    _partial_: bool = True
-    enabled: bool = False  # play at the end of training (a run of the real game, dataset.game=cabt)
-    # who the policy plays, each eval.games games: random, first (the engine's agents), a teacher of the demo's
-    # roster by name (expert-fighting, ...), a run dir (its trained policy) or a main.py; name=spec names one
-    opponents: list[str] = field(default_factory=lambda: ["random", "first"])
-    games: int = 200  # games per opponent, half in each seat (best of one each)
-    # the policy's deck: null = the demo's best teacher's (expert-fighting's); a teacher's name (its deck), a
-    # deck type (fighting, psychic, metal, water, grass, darkness, ...), harness (the engine agents' own deck),
-    # or a JSON file of 60 card ids
-    deck: str | None = None
-    checkpoint: str = "best"  # which weights play: best (by validation loss), latest, or epoch_NNNN
-    seed: int = 0  # the games' seeds: game g's deal (with paired deals), the random agent's and teachers' draws
-    max_steps: int = 2000  # decisions in a game past which it is a draw (capped)
-    max_seconds: float = 120.0  # wall seconds of a game past which it is a draw (capped)
-    workers: int = 0  # processes playing at once; 0 = one per core the run may use (at most 8)
-    # deal game g the same in every evaluation with this seed (the engine's shuffles from a seeded stream: needs a
-    # C compiler once); false: the engine's own std::random_device, as in Kaggle's harness
-    paired: bool = True
-    UNPINNED: ClassVar[tuple] = ALL  # playing never changes what was trained
-    NULLABLE: ClassVar[tuple] = ("deck",)
-    CHECKS: ClassVar[tuple] = (
-        ("opponents", _opponents, "a list of one or more opponents, each named once"),
-        ("games", within(1, 10**7), "in [1, 1e7] games per opponent"),
-        ("deck", lambda v: v is None or bool(str(v).strip()), "null, a teacher, a deck type, harness or a file"),
-        (
-            "checkpoint",
-            lambda v: v in ("best", "latest") or re.fullmatch(r"epoch_\d{4,}", str(v)) is not None,
-            "best, latest or epoch_NNNN",
-        ),
-        ("seed", within(0, 2**63, open_hi=True), "in [0, 2**63)"),
-        ("max_steps", within(1, INT32_MAX), "in [1, 2**31) decisions"),
-        ("max_seconds", within(0.0, FLOAT32_MAX, open_lo=True), "> 0 seconds"),
-        ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
-    )
-
-
 @schema(name="base_config")
 class Config:
     """The training run (``conf/config.yaml``): one option of every group, and the run's own keys."""
@@ -140,6 +92,9 @@ class Config:
     eval: EvalConfig = MISSING
     seed: int = 0  # initial weights and lane shuffles
     resume: str | None = None  # a run dir or checkpoint dir to continue exactly
+    # a run dir or checkpoint dir whose weights a new run starts from (its own data and schedule): lifecycle/init_from
+    init_from: str | None = None
+    init_optimizer: bool = False  # with init_from: carry its optimizer's moments too (else a fresh optimizer)
     # what the task returns to a sweeper: val/<metric> (val/loss, val/policy, val/accuracy, ...) | best/val_loss
     optimized_metric: str | None = "val/loss"
     UNPINNED: ClassVar[tuple] = ("resume", "optimized_metric")

@@ -17,8 +17,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from ..config import build
-from ..data.games import game, model_dims
 from ..errors import ConfigError
+from ..games.registry import game, model_dims
 from ..memlimit import room as job_room
 
 # Factors measured by `python -m tcgexp.bench memory` (peak resident memory over the model and batch knobs),

@@ -7,11 +7,11 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..eval.config import plays_at_end
+from ..winrate import PREFIX as WIN_RATE  # eval/win_rate/<opponent>, higher is better
+from ..winrate import is_win_rate, opponent_of
 
 SOURCES = {"val": "final", "best": "best"}  # optimized_metric's prefix -> the result dict's entry
-
-
-WIN_RATE = "eval/win_rate/"  # eval/win_rate/<opponent>: the policy's win rate (tcgexp.train.evaluate), higher is better
 
 
 def check_metric(name: str | None, cfg=None) -> None:
@@ -23,12 +23,12 @@ def check_metric(name: str | None, cfg=None) -> None:
 
     if name is None:
         return
-    if str(name).startswith(WIN_RATE):
-        opponent = str(name)[len(WIN_RATE) :]
+    if is_win_rate(name):
+        opponent = opponent_of(name)
         if cfg is not None:
             ev = cfg.get("eval")
             names = [str(o).partition("=")[0] if "=" in str(o) else str(o) for o in (ev.opponents if ev else [])]
-            if not (ev and ev.enabled and opponent in names):
+            if not (plays_at_end(cfg) and opponent in names):
                 raise ConfigError(
                     f"optimized_metric={name} is played at the run's end: set eval.enabled=true with {opponent!r} "
                     f"among eval.opponents (now {names})"
@@ -44,20 +44,22 @@ def check_metric(name: str | None, cfg=None) -> None:
         )
     dataset = cfg.get("dataset") if cfg is not None else None
     if key in STOP_METRICS and dataset is not None:
-        from ..data.games import game, model_dims
+        from ..games.registry import GAMES, game, model_dims
 
         chosen = str(dataset.get("game", "sim"))
         if not model_dims(game(chosen), int(dataset.get("max_options", 64))).get("option_dim"):
+            offering = [n for n, g in GAMES.items() if int(getattr(g, "option_dim", 0) or 0) > 0]
             raise ConfigError(
                 f"optimized_metric={name} is the option head's stop head, but dataset.game={chosen} offers no "
-                "options: choose val/loss, val/accuracy, ... (or a game with offered options, dataset=cabt_demo)"
+                "options: choose val/loss, val/accuracy, ... (or a game with offered options, "
+                f"{' or '.join(f'dataset.game={n}' for n in offering) or 'none is registered'})"
             )
 
 
 def higher_is_better(name: str) -> bool:
     """Whether `name` improves upwards (accuracy, a win rate) rather than downwards (the losses)."""
     key = str(name).partition("/")[2]
-    return key.startswith("accuracy") or key.endswith("_accuracy") or str(name).startswith(WIN_RATE)
+    return key.startswith("accuracy") or key.endswith("_accuracy") or is_win_rate(name)
 
 
 def optimized(result: dict[str, Any], name: str | None) -> float | None:
@@ -65,8 +67,8 @@ def optimized(result: dict[str, Any], name: str | None) -> float | None:
     (``result["final"]``), best/val_loss the best epoch's. NaN when the run has none (it diverged)."""
     if name is None:
         return None
-    if str(name).startswith(WIN_RATE):
-        value = ((result.get("eval") or {}).get(str(name)[len(WIN_RATE) :]) or {}).get("win_rate")
+    if is_win_rate(name):
+        value = ((result.get("eval") or {}).get(opponent_of(name)) or {}).get("win_rate")
         return float(value) if value is not None else math.nan
     prefix, _, key = str(name).partition("/")
     value = (result.get(SOURCES[prefix]) or {}).get(key)

@@ -165,6 +165,9 @@ def result_of(
             "run_dir": str(run_dir),
             "stopped_early": status in ("stopped", "interrupted"),
             "resumed_from": str(learner.resumed_from or ""),
+            # init_from: the checkpoint this model started from, and every one before it (the first run first)
+            "init_from": learner.lineage[-1] if learner.lineage else None,
+            "lineage": list(learner.lineage),
             "dates": list(data.corpus.dates),
             "final": p.history[-1]["val"] if p.history else None,
             "best": {"val_loss": p.best_val_loss, "epoch": p.best_epoch},

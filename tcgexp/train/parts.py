@@ -36,6 +36,7 @@ class DataParts:
     planned_microbatches: list[int]  # per epoch, from the packing (exactly len(epoch_plan(e)): positions)
     planned_steps: list[int]
     planned_real: list[int]  # per epoch, microbatches with rows over all ranks (= positions without shards)
+    width: int  # the decision width its plans were made with (``Plan.width``): what ``prepare`` pads decisions to
     # what the model is sized by (data.games.model_dims: the game's feature and action widths, its option_dim)
     dims: dict = field(default_factory=dict)
 
@@ -58,6 +59,8 @@ class Learner:
     resumed_from: Path | None = None
     # the step path of each segment before this one (its checkpoint's record: [{"kernels", "from_step"}, ...])
     kernels_before: list[dict] = field(default_factory=list)
+    # the checkpoints this model descends from (init_from), the run that started from scratch first
+    lineage: list[dict] = field(default_factory=list)
     # where this process started (a resumed run: the checkpoint's counts), so its throughput is its own
     start_rows: int = field(init=False, default=0)
     start_opt_steps: int = field(init=False, default=0)

@@ -12,16 +12,15 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from ..errors import ConfigError
+from ..eval.config import plays_at_end
 from ..learn.batch import largest_padding
 from .memneed import check_memory, model_bytes  # noqa: F401 - where callers have found them
 
 
 def planned_slots(planner) -> int:
     """The most (lane x decision) slots a microbatch of the first epoch or of validation pads to (later
-    epochs reshuffle the same chunks)."""
-    return max(
-        largest_padding(planner.epoch_plan(0), planner.chunk), largest_padding(planner.validation_plan(), planner.chunk)
-    )
+    epochs reshuffle the same chunks), each plan padded to the decision width it was planned with."""
+    return max(largest_padding(plan, plan.width) for plan in (planner.epoch_plan(0), planner.validation_plan()))
 
 
 def preflight(cfg: DictConfig) -> None:
@@ -37,12 +36,36 @@ def preflight(cfg: DictConfig) -> None:
     check_stop_at(cfg)
     check_memory(cfg)
     check_eval(cfg)
+    check_init_from(cfg)
+
+
+def network_of(cfg: DictConfig) -> dict:
+    """This run's network as a checkpoint records it (``init_from.network``)."""
+    from ..games.registry import game, model_dims
+    from ..lifecycle.init_from import network
+
+    g = game(cfg.dataset.game)
+    return network(cfg, g, model_dims(g, int(cfg.dataset.max_options)))
+
+
+def check_init_from(cfg: DictConfig) -> None:
+    """``init_from``'s checkpoint is whole and a network of this run's shape, before the corpus is built (a
+    resume reads its own checkpoint instead: the parent's weights are in it)."""
+    if cfg.init_optimizer and not cfg.init_from:
+        raise ConfigError(
+            "init_optimizer=true carries the optimizer of init_from's checkpoint, and init_from is not set: "
+            "set init_from=<run dir or checkpoint dir>, or drop init_optimizer"
+        )
+    if cfg.init_from and not cfg.resume:
+        from ..lifecycle.init_from import Parent
+
+        Parent.read(cfg.init_from).check(network_of(cfg))
 
 
 def check_eval(cfg: DictConfig) -> None:
-    """A run that plays at its end (``eval.enabled``) can play: the real game, the engine here, its deck and
-    opponents exist; refused now rather than after training."""
-    if not cfg.get("eval") or not cfg.eval.enabled:
+    """A run that plays at its end (``plays_at_end``: eval.enabled, or left null on imported episodes) can play:
+    the real game, the engine here, its deck and opponents exist; refused now rather than after training."""
+    if not plays_at_end(cfg):
         return
     from ..config import build
 

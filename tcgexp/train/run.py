@@ -9,39 +9,33 @@ builds the parts and lets the trainer fit.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-from mlx.utils import tree_flatten
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 
 from ..cache.registry import reclaim
 from ..config import build
 from ..console import say_now, user_error
 from ..data.corpus import Corpus
-from ..data.games import model_dims
 from ..data.storeproc import abandon_all
 from ..errors import ConfigError
+from ..eval.config import plays_at_end
+from ..games.registry import model_dims
 from ..learn.batch import prepare
 from ..learn.blas import require
-from ..learn.model import RecurrentPolicy
-from ..learn.state import LaneMemory, TrainState
 from ..learn.step import staged
 from ..lifecycle.distributed import World
 from ..lifecycle.errors import DistributedError
 from ..lifecycle.rank_status import note_rank
 from ..lifecycle.result_file import leave_ending, leave_failed, write_result
-from ..lifecycle.resume import Saved
 from ..lifecycle.rundir import claimed, run_dir_of
 from ..lifecycle.signals import (
-    STOP_GRACE_S,
     ForcedStop,
     RunInterrupted,
     StopSignals,
@@ -53,12 +47,13 @@ from ..overrides import shell_override
 from ..ownership import SPILL_MARKER, make_spill_root, remove_spill_root, spill_root_of
 from ..plan import LaneIndex, Planner
 from ..progress import report_console, stage_progress
+from ..report.summary import write_summary
 from ..schema import validate
-from ..track import NullTracker, job_context
-from ..track.summary import write_summary
+from ..track import job_context
 from .errors import USER_ERRORS
+from .learner import checkpoint_estimate, make_learner
 from .memneed import microbatch_rows, row_budget_line
-from .parts import DataParts, Learner, RunContext
+from .parts import DataParts, RunContext
 from .preflight import (
     check_memory,
     check_stop_at,
@@ -66,6 +61,7 @@ from .preflight import (
     planned_slots,
     preflight,
 )
+from .run_tracker import close_tracker, open_tracker, tracked
 from .trainer import Trainer
 
 
@@ -172,7 +168,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
     # rows padded to the row budget, or to the larger split when the budget is more than it holds (a budget
     # of 1e6 rows padded every microbatch of a small corpus to 1e6: ~24 s a step, for rows of weight 0)
     splits = max(data.planner.split_rows("train"), data.planner.split_rows("val"))
-    prepared = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.planner.chunk)
+    prepared = partial(prepare, rows_pad=min(data.planner.batch_size, splits), decisions_pad=data.width)
     transform = lambda batch: staged(prepared(batch))  # made, and copied into MLX, on the loader's thread
     # spill, caches and tracker live and die with this run (each rank its own); the tracked run closes in its own
     # process while the caches close and the spill goes (the outer stack waits for it last, bounded)
@@ -199,12 +195,12 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
         loaders = tuple(build(cfg.loader)(cache, data.columns, transform=transform) for cache in caches)
         for loader in loaders:
             loader.stop_waiting = partial(stop_waiting, ctx.signals)
-        tracker = open_tracker(cfg, ctx, learner.aim_hash)
+        tracker = open_tracker(cfg, ctx, learner.aim_hash, learner.lineage)
         outer.callback(close_tracker, tracker, ctx.signals)
         stack.enter_context(tracked(tracker))
         trainer: Trainer = build(cfg.trainer)(checkpoints=checkpoints, tracker=tracker, run=ctx)
         result = trainer.fit(data, learner, caches, loaders)
-        if cfg.get("eval") and cfg.eval.enabled and result["status"] in ("completed", "stopped") and ctx.world.lead:
+        if plays_at_end(cfg) and result["status"] in ("completed", "stopped") and ctx.world.lead:
             result = play_at_end(cfg, ctx, tracker, result)
     if result["status"] == "interrupted" and ctx.world.lead:  # in a sweep Hydra's job-end callback will not run
         write_sweep_summary(ctx.run_dir)
@@ -212,9 +208,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict:
 
 
 def play_at_end(cfg: DictConfig, ctx: RunContext, tracker, result: dict) -> dict:
-    """``eval.enabled``: the trained policy plays (``evaluate.at_end``); its tallies join result.json (``eval``). A
+    """``plays_at_end``: the trained policy plays (``tcgexp.eval.evaluate.at_end``); its tallies join result.json (``eval``). A
     failure to play is said in one line and recorded (``eval_error``): the training it follows stands."""
-    from .evaluate import at_end
+    from ..eval.evaluate import at_end
 
     ctx.note("playing the real game (eval)")
     step = int(result["processed"]["optimizer_steps"])
@@ -227,15 +223,6 @@ def play_at_end(cfg: DictConfig, ctx: RunContext, tracker, result: dict) -> dict
         result = {**result, "eval_error": why}
     write_result(ctx.run_dir, result)
     return result
-
-
-def checkpoint_estimate(learner: Learner) -> int:
-    """One checkpoint's size before the first is written: the weights and the optimizer's state as they are, and
-    256 KiB for the lanes in flight and state.json (the size written replaces it after the first save)."""
-    arrays = [v for _, v in tree_flatten(learner.model.parameters())] + [
-        v for _, v in tree_flatten(learner.optimizer.state) if isinstance(v, mx.array)
-    ]
-    return sum(int(v.nbytes) for v in arrays) + 2**18
 
 
 def shards_of(cfg: DictConfig, world: World) -> tuple[int, int | None]:
@@ -279,6 +266,8 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
         lanes=len(index.lanes),
         rows=microbatch_rows(cfg, max(planner.split_rows("train"), planner.split_rows("val"))),
     )
+    # the decision width its plans were made with (what prepare pads to): from the plan just made
+    width = planner.epoch_plan(0).width
     epochs = range(int(cfg.trainer.epochs))
     # epoch by epoch (with shards each epoch's plans are made once and serve all three counts)
     counts = [
@@ -286,71 +275,8 @@ def prepare_data(cfg: DictConfig, world: World | None = None) -> DataParts:
     ]
     lengths, steps, real = ([c[i] for c in counts] for i in range(3))
     dims = model_dims(corpus.game, int(cfg.dataset.max_options))  # the model's input and head, as the game sizes them
-    return DataParts(corpus, [corpus.manifests[d] for d in corpus.dates], index, planner, lengths, steps, real, dims)
-
-
-def make_learner(cfg: DictConfig, data: DataParts, ctx: RunContext) -> Learner:
-    """Model, optimizer (with its schedule), progress and lane memory: fresh, or restored from ``cfg.resume``."""
-    # every rank draws the same initial weights (checked after); seeded here, right before the draw, as
-    # measuring a model for the memory estimate (preflight) builds one too
-    mx.random.seed(int(cfg.seed))
-    model: RecurrentPolicy = build(cfg.model)(**data.dims)
-    memory = LaneMemory(len(data.index.lanes), model.hidden)  # as wide as the model says its memory is
-    saved = None
-    if cfg.resume:
-        saved = Saved.read(
-            cfg.resume,
-            manifests=data.manifests,
-            planner=data.planner,
-            cfg=cfg,
-            world=ctx.world,
-            planned_microbatches=data.planned_microbatches,
-            planned_steps=data.planned_steps,
-            console=ctx.console,
-        )
-        remaining = saved.remaining_steps(data.planned_steps)
-        schedule = build(cfg.scheduler)(run_steps=remaining, start=saved.progress.opt_steps)
-        saved.restore_schedule(schedule, remaining)
-    else:
-        schedule = build(cfg.scheduler)(run_steps=sum(data.planned_steps))
-    optimizer = build(cfg.optimizer)(schedule)
-    optimizer.init(model.trainable_parameters())
-    mx.eval(model.parameters(), optimizer.state)
-    if saved is None:
-        return Learner(model, optimizer, schedule, TrainState(), memory)
-    aim_hash = saved.restore(model, optimizer, memory, blas=ctx.blas, console=ctx.console)
-    before = kernel_segments(saved.state)
-    return Learner(model, optimizer, schedule, saved.progress, memory, aim_hash, saved.path, before)
-
-
-def kernel_segments(state: dict) -> list[dict]:
-    """The step path of each segment a checkpoint's run took (``kernels_segments``; a checkpoint written before
-    they were recorded: its one ``kernels`` from the start)."""
-    recorded = state.get("kernels_segments")
-    if isinstance(recorded, list) and all(isinstance(s, dict) and isinstance(s.get("kernels"), str) for s in recorded):
-        return [{"kernels": s["kernels"], "from_step": int(s.get("from_step") or 0)} for s in recorded]
-    return [{"kernels": state["kernels"], "from_step": 0}] if isinstance(state.get("kernels"), str) else []
-
-
-def open_tracker(cfg: DictConfig, ctx: RunContext, resume_hash: str | None):
-    """One tracked run per training run: rank 0's (a resume continues the checkpoint's)."""
-    if not ctx.world.lead:
-        return NullTracker()
-    hparams = {**OmegaConf.to_container(cfg, resolve=True), "world_size": ctx.world.size}
-    return build(cfg.tracking)(hparams=hparams, context=job_context(ctx.run_dir), resume_hash=resume_hash)
-
-
-@contextlib.contextmanager
-def tracked(tracker) -> Iterator:
-    """The tracker for the run's duration: marked failed (with the reason) on any exception; then its closing
-    begins (``close``, which waits for it, comes after the run's own teardown)."""
-    try:
-        yield tracker
-    except BaseException as exc:
-        tracker.fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-        raise
-    finally:
-        getattr(tracker, "begin_close", tracker.close)()  # (a tracker of a plug-in's may only have close)
+    manifests = [corpus.manifests[d] for d in corpus.dates]
+    return DataParts(corpus, manifests, index, planner, lengths, steps, real, width, dims)
 
 
 def stop_waiting(signals: StopSignals | None) -> BaseException | None:
@@ -361,17 +287,6 @@ def stop_waiting(signals: StopSignals | None) -> BaseException | None:
         return None
     abandon_all(f"abandoned: the run is stopping ({signals.requested})")
     return WaitAbandoned(signals.requested, "the next microbatch's data")
-
-
-def close_tracker(tracker, signals: StopSignals | None) -> None:
-    """Wait for the tracked run to close; after a stopping signal within what is left of its budget
-    (``STOP_GRACE_S`` and a margin from the signal, at least a second; a second), if the tracker takes a bound."""
-    at = signals.requested_at if signals is not None else None
-    if at is not None and "within" in inspect.signature(tracker.close).parameters:
-        left = 0.0 if signals.forced else STOP_GRACE_S + 2.0 - (time.monotonic() - at)
-        tracker.close(within=max(1.0, left))
-    else:
-        tracker.close()
 
 
 def write_sweep_summary(run_dir: Path) -> None:

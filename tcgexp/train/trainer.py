@@ -25,6 +25,7 @@ from ..learn.diverge import DivergenceError
 from ..learn.step import Stepper, to_mx
 from ..lifecycle import checkpoint as ckpt
 from ..lifecycle.errors import DistributedError
+from ..lifecycle.init_from import network
 from ..lifecycle.provenance import provenance
 from ..lifecycle.signals import WRITE_IN_FLIGHT, Preempted, WaitAbandoned
 from ..plan.loader import DirectSource, assemble
@@ -245,6 +246,10 @@ class Trainer:
             "cache": {k: sum_counters(v) for k, v in counters.items()},
             "cache_per_rank": counters,
             "world": {"size": world.size, "shards": self.data.planner.shards},
+            # what the weights are a network of, and where they came from (init_from reads both)
+            "network": network(self.run.cfg, self.data.corpus.game, self.data.dims),
+            "lineage": lr.lineage,
+            "run_dir": str(self.run.run_dir.absolute()),  # a copy of this checkpoint elsewhere still says whose it is
             **self.provenance(),
         }
         if self.run.overrides is not None:  # what a resume= composes again (tcgexp.lifecycle.resume)

@@ -13,10 +13,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tcgexp import sim
 from tcgexp.bench import peers
 from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.config import build
+from tcgexp.games import sim
 from tcgexp.learn.batch import prepare
 from tcgexp.learn.model import RecurrentPolicy
 from tcgexp.plan import LaneIndex

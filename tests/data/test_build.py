@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tcgexp import sim
 from tcgexp.data import BuildRefused
 from tcgexp.data.lanecheck import check_lanes
 from tcgexp.data.replay import DayZip
 from tcgexp.data.schema import COLUMN_ORDER, arrow_schema, to_numpy
+from tcgexp.games import sim
 from tests.conftest import make_corpus
 
 

@@ -72,6 +72,26 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _busy(process) -> bool:
+    """Whether a worker has done some work yet (False for one that has just exited)."""
+    import psutil
+
+    try:
+        return process.cpu_times().user > 0.3
+    except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def _cmdline(process) -> str:
+    """A child's command line, or "" for one that has just exited (a zombie until reaped, or gone)."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 @pytest.mark.parametrize("days", [3, 1], ids=["whole-days", "shards-of-one-day"])
 def test_sigkilled_build_leaves_no_worker_alive(tmp_path, days):
@@ -105,8 +125,8 @@ def test_sigkilled_build_leaves_no_worker_alive(tmp_path, days):
         deadline, workers = time.monotonic() + 60, []
         while time.monotonic() < deadline:  # until both workers have started working
             kids = psutil.Process(proc.pid).children(recursive=True)
-            workers = [k for k in kids if "spawn_main" in " ".join(k.cmdline())]
-            if len(workers) >= 2 and all(k.cpu_times().user > 0.3 for k in workers[:2]):
+            workers = [k for k in kids if "spawn_main" in _cmdline(k)]
+            if len(workers) >= 2 and all(_busy(k) for k in workers[:2]):
                 break
             time.sleep(0.1)
         assert len(workers) >= 2, "the build never started its workers"

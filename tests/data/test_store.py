@@ -199,7 +199,7 @@ def test_a_store_that_never_answers_is_bounded_by_the_timeouts(tmp_path):
 
 
 def test_building_or_cleaning_in_a_store_is_refused_with_the_way_to_publish(s3, tmp_path):
-    from tcgexp.data.__main__ import run
+    from tcgexp.cli.data import run
 
     for action in ("build", "clean"):
         cfg = compose("dataset.root=s3://tcgexp/nowhere", *DAYS, f"action={action}", config_name="data")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tcgexp.bench import reference_planner as ref
 from tcgexp.plan import LaneIndex
 from tests.conftest import make_corpus, planner_of
+from tests.plan import reference_planner as ref
 
 FIELDS = ("row_lane", "row_dec", "row_ids", "lane_ids", "lane_fresh", "lane_decisions", "lane_dec_start")
 

@@ -119,7 +119,7 @@ def test_another_optimizer_is_refused_by_its_state(fresh, tmp_path):  # noqa: F8
 
 
 def _dims():
-    from tcgexp import sim
+    from tcgexp.games import sim
 
     return sim.FEATURE_DIM, sim.ACTION_DIM
 
@@ -174,7 +174,7 @@ def test_foreign_files_in_a_checkpoint_folder_are_never_deleted(fresh, where, tm
             done = resume(tmp, tmp_path / "b")
             assert done["status"] == "completed"
             assert_continued(done, 3)  # the checkpoint was read: trainer.max_steps=3 stopped it
-        # the run that owns the folder continuing in it (any other run is refused there: test_run_folders.py)
+        # the run that owns the folder continuing in it (any other run is refused there: test_run_folder_reuse.py)
         with pytest.raises(
             CheckpointWriteError, match=rf"{folder.name} holds files a checkpoint does not \(notes.txt\)"
         ):
@@ -243,8 +243,8 @@ def test_a_resume_reads_one_checkpoint_while_a_live_run_replaces_it(stopped, wha
     """A run writing latest/ at every step; another process reads it over and over, as a resume does
     (read_state, then load): every read is one checkpoint (its optimizer's step counter equals its
     state's opt_steps, its files verify) or one line refusing it, never a mix or a raw error."""
-    from tcgexp import sim
     from tcgexp.config import build
+    from tcgexp.games import sim
 
     tmp, _ = stopped
     run_dir = tmp_path / "live"

@@ -120,7 +120,7 @@ setup()
 import tcgexp.learn.fused_step as fused_step
 fused_step.load = lambda say=None: os.kill(os.getpid(), signal.SIGBUS)  # what mapping a truncated library did
 sys.argv = ["tcgexp-train", *sys.argv[1:]]
-from tcgexp.train.__main__ import main
+from tcgexp.cli.train import main
 main()
 """
 

@@ -116,7 +116,7 @@ def test_the_sweep_callback_deletes_only_marked_spill(tmp_path):
     from omegaconf import OmegaConf
 
     from tcgexp.cache.spill import SpillStore
-    from tcgexp.track.callbacks import SweepReport
+    from tcgexp.report.callbacks import SweepReport
 
     job = tmp_path / "0"
     spill = SpillStore(job / ".cache_spill" / "train", 2**20)

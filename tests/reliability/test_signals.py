@@ -2,7 +2,7 @@
 
 The signal is sent by the child process to itself from inside its loader transform (called once per
 microbatch), so it lands mid-window at a known point, with no timing race; the CLI path is the real
-one (``tcgexp.train.__main__.main``, through Hydra).
+one (``tcgexp.cli.train.main``, through Hydra).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ CHILD = textwrap.dedent("""
                 os.kill(os.getpid(), sig)
             return real_shutdown(self, *a, **k)
         concurrent.futures.ThreadPoolExecutor.shutdown = shutdown
-    from tcgexp.train.__main__ import main
+    from tcgexp.cli.train import main
     sys.argv = ["tcgexp.train", *argv]
     main()
 """)
@@ -223,7 +223,7 @@ def test_handlers_are_installed_for_the_run_and_restored_after():
 
 
 def test_the_sweep_report_shows_an_interrupted_job(tmp_path):
-    from tcgexp.track.summary import write_summary
+    from tcgexp.report.summary import write_summary
 
     job = tmp_path / "sweep" / "0"
     job.mkdir(parents=True)

@@ -184,7 +184,7 @@ def test_making_the_repo_leaves_nothing_but_the_repo_in_the_users_folder(tmp_pat
 
 def test_a_tracker_that_could_not_start_records_nothing_and_raises_nothing(tmp_path, capfd):
     (tmp_path / ".aim").write_text("x")
-    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext(), keep_process=None)
     tracker.track({"train/loss": 1.0}, step=0)
     tracker.finish("completed")
     tracker.close()
@@ -201,7 +201,7 @@ def test_a_tracker_whose_process_cannot_start_answers_at_once(tmp_path, capfd, m
 
     monkeypatch.setattr(aim_run.subprocess, "Popen", no_process)
     t0 = time.monotonic()
-    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    tracker = AimTracker(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext(), keep_process=None)
     tracker.track({"train/loss": 1.0}, step=0)
     assert [tracker.hash for _ in range(3)] == [None] * 3
     tracker.close()
@@ -229,7 +229,9 @@ class ChildThatLosesItsRun(AimTracker):
 def test_a_lost_run_is_said_with_its_cause_even_when_the_pipe_breaks_first(tmp_path, capfd):
     """The job's write finds the child's pipe closed before the child's reason reaches the reader (CI saw it
     under load: the one line said "its process ended", not the full disk): the writer waits for the reason."""
-    tracker = ChildThatLosesItsRun(repo=str(tmp_path), experiment=None, hparams={}, context=JobContext())
+    tracker = ChildThatLosesItsRun(
+        repo=str(tmp_path), experiment=None, hparams={}, context=JobContext(), keep_process=None
+    )
     assert tracker.hash == "h"
     time.sleep(0.2)  # the child has closed its stdin: the next line's write fails before its reason is said
     tracker.track({"train/loss": 1.0}, step=0)

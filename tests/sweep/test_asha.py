@@ -7,7 +7,7 @@ instead of Hydra's, leaves in each job's run dir what a finished ``tcgexp-train`
 ``result.json``. The objective is planted: val/loss = optimizer.lr + 1/epoch (more epochs, lower loss;
 the configurations keep their order), so the real job overrides, the real outcome reading and the real
 ASHA decisions run, in no time. The study is in memory but where a test says ``sqlite``; the sweep report
-drawn from trials.json (summary.md/png, ``track.summary``, tested in tests/track and by the real sweeps of
+drawn from trials.json (summary.md/png, ``report.summary``, tested in tests/report and by the real sweeps of
 test_sweeps.py) is left out: matplotlib takes about a second per batch, the rest of a batch milliseconds.
 """
 

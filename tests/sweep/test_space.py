@@ -119,7 +119,7 @@ def test_grid_needs_discrete_keys_and_cmaes_numbers():
 def sweep_error(monkeypatch, tmp_path, *args) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
-    from tcgexp.train.__main__ import main
+    from tcgexp.cli.train import main
 
     monkeypatch.setattr(
         sys,

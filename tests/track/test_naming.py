@@ -95,7 +95,7 @@ def test_the_screenshot_tool_needs_a_folder_and_queries_one_sweep(tmp_path, caps
 
     import pytest
 
-    from tcgexp.track import screenshot
+    from tcgexp.report import screenshot
 
     with pytest.raises(SystemExit):
         screenshot.main(["--repo", str(tmp_path)])  # no --out: never over docs/ by default

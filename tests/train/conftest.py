@@ -74,3 +74,14 @@ def longer(cli):
     whole = launch(overrides, base / "whole")
     assert whole.returncode == 0 and not rank_failures(whole.stdout + whole.stderr), whole.stderr[-3000:]
     return base, overrides
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """tcgexp's compiled kernels (test_kernels.py, test_kernel_contract.py), or the test skipped saying why."""
+    from tcgexp.kernels import load
+
+    module, why = load()
+    if module is None:
+        pytest.skip(f"tcgexp's kernels cannot run here: {why}")
+    return module

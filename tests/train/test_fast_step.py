@@ -19,10 +19,10 @@ import numpy as np
 from mlx import nn
 from mlx.utils import tree_flatten
 
-from tcgexp import sim
 from tcgexp.bench.adamw_rule import AdamWRule
 from tcgexp.bench.reference_step import ReferencePolicy, ReferenceStepper, reference_losses
 from tcgexp.config import build
+from tcgexp.games import sim
 from tcgexp.learn.batch import prepare
 from tcgexp.learn.losses import METRICS
 from tcgexp.learn.model import RecurrentPolicy

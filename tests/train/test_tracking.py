@@ -319,7 +319,9 @@ def test_the_jobs_of_a_sweep_in_one_process_share_one_aim_process(tmp_path):
     pids, hashes = [], []
     for job in range(3):
         context = JobContext(sweep_id="s", sweep_dir=str(tmp_path), job_num=job, overrides=[f"seed={job}"])
-        tracker = aim_run.AimTracker(repo=str(tmp_path), experiment="sweep", hparams={"seed": job}, context=context)
+        tracker = aim_run.AimTracker(
+            repo=str(tmp_path), experiment="sweep", hparams={"seed": job}, context=context, keep_process=None
+        )
         pids.append(tracker.proc.pid)
         for step in range(1, 4):
             tracker.track({"train/loss": float(job + step)}, step=step, epoch=1)

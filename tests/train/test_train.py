@@ -220,12 +220,13 @@ def test_the_initial_weights_come_from_the_seed_alone(train_cfg, data_root, tmp_
     the memory estimate builds one too, and would shift every run's initial weights)."""
     from rich.console import Console
 
-    from tcgexp import sim
     from tcgexp.config import build
+    from tcgexp.games import sim
     from tcgexp.learn.blas import setup
     from tcgexp.lifecycle.distributed import World
+    from tcgexp.train.learner import make_learner
     from tcgexp.train.parts import RunContext
-    from tcgexp.train.run import make_learner, prepare_data
+    from tcgexp.train.run import prepare_data
 
     cfg = train_cfg("seed=7", data=data_root)
     data = prepare_data(cfg, World())

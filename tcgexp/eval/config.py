@@ -1,0 +1,140 @@
+"""The ``eval`` group's schema (``EvalConfig``: ``conf/eval/default.yaml``) and how a finished run's eval settings
+are read back (``eval_node``: its own, then a command line's ``eval.*``).
+
+A run recorded before the evaluation left ``tcgexp.train`` names its class by the old path (``OLD_TARGETS``):
+read back, a config's ``eval._target_`` is this one (``TARGET``), here and where a resume reads a checkpoint's
+config (``tcgexp.lifecycle.provenance.upgrade``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import field
+from pathlib import Path
+from typing import ClassVar
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from ..errors import ConfigError
+from ..schema import ALL, FLOAT32_MAX, INT32_MAX, check, schema, within
+
+TARGET = "tcgexp.eval.evaluate.Evaluation"
+OLD_TARGETS = ("tcgexp.train.evaluate.Evaluation",)  # where runs recorded before the move name it
+
+
+def target(name):
+    """The class an ``eval._target_`` names, as this version names it."""
+    return TARGET if name in OLD_TARGETS else name
+
+
+def _opponents(v) -> bool:
+    names = [str(o).partition("=")[0] if "=" in str(o) and "/" not in str(o).partition("=")[0] else str(o) for o in v]
+    return len(v) >= 1 and all(str(o).strip() for o in v) and len(set(names)) == len(names)
+
+
+@schema("eval")
+class EvalConfig:
+    """Play the trained policy against opponents in its game's arena (``tcgexp.eval.evaluate``): at the end of
+    training when it ``plays_at_end``, and by ``tcgexp-eval <run dir>`` whenever asked."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    # play at the end of training (a run of a game with an arena: tcgexp.games.play); null: on for a run trained on
+    # imported episodes of a game with one (dataset=cabt), off for any other (the built-in game, a demo corpus)
+    enabled: bool | None = None
+    # who the policy plays, each eval.games games: random, first (the engine's agents), flat-mc (flat Monte Carlo over
+    # the engine's forks), a teacher of the demo's roster by name (expert-fighting, ...), a run dir (its trained
+    # policy) or a main.py; name=spec names one
+    opponents: list[str] = field(default_factory=lambda: ["random", "first"])
+    games: int = 200  # games per opponent, half in each seat (best of one each)
+    # the policy's deck: null = the demo's best teacher's (expert-fighting's), but for a run trained on imported
+    # episodes (dataset=cabt) the deck its players used most (tcgexp/games/cabt/corpus_deck.py); a teacher's name (its deck), a
+    # deck type (fighting, psychic, metal, water, grass, darkness, ...), harness (the engine agents' own deck),
+    # or a JSON file of 60 card ids
+    deck: str | None = None
+    checkpoint: str = "best"  # which weights play: best (by validation loss), latest, or epoch_NNNN
+    seed: int = 0  # the games' seeds: game g's deal (with paired deals), the random agent's and teachers' draws
+    max_steps: int = 2000  # decisions in a game past which it is a draw (capped)
+    max_seconds: float = 120.0  # wall seconds of a game past which it is a draw (capped)
+    workers: int = 0  # processes playing at once; 0 = one per core the run may use (at most 8)
+    # deal game g the same in every evaluation with this seed (the engine's shuffles from a seeded stream: needs a
+    # C compiler once); false: the engine's own std::random_device, as in Kaggle's harness
+    paired: bool = True
+    UNPINNED: ClassVar[tuple] = ALL  # playing never changes what was trained
+    NULLABLE: ClassVar[tuple] = ("enabled", "deck")
+    CHECKS: ClassVar[tuple] = (
+        ("opponents", _opponents, "a list of one or more opponents, each named once"),
+        ("games", within(1, 10**7), "in [1, 1e7] games per opponent"),
+        ("deck", lambda v: v is None or bool(str(v).strip()), "null, a teacher, a deck type, harness or a file"),
+        (
+            "checkpoint",
+            lambda v: v in ("best", "latest") or re.fullmatch(r"epoch_\d{4,}", str(v)) is not None,
+            "best, latest or epoch_NNNN",
+        ),
+        ("seed", within(0, 2**63, open_hi=True), "in [0, 2**63)"),
+        ("max_steps", within(1, INT32_MAX), "in [1, 2**31) decisions"),
+        ("max_seconds", within(0.0, FLOAT32_MAX, open_lo=True), "> 0 seconds"),
+        ("workers", within(0, 1024), "in [0, 1024] (0 = one per core)"),
+    )
+
+
+def plays_at_end(cfg) -> bool:
+    """Whether a run plays at the end of its training: ``eval.enabled`` where set; where null (the default), on
+    for a run trained on imported episodes (no ``dataset.demo``) of a game with an arena (``dataset=cabt``: the
+    user's own episodes), off for any other (the built-in game has no arena; a demo corpus plays when asked)."""
+    ev = cfg.get("eval") if cfg is not None else None
+    if not ev:
+        return False
+    if ev.get("enabled") is not None:
+        return bool(ev.get("enabled"))
+    dataset = cfg.get("dataset") or {}
+    if int((dataset.get("demo") or {}).get("episodes_per_day") or 0):
+        return False
+    from ..games import registry
+
+    name = dataset.get("game")
+    make = getattr(registry.game(name), "arena", None) if name and registry.known(name) else None
+    return callable(make) and make() is not None
+
+
+def run_config(run_dir: Path) -> dict:
+    """A run dir's ``.hydra/config.yaml`` as a dict (empty when it cannot be read), its ``eval._target_`` as this
+    version names it."""
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    try:
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    except (OSError, ValueError):
+        return {}
+    if isinstance(cfg.get("eval"), dict) and "_target_" in cfg["eval"]:
+        cfg["eval"]["_target_"] = target(cfg["eval"]["_target_"])
+    return cfg
+
+
+def eval_node(run_dir: Path, overrides: list[str], command: str = "tcgexp-eval") -> DictConfig:
+    """The eval settings for a run: its own (``.hydra/config.yaml``'s eval, else the schema's defaults), then
+    the command line's ``eval.*`` overrides (Hydra's grammar), checked."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    base = OmegaConf.structured(EvalConfig(_target_=TARGET))
+    saved = run_config(run_dir).get("eval")
+    if isinstance(saved, dict):
+        base = OmegaConf.merge(base, {k: v for k, v in saved.items() if not k.startswith("_")})
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as exc:  # noqa: BLE001 - Hydra's parse errors have no one base class
+        raise ConfigError(f"{command}: {str(exc).splitlines()[0]}") from None
+    for o in parsed:
+        key = o.key_or_group
+        if not key.startswith("eval.") or o.is_sweep_override():
+            raise ConfigError(
+                f"{command} takes eval.* settings only: {o.input_line} is not one (e.g. eval.games=400, "
+                "eval.opponents=[random,first])"
+            )
+        try:
+            OmegaConf.update(base, key.removeprefix("eval."), o.value(), merge=False)
+        except Exception as exc:  # noqa: BLE001 - OmegaConf's type errors: one line naming the key
+            raise ConfigError(f"{o.input_line}: {str(exc).splitlines()[0]}") from None
+    problem = check(EvalConfig, base, "eval.")
+    if problem:
+        raise ConfigError(problem)
+    return base
