@@ -358,15 +358,10 @@ def differing(cfg: DictConfig, train: DictConfig) -> list[str]:
     (over the training config's keys: the sequence's own group is the sequence's alone)."""
     from omegaconf import OmegaConf
 
-    def leaves(node, prefix=""):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                yield from leaves(v, f"{prefix}{k}.")
-        else:
-            yield prefix[:-1], node
+    from .state import leaves
 
-    mine = dict(leaves(OmegaConf.to_container(cfg, resolve=False)))
-    theirs = dict(leaves(OmegaConf.to_container(train, resolve=False)))
+    mine = leaves(OmegaConf.to_container(cfg, resolve=False))
+    theirs = leaves(OmegaConf.to_container(train, resolve=False))
     return [k for k, v in theirs.items() if k in mine and mine[k] != v]
 
 
