@@ -84,12 +84,12 @@ def play(args, eng, deck) -> None:
     import statistics
 
     from ..games.cabt.arena import play_game
-    from ..games.cabt.belief import UniformBelief
+    from ..games.cabt.belief import UniformBelief, basic_ids
     from ..games.cabt.flat_mc import FlatMonteCarlo
     from ..games.cabt.players import FirstPolicy
     from ..winrate import wilson
 
-    basics = {c["cardId"] for c in eng.cards() if c.get("cardType") == 0 and c.get("basic")}
+    basics = basic_ids(eng.cards())
     agent = FlatMonteCarlo(eng, deck, belief=UniformBelief(deck, basics=basics, seed=args.seed), worlds=args.worlds)
     wins = draws = 0
     per_game = []

@@ -6,12 +6,27 @@ import argparse
 import os
 import sys
 
-from ..bench import corpus, distributed, imports, loader, memory, play, scale, scan, search, sequence, sweep, train
+from ..bench import (
+    agent,
+    corpus,
+    distributed,
+    imports,
+    loader,
+    memory,
+    play,
+    scale,
+    scan,
+    search,
+    sequence,
+    sweep,
+    train,
+)
 from ..console import one_line_errors
 from ..learn.blas import setup
 from ..train.errors import USER_ERRORS
 
 BENCHES = {
+    "agent": agent,
     "corpus": corpus,
     "distributed": distributed,
     "import": imports,

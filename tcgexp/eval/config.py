@@ -32,6 +32,35 @@ def _opponents(v) -> bool:
     return len(v) >= 1 and all(str(o).strip() for o in v) and len(set(names)) == len(names)
 
 
+@schema("eval.agent")
+class AgentConfig:
+    """Who plays for the run: its policy alone, or the search agent with the policy as its prior
+    (``tcgexp/games/cabt/pimc.py``: determinized search over the engine's forks, on Kaggle's 600 s bank)."""
+
+    kind: str = "policy"  # policy: the network's own choices; search: PIMC with the network as prior
+    worlds: int = 16  # search: worlds drawn from the belief per searched decision, at most
+    top_k: int = 0  # search: candidates, the prior's likeliest (0: every offered option)
+    c_prior: float = 0.0  # search: weight of the prior's probability added to an option's mean result
+    decisions: str = "all"  # search: all (every single pick with a choice) or main (the main phase's)
+    rollout_steps: int = 400  # search: fork steps a rollout plays before it counts as a draw
+    per_decision: float = 1.0  # search: seconds one decision may think, at most
+    reserve: float = 60.0  # search: seconds of the bank never spent on search (below it the policy plays)
+    horizon: int = 40  # search: decisions the bank above the reserve is shared over
+    belief: str = "decks"  # search: decks (the opponent's list drawn from a deck model) or uniform
+    CHECKS: ClassVar[tuple] = (
+        ("kind", lambda v: v in ("policy", "search"), "policy or search"),
+        ("worlds", within(1, 10**6), "in [1, 1e6] worlds"),
+        ("top_k", within(0, 10**6), "in [0, 1e6] (0 = every option)"),
+        ("c_prior", within(0.0, FLOAT32_MAX), ">= 0"),
+        ("decisions", lambda v: v in ("all", "main"), "all or main"),
+        ("rollout_steps", within(1, INT32_MAX), "in [1, 2**31) fork steps"),
+        ("per_decision", within(0.0, 600.0, open_lo=True), "in (0, 600] seconds"),
+        ("reserve", within(0.0, 600.0), "in [0, 600] seconds"),
+        ("horizon", within(1, 10**6), "in [1, 1e6] decisions"),
+        ("belief", lambda v: v in ("decks", "uniform"), "decks or uniform"),
+    )
+
+
 @schema("eval")
 class EvalConfig:
     """Play the trained policy against opponents in its game's arena (``tcgexp.eval.evaluate``): at the end of
@@ -60,6 +89,8 @@ class EvalConfig:
     # deal game g the same in every evaluation with this seed (the engine's shuffles from a seeded stream: needs a
     # C compiler once); false: the engine's own std::random_device, as in Kaggle's harness
     paired: bool = True
+    # who plays for the run (eval.agent.kind=search: the search agent, its knobs eval.agent.*); conf/eval/agent/
+    agent: AgentConfig = field(default_factory=AgentConfig)
     UNPINNED: ClassVar[tuple] = ALL  # playing never changes what was trained
     NULLABLE: ClassVar[tuple] = ("enabled", "deck")
     CHECKS: ClassVar[tuple] = (
@@ -134,7 +165,7 @@ def eval_node(run_dir: Path, overrides: list[str], command: str = "tcgexp-eval")
             OmegaConf.update(base, key.removeprefix("eval."), o.value(), merge=False)
         except Exception as exc:  # noqa: BLE001 - OmegaConf's type errors: one line naming the key
             raise ConfigError(f"{o.input_line}: {str(exc).splitlines()[0]}") from None
-    problem = check(EvalConfig, base, "eval.")
+    problem = check(EvalConfig, base, "eval.") or check(AgentConfig, base.agent, "eval.agent.")
     if problem:
         raise ConfigError(problem)
     return base

@@ -59,6 +59,16 @@ def arena_for(name):
     return found
 
 
+def _plain(agent) -> dict | None:
+    """``eval.agent`` as a plain dict, None for the plain policy (kind=policy)."""
+    if agent is None:
+        return None
+    from omegaconf import DictConfig, OmegaConf
+
+    agent = OmegaConf.to_container(agent, resolve=True) if isinstance(agent, DictConfig) else dict(agent)
+    return None if agent.get("kind", "policy") == "policy" else agent
+
+
 class Evaluation:
     """``eval`` as built from the config (``conf/eval/default.yaml``): ``evaluation(run_dir)`` plays and returns
     ``{opponent: tally}``."""
@@ -76,10 +86,12 @@ class Evaluation:
         max_seconds: float,
         workers: int,
         paired: bool,
+        agent: dict | None = None,
     ) -> None:
         self.enabled, self.opponents, self.games, self.deck = enabled, [str(o) for o in opponents], games, deck
         self.checkpoint, self.seed, self.max_steps, self.max_seconds = checkpoint, seed, max_steps, max_seconds
         self.workers, self.paired = workers, paired
+        self.agent = _plain(agent)
 
     def settings(self, source: str = "") -> EvalSettings:
         """What the arena is handed: these settings, where the weights came from, how to read another run's."""
@@ -93,6 +105,7 @@ class Evaluation:
             max_seconds=self.max_seconds,
             workers=self.workers,
             paired=self.paired,
+            agent=self.agent,
             source=source,
             load=self.load,
         )

@@ -58,6 +58,7 @@ class EvalSettings:
     max_seconds: float = 120.0
     workers: int = 0
     paired: bool = True
+    agent: dict | None = None  # who plays for the run: None (or kind=policy) its policy; kind=search and knobs
     source: str = ""
     load: Loader | None = field(default=None, compare=False)
 

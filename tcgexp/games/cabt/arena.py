@@ -40,6 +40,7 @@ class Side:
     name: str
     what: str | None = None
     deck: list[int] | None = None
+    agent: dict | None = None  # kind=search and its knobs (pimc.KNOBS): this side searches with its policy as prior
 
 
 @dataclass
@@ -71,6 +72,18 @@ class _Kit:
         return self._db
 
     def player(self, side: Side, seed: int):
+        base = self._player(side, seed)
+        if (side.agent or {}).get("kind", "policy") == "policy":
+            return base
+        from .engine import engine
+        from .pimc import build
+
+        prior = base if side.kind == "net" else None  # an engine agent or a teacher has no probabilities to give
+        agent = build(engine(), base.deck(), side.agent, prior=prior, seed=seed)
+        agent.name = side.name
+        return agent
+
+    def _player(self, side: Side, seed: int):
         from . import players
 
         if side.kind == "random":
@@ -78,13 +91,18 @@ class _Kit:
         if side.kind == "first":
             return players.FirstPolicy(side.deck or _harness_deck())
         if side.kind == "flat-mc":
-            from .belief import UniformBelief
+            from .belief import UniformBelief, basic_ids
             from .engine import engine
             from .flat_mc import FlatMonteCarlo
 
             deck = side.deck or _harness_deck()
-            basics = {c["cardId"] for c in engine().cards() if c.get("cardType") == 0 and c.get("basic")}
+            basics = basic_ids(engine().cards())
             return FlatMonteCarlo(engine(), deck, belief=UniformBelief(deck, basics=basics, seed=seed))
+        if side.kind == "search":  # the search agent with the engine's first as its prior, the harness's deck
+            from .engine import engine
+            from .pimc import build
+
+            return build(engine(), side.deck or _harness_deck(), side.agent, seed=seed)
         if side.kind == "teacher":
             from .demo import make_agent
 
@@ -354,6 +372,8 @@ def tally(games: list[dict], policy: Side, opponent: Side, settings: Settings, s
         "seconds": seconds,
         "games_per_second": n / seconds if seconds > 0 else None,
         "move_seconds": _quantiles(moves),
+        # the policy's thinking in its slowest game: what Kaggle's 600 s bank per agent per game must hold
+        "slowest_game_seconds": max((sum(g["moves"]) for g in games), default=0.0),
         **settings.extra,
     }
 

@@ -65,6 +65,7 @@ def _policy_path():
 
 
 _PLAYER = player(_policy_path())
+_AGENT = _PLAYER  # who answers: the policy, or (a search export) the search agent with it as prior
 _ROUND = [None]
 
 
@@ -73,13 +74,64 @@ def agent(obs, config=None):
     choices, as option indices."""
     if obs["select"] is None:
         _ROUND[0] = None
-        _PLAYER.reset()
-        return _PLAYER.deck()
+        _AGENT.reset()
+        return _AGENT.deck()
     rnd = (obs["current"].get("round") or 1) if obs.get("current") else 1
     if rnd != _ROUND[0]:
-        _PLAYER.reset()
+        _AGENT.reset()
         _ROUND[0] = rnd
-    return _PLAYER.choose(obs)
+    return _AGENT.choose(obs)
+'''
+
+SEARCH_MODULES = ("search", "belief", "pimc")  # a search export's, after MODULES
+
+SEARCH = '''
+# ---- the search agent (tcgexp/games/cabt/bundle.py) ----------------------------------------------------
+import ctypes as _ctypes
+import importlib.util as _ilu
+import platform as _platform
+import shutil as _shutil
+import tempfile as _tempfile
+import types as _types
+
+
+def _search_engine():
+    """The engine library the harness provides (kaggle_environments' envs/cabt/cg), a private copy of it (its
+    GameInitialize runs once per loaded library, and the harness's own copy has run it), and its Basic Pokémon."""
+    spec = _ilu.find_spec("kaggle_environments")
+    if spec is None or not spec.origin:
+        raise ImportError("the search agent needs the engine kaggle-environments ships (envs/cabt/cg): not installed")
+    name = "libcg-arm64.so" if _platform.machine() in ("arm64", "aarch64") else "libcg.so"
+    path = _os.path.join(_os.path.dirname(spec.origin), "envs", "cabt", "cg", name)
+    folder = _tempfile.mkdtemp(prefix="tcgexp-search-")
+    try:
+        copy = _os.path.join(folder, name)
+        _shutil.copyfile(path, copy)
+        lib = _ctypes.CDLL(copy)
+    finally:
+        _shutil.rmtree(folder, ignore_errors=True)
+    lib.GameInitialize()
+    lib.AllCard.restype = _ctypes.c_char_p
+    return _types.SimpleNamespace(lib=lib), basic_ids(json.loads(lib.AllCard()))
+
+
+def _searcher():
+    eng, basics = _search_engine()
+    deck = _PLAYER.deck()
+    k = dict(SEARCH_KNOBS)
+    if k["belief"] == "uniform":
+        belief = UniformBelief(deck, basics=basics, seed=0)
+    else:
+        belief = DeckBelief(deck, basics=basics, model=DeckModel.from_json(SEARCH_DECKS), seed=0)
+    clock = Clock(per_decision=float(k["per_decision"]), reserve=float(k["reserve"]), horizon=int(k["horizon"]))
+    return SearchAgent(
+        eng, deck, belief=belief, prior=_PLAYER, worlds=int(k["worlds"]), top_k=int(k["top_k"]),
+        c_prior=float(k["c_prior"]), decisions=str(k["decisions"]), rollout_steps=int(k["rollout_steps"]), clock=clock,
+    )
+
+
+_SEARCHER = _searcher()
+_AGENT = _SEARCHER
 '''
 
 
@@ -119,8 +171,10 @@ def top_level_names(source: str) -> dict[str, str]:
     return out
 
 
-def main_source() -> str:
-    """main.py's text: the modules, then the agent, as one file."""
+def main_source(search: dict | None = None, decks: list | None = None) -> str:
+    """main.py's text: the modules, then the agent, as one file; with `search` (the search agent's knobs,
+    ``pimc.KNOBS``) and `decks` (its deck model, ``DeckModel.to_json``), the search agent answers, the policy its
+    prior."""
     seen: dict[str, tuple[str, str]] = {}
     parts = [
         '"""A tcgexp policy for Kaggle\'s Pokémon TCG card battle (cabt), written by tcgexp-export: numpy only.\n\n'
@@ -128,7 +182,7 @@ def main_source() -> str:
         '"""',
         "from __future__ import annotations",
     ]
-    for name in MODULES:
+    for name in MODULES + (SEARCH_MODULES if search else ()):
         src = _module_source(name)
         for bound, how in top_level_names(src).items():
             if bound in seen and not (how.startswith(("import", "from")) and how == seen[bound][1]):
@@ -136,12 +190,19 @@ def main_source() -> str:
             seen[bound] = (name, how)
         parts.append(f"# ---- tcgexp/games/cabt/{name}.py " + "-" * (80 - len(name)))
         parts.append(src)
-    parts.append(AGENT.strip("\n"))
+    head, tail = AGENT.split("\n\n\ndef agent(", 1)
+    parts.append(head.strip("\n"))
+    if search:
+        knobs = {k: v for k, v in search.items() if k != "kind"}
+        parts.append(f"SEARCH_KNOBS = {knobs!r}\nSEARCH_DECKS = {decks!r}")
+        parts.append(SEARCH.strip("\n"))
+    parts.append("def agent(" + tail.strip("\n"))
     return "\n\n".join(parts) + "\n"
 
 
-def write(folder: Path, policy_file: Path) -> dict:
-    """main.py, the policy file and submission.tar.gz (both at its root) in `folder`: their paths."""
+def write(folder: Path, policy_file: Path, *, search: dict | None = None, decks: list | None = None) -> dict:
+    """main.py, the policy file and submission.tar.gz (both at its root) in `folder`: their paths (`search`,
+    `decks`: ``main_source``'s)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     from .policyfile import POLICY_FILE
@@ -149,7 +210,7 @@ def write(folder: Path, policy_file: Path) -> dict:
     main = folder / MAIN
     weights = folder / POLICY_FILE
     data = Path(policy_file).read_bytes()
-    _write_atomic(main, main_source().encode())
+    _write_atomic(main, main_source(search, decks).encode())
     if Path(policy_file).resolve() != weights.resolve():
         _write_atomic(weights, data)
     buf = io.BytesIO()

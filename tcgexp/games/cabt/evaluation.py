@@ -127,7 +127,8 @@ class CabtArena:
         with tempfile.TemporaryDirectory(prefix="tcgexp-eval-") as tmp:
             mine = Path(tmp) / "policy.npz"
             meta = write_policy(mine, weights, state, mine_deck, source=settings.source)
-            policy = Side("net", "policy", str(mine), mine_deck)
+            agent = settings.agent
+            policy = Side("net", "policy" if agent is None else "search", str(mine), mine_deck, agent=agent)
             for spec in settings.opponents:
                 name, what = split_spec(spec)
                 kind = kind_of(what)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from .belief import UniformBelief
+from .pimc import playout
 from .players import FirstPolicy
 from .search import Search, SearchError
 
@@ -66,13 +67,7 @@ class FlatMonteCarlo:
 
     def value(self, obs: dict, world, option: int, me: int) -> float:
         try:
-            root = self.search.begin(obs, world)
-            fork = self.search.step(root, [option])
-            steps = 0
-            while fork.result < 0 and steps < self.rollout_steps and fork.obs.get("select"):
-                fork = self.search.step(fork, self.rollout.choose(fork.obs))
-                steps += 1
+            return playout(self.search, obs, world, [option], me, self.rollout, self.rollout_steps)
         except SearchError:
             self.refused += 1
             return 0.5
-        return 1.0 if fork.result == me else 0.5 if fork.result in (-1, 2) else 0.0

@@ -129,3 +129,31 @@ class NetPolicy:
                 break
         self.h = net.step_memory(self.h, enc_first, chosen)
         return picks
+
+    def probabilities(self, obs: dict) -> np.ndarray:
+        """The network's probability of each offered option as the first pick (softmax over the masked scores;
+        options past the model's slots get 0), its memory left as it was: a search agent's prior."""
+        sel = obs["select"]
+        probs = np.zeros(len(sel["option"]), np.float64)
+        d = Decision(self.tb, obs, self.max_options, self.would_ko)
+        if d.n <= 0:
+            return probs
+        x, options, _ = d.row([])
+        z = self.net.trunk(self.net.encode(x), self.h)
+        scores = self.net.scores(z, self.net.option_encodings(options))[: d.n].astype(np.float64)
+        e = np.exp(scores - scores.max())
+        probs[: d.n] = e / e.sum()
+        return probs
+
+    def advance(self, obs: dict, picks: list[int]) -> None:
+        """Move the memory as if this policy had answered `obs` with `picks` (a search agent's own answer): the
+        same update ``choose`` makes after its picks."""
+        d = Decision(self.tb, obs, self.max_options, self.would_ko)
+        picks = [p for p in picks if p < d.n]
+        if min(d.max_count, d.n) <= 0:
+            return
+        x, options, _ = d.row([])
+        chosen = np.zeros(self.net.option_dim, np.float32)
+        for p in picks:
+            chosen += options[p]
+        self.h = self.net.step_memory(self.h, self.net.encode(x), chosen)

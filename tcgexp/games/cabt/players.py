@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 BUILTIN = ("random", "first")
-SEARCHERS = ("flat-mc",)  # agents that search the engine's forks (flat_mc.py), playing the harness's deck
+SEARCHERS = ("flat-mc", "search")  # agents that search the engine's forks (flat_mc.py, pimc.py), the harness's deck
 
 
 class Policy(Protocol):
@@ -209,7 +209,7 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 
 def kind_of(what: str) -> str:
-    """``random``, ``first``, ``flat-mc`` (a searcher), ``teacher``, ``main`` (a .py file) or ``run`` (a run or
+    """``random``, ``first``, ``flat-mc`` or ``search`` (searchers), ``teacher``, ``main`` (a .py file) or ``run`` (a run or
     checkpoint folder); else a ValueError naming what each may be."""
     from .demo import ROSTER
 
@@ -226,6 +226,6 @@ def kind_of(what: str) -> str:
         return "run"
     teachers = ", ".join(r[0] for r in ROSTER)
     raise ValueError(
-        f"{what!r} is no player: one of random, first, flat-mc (flat Monte Carlo over the engine's forks), a teacher "
+        f"{what!r} is no player: one of random, first, flat-mc, search (searchers over the engine's forks), a teacher "
         f"({teachers}), a run dir or a main.py that exists"
     )

@@ -21,8 +21,8 @@ traced yet.
 from __future__ import annotations
 
 import ctypes
+import dataclasses  # as a module: main.py binds each import once, and cards.py imports dataclass itself
 import json
-from dataclasses import dataclass, field
 from typing import Self
 
 BEGIN_ERRORS = {
@@ -39,7 +39,6 @@ STEP_ERRORS = {
     6: "an index given twice",
     30: "the search handle is broken",
 }
-POKEMON = 0  # cardType of a Pokémon card in the engine's card database
 _INTS = ctypes.POINTER(ctypes.c_int)
 _BOUND: set[int] = set()  # the libraries whose search functions are typed (id of the CDLL)
 
@@ -48,7 +47,7 @@ class SearchError(RuntimeError):
     """The engine (or these bindings, before calling it) refused a search call: one line saying what."""
 
 
-@dataclass
+@dataclasses.dataclass
 class World:
     """Every zone the acting player cannot see, as card ids: one determinization of its information state."""
 
@@ -57,10 +56,10 @@ class World:
     opponent_deck: list[int]
     opponent_prize: list[int]
     opponent_hand: list[int]
-    opponent_active: list[int] = field(default_factory=list)  # one Pokémon id, only while it is face down
+    opponent_active: list[int] = dataclasses.field(default_factory=list)  # one Pokémon id, only while it is face down
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Fork:
     id: int
     obs: dict  # the fork's observation at its decision (omniscient in its world; no search_begin_input)

@@ -59,6 +59,9 @@ exec(code, env)
 sys.path.pop()
 agent = [v for v in env.values() if callable(v)][-1]
 player = env.get("_PLAYER")
+searcher = env.get("_SEARCHER")  # a search export: the policy is checked first, then the search agent
+if searcher is not None:
+    env["_AGENT"] = player
 answers, times, traces = [], [], []
 for line in open(observations, encoding="utf-8"):
     obs = json.loads(line)
@@ -69,8 +72,26 @@ for line in open(observations, encoding="utf-8"):
     times.append(time.perf_counter() - t)
     answers.append(answer)
     traces.append([[float(v) for v in masked] for masked, _ in (getattr(player, "trace", None) or [])])
+searched = {"answers": [], "times": [], "illegal": []}
+if searcher is not None:  # the search agent answers the same observations: each answer legal, each timed
+    env["_AGENT"] = searcher
+    for i, line in enumerate(open(observations, encoding="utf-8")):
+        if i >= int(sys.argv[3]):
+            break
+        obs = json.loads(line)
+        t = time.perf_counter()
+        answer = agent(obs, {"actTimeout": 0, "bo": 1})
+        searched["times"].append(time.perf_counter() - t)
+        searched["answers"].append(answer)
+        sel = obs.get("select")
+        if sel is not None:
+            n, lo, hi = len(sel["option"]), sel.get("minCount") or 0, sel.get("maxCount") or 0
+            ok = isinstance(answer, list) and len(set(answer)) == len(answer) and lo <= len(answer) <= hi
+            if not ok or not all(isinstance(x, int) and 0 <= x < n for x in answer):
+                searched["illegal"].append(i)
 leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("tcgexp", "mlx"))
-print(json.dumps({"answers": answers, "times": times, "traces": traces, "leaked": leaked, "agent": agent.__name__}))
+print(json.dumps({"answers": answers, "times": times, "traces": traces, "leaked": leaked, "agent": agent.__name__,
+                  "searched": searched}))
 """
 
 
@@ -141,15 +162,17 @@ def compare(expected: list, expected_traces: list, got: list, got_traces: list) 
 
 def check_submission(folder: Path, policy_file: Path) -> dict:
     """main.py in a clean process (no tcgexp, no MLX, another working directory): the answers it gives to the
-    policy's own observations, and its move times."""
+    policy's own observations, and its move times; a search export's search agent then answers the first game's
+    observations, each answer legal, timed."""
     observations, expected, traces = record_games(policy_file, CHECK_GAMES)
+    first_game = next((i for i, o in enumerate(observations) if i and o["select"] is None), len(observations))
     with tempfile.TemporaryDirectory(prefix="tcgexp-export-") as elsewhere:
         obs_file = Path(elsewhere) / "observations.jsonl"
         obs_file.write_text("".join(json.dumps(o) + "\n" for o in observations))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env.pop("PYTHONPATH", None)
         done = subprocess.run(
-            [sys.executable, "-c", REPLAY, str((Path(folder) / "main.py").resolve()), str(obs_file)],
+            [sys.executable, "-c", REPLAY, str((Path(folder) / "main.py").resolve()), str(obs_file), str(first_game)],
             cwd=elsewhere,
             env=env,
             capture_output=True,
@@ -166,8 +189,25 @@ def check_submission(folder: Path, policy_file: Path) -> dict:
             f" beyond ties (options scored within {TIE_TOLERANCE:g} of each other)"
             + (f", it imported {got['leaked']}" if got["leaked"] else "")
         )
+    searched = got["searched"]
+    if searched["illegal"]:
+        i = searched["illegal"][0]
+        raise ConfigError(
+            f"the written main.py's search agent answered {len(searched['illegal'])} of {len(searched['answers'])} "
+            f"observations illegally (the first: observation {i}, {searched['answers'][i]!r})"
+        )
     moves = sorted(t for t, o in zip(got["times"], observations) if o["select"] is not None)
+    search_moves = sorted(t for t, o in zip(searched["times"], observations) if o["select"] is not None)
+    extra = {}
+    if search_moves:
+        extra = {
+            "search_answers": len(search_moves),
+            "search_median_s": search_moves[len(search_moves) // 2],
+            "search_max_s": search_moves[-1],
+            "search_game_s": sum(search_moves),
+        }
     return {
+        **extra,
         "answers": len(expected),
         "ties": len(ties),
         "games": CHECK_GAMES,
@@ -177,6 +217,21 @@ def check_submission(folder: Path, policy_file: Path) -> dict:
         "max_s": moves[-1],
         "moves": len(moves),
     }
+
+
+def _search(settings) -> dict | None:
+    """``eval.agent`` where it is the search agent (its knobs, the defaults filled in), else None."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from .pimc import KNOBS
+
+    node = getattr(settings, "agent", None) if not isinstance(settings, dict) else settings.get("agent")
+    if node is None:
+        return None
+    agent = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    if agent.get("kind", "policy") != "search":
+        return None
+    return {"kind": "search", **{k: agent.get(k, v) for k, v in KNOBS.items()}}
 
 
 def write(folder: Path, weights: dict, state: dict, settings, *, source: str) -> dict:
@@ -193,7 +248,13 @@ def write(folder: Path, weights: dict, state: dict, settings, *, source: str) ->
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.export-", dir=folder.parent))
     try:
         meta = write_policy(staging / POLICY_FILE, weights, state, cards, source=source)
-        staged = bundle.write(staging, staging / POLICY_FILE)
+        search = _search(settings)
+        decks = None
+        if search and search.get("belief", "decks") == "decks":
+            from .pimc import deck_model
+
+            decks = deck_model(state.get("config") or {}).to_json()
+        staged = bundle.write(staging, staging / POLICY_FILE, search=search, decks=decks)
         try:
             checked = check_submission(staging, staging / POLICY_FILE)
         except ConfigError as exc:
@@ -211,7 +272,7 @@ def write(folder: Path, weights: dict, state: dict, settings, *, source: str) ->
 
 def lines(out: dict) -> list[str]:
     """What ``tcgexp-export`` says of a written submission (``write``'s answer), one line each."""
-    return [
+    said = [
         f"[export] {out['main']}: the agent, numpy only (its last callable: {out['agent']}(obs, config))",
         f"[export] {out['weights']}: {out['checkpoint']}'s weights (sha256 {out['weights_sha256'][:12]}), "
         f"the deck {out['deck']}" + (f" ({out['deck_why']})" if out.get("deck_why") else "") + ", the card database",
@@ -224,6 +285,15 @@ def lines(out: dict) -> list[str]:
         f"[export] run it: python -c \"from kaggle_environments import make; e = make('cabt'); "
         f"e.run(['{out['main']}', 'random']); print([s['status'] for s in e.steps[-1]])\"",
     ]
+    if out.get("search_answers"):
+        said.insert(
+            -1,
+            f"[export] the search agent answers (the policy its prior; the engine library kaggle-environments "
+            f"ships): it answered the first game's {out['search_answers']} observations legally, median "
+            f"{out['search_median_s']:.2f} s, max {out['search_max_s']:.2f} s, {out['search_game_s']:.0f} s in all "
+            f"(Kaggle's bank: {OVERAGE_S:.0f} s a game)",
+        )
+    return said
 
 
 def _ties(out: dict) -> str:

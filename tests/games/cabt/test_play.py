@@ -355,3 +355,30 @@ def test_another_runs_weights_change_the_choices(tables, kit):
     a2 = NetPolicy(Net(random_weights(seed=1)), tables, decks["fighting"], max_options=64)
     ours, theirs, again = ([p.choose(o) for o in seen] for p in (a, b, a2))
     assert ours == again and ours != theirs
+
+
+def test_the_prior_is_the_first_picks_softmax_and_advance_moves_the_memory_as_choose_does(tables, kit):
+    """What a search agent reads of the network (``probabilities``) and how it keeps the network's memory along
+    its own answers (``advance``): the prior's argmax is the policy's first pick, its memory left alone; after
+    ``advance(obs, the policy's picks)`` the memory is the one ``choose`` left, bit for bit."""
+    from tcgexp.games.cabt import demo
+    from tcgexp.games.cabt.netpolicy import Net, NetPolicy
+
+    db, decks = kit
+    ep = demo.play("club-water", "expert-psychic", 5, db=db, decks=decks)
+    seen = [s[0]["observation"] for s in ep["steps"][1:-1] if s[0]["status"] == "ACTIVE" and s[0]["observation"]]
+    seen = [o for o in seen if o.get("select")]
+    a = NetPolicy(Net(random_weights(seed=3)), tables, decks["fighting"], max_options=64)
+    b = NetPolicy(Net(random_weights(seed=3)), tables, decks["fighting"], max_options=64)
+    checked = 0
+    for obs in seen:
+        before = b.h.copy()
+        probs = b.probabilities(obs)
+        assert np.array_equal(b.h, before)
+        picks = a.choose(obs)
+        if picks:
+            assert probs.sum() == pytest.approx(1.0) and int(np.argmax(probs)) == picks[0]
+            checked += 1
+        b.advance(obs, picks)
+        assert np.array_equal(a.h, b.h)
+    assert checked > 20
