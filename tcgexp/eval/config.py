@@ -38,7 +38,7 @@ class AgentConfig:
     (``tcgexp/games/cabt/pimc.py``: determinized search over the engine's forks, on Kaggle's 600 s bank)."""
 
     kind: str = "policy"  # policy: the network's own choices; search: PIMC with the network as prior
-    worlds: int = 16  # search: worlds drawn from the belief per searched decision, at most
+    worlds: int = 32  # search: worlds drawn from the belief per searched decision, at most
     top_k: int = 0  # search: candidates, the prior's likeliest (0: every offered option)
     c_prior: float = 0.0  # search: weight of the prior's probability added to an option's mean result
     decisions: str = "all"  # search: all (every single pick with a choice) or main (the main phase's)

@@ -85,7 +85,7 @@ class SearchAgent:
         belief,
         prior=None,
         rollout=None,
-        worlds: int = 16,
+        worlds: int = 32,
         top_k: int = 0,
         c_prior: float = 0.0,
         decisions: str = "all",
@@ -205,7 +205,7 @@ def playout(search: Search, obs: dict, world, answer: list[int], me: int, rollou
 
 
 KNOBS = {  # the search agent's settings and their defaults (conf/eval/agent/search.yaml sets them)
-    "worlds": 16,
+    "worlds": 32,
     "top_k": 0,
     "c_prior": 0.0,
     "decisions": "all",
