@@ -71,7 +71,7 @@ class EvalConfig:
     # play at the end of training (a run of a game with an arena: tcgexp.games.play); null: on for a run trained on
     # imported episodes of a game with one (dataset=cabt), off for any other (the built-in game, a demo corpus)
     enabled: bool | None = None
-    # who the policy plays, each eval.games games: random, first (the engine's agents), flat-mc (flat Monte Carlo over
+    # who the policy plays, each eval.games games: random, first (the engine's agents), flat-mc or search (searchers over
     # the engine's forks), a teacher of the demo's roster by name (expert-fighting, ...), a run dir (its trained
     # policy) or a main.py; name=spec names one
     opponents: list[str] = field(default_factory=lambda: ["random", "first"])
@@ -89,7 +89,7 @@ class EvalConfig:
     # deal game g the same in every evaluation with this seed (the engine's shuffles from a seeded stream: needs a
     # C compiler once); false: the engine's own std::random_device, as in Kaggle's harness
     paired: bool = True
-    # who plays for the run (eval.agent.kind=search: the search agent, its knobs eval.agent.*); conf/eval/agent/
+    # who plays for the run: kind=policy its network; kind=search the search agent (knobs eval.agent.*), the network its prior
     agent: AgentConfig = field(default_factory=AgentConfig)
     UNPINNED: ClassVar[tuple] = ALL  # playing never changes what was trained
     NULLABLE: ClassVar[tuple] = ("enabled", "deck")

@@ -86,7 +86,7 @@ class Evaluation:
         max_seconds: float,
         workers: int,
         paired: bool,
-        agent: dict | None = None,
+        agent,
     ) -> None:
         self.enabled, self.opponents, self.games, self.deck = enabled, [str(o) for o in opponents], games, deck
         self.checkpoint, self.seed, self.max_steps, self.max_seconds = checkpoint, seed, max_steps, max_seconds

@@ -20,6 +20,7 @@ from tcgexp.winrate import counted
 
 SETTINGS = {
     "enabled": True,
+    "agent": None,
     "opponents": ["a", "b"],
     "games": 4,
     "deck": None,

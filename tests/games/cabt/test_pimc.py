@@ -73,8 +73,8 @@ def test_an_impossible_agent_setting_is_one_line_naming_it(tmp_path, override, k
         eval_node(tmp_path, [override])
 
 
-def test_agent_search_composes_into_eval_agent(cfg_factory):
-    cfg = cfg_factory("agent=search", "eval.agent.worlds=4")
+def test_eval_agent_search_composes(cfg_factory):
+    cfg = cfg_factory("eval.agent.kind=search", "eval.agent.worlds=4")
     assert cfg.eval.agent.kind == "search" and cfg.eval.agent.worlds == 4
     assert cfg_factory().eval.agent.kind == "policy"
 
