@@ -73,8 +73,8 @@ class _Kit:
 
     def player(self, side: Side, seed: int):
         base = self._player(side, seed)
-        if (side.agent or {}).get("kind", "policy") == "policy":
-            return base
+        if side.kind == "search" or (side.agent or {}).get("kind", "policy") == "policy":
+            return base  # a search side searches already: its agent knobs are its own
         from .engine import engine
         from .pimc import build
 

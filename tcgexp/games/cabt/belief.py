@@ -21,11 +21,8 @@ without being told.
 
 from __future__ import annotations
 
-import json
 import random
-import zipfile
 from collections import Counter
-from pathlib import Path
 
 from .search import World, needed
 
@@ -137,28 +134,6 @@ class DeckModel:
         if not decks:
             raise ValueError("a deck model needs one deck at least")
         self.decks = [(int(w), [int(c) for c in d]) for w, d in decks]
-
-    @classmethod
-    def from_replays(cls, root: Path, *, extra: list[list[int]] = ()) -> DeckModel:
-        """Every deck of the replay ZIPs under `root` (each agent's answer at step 1 of an episode), counted;
-        `extra` decks (the harness's own agents' deck, say) count once each."""
-        counts: Counter = Counter()
-        for archive in sorted(Path(root).rglob("*.zip")):
-            with zipfile.ZipFile(archive) as z:
-                for name in z.namelist():
-                    if not name.endswith(".json") or name.endswith(("_info.json", ".info.json", "index.json")):
-                        continue
-                    steps = json.loads(z.read(name)).get("steps") or []
-                    for entry in steps[1] if len(steps) > 1 else []:
-                        deck = entry.get("action") if isinstance(entry, dict) else None
-                        deck = deck.get("action") if isinstance(deck, dict) else deck
-                        if isinstance(deck, list) and len(deck) == 60:
-                            counts[tuple(sorted(int(c) for c in deck))] += 1
-        for deck in extra:
-            counts[tuple(sorted(int(c) for c in deck))] += 1
-        if not counts:
-            raise ValueError(f"no replay ZIP under {root} holds a deck (an episode's step 1): no deck model")
-        return cls([(w, list(d)) for d, w in counts.most_common()])
 
     def to_json(self) -> list:
         return [[w, d] for w, d in self.decks]

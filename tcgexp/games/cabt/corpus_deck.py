@@ -51,9 +51,9 @@ def _counts(root: Path, players: list[str] | None) -> Counter:
     return counts
 
 
-def _find(root: Path, wanted: int) -> list[int] | None:
-    """The deck of `wanted`'s hash, read from the replay ZIPs (step 1's answers), or None."""
-    for archive in sorted((root / "replays").rglob("*.zip")):
+def replay_decks(root: Path):
+    """Every deck the replay ZIPs under `root` hold, as 60 card ids: each agent's answer at step 1 of an episode."""
+    for archive in sorted(Path(root).rglob("*.zip")):
         with zipfile.ZipFile(archive) as z:
             for name in z.namelist():
                 if not name.endswith(".json") or name.endswith(("_info.json", ".info.json", "index.json")):
@@ -62,9 +62,13 @@ def _find(root: Path, wanted: int) -> list[int] | None:
                 for entry in steps[1] if len(steps) > 1 else []:
                     deck = entry.get("action") if isinstance(entry, dict) else None
                     deck = deck.get("action") if isinstance(deck, dict) else deck
-                    if isinstance(deck, list) and len(deck) == 60 and hash_deck(deck) == wanted:
-                        return [int(c) for c in deck]
-    return None
+                    if isinstance(deck, list) and len(deck) == 60:
+                        yield [int(c) for c in deck]
+
+
+def _find(root: Path, wanted: int) -> list[int] | None:
+    """The deck of `wanted`'s hash, read from the replay ZIPs (step 1's answers), or None."""
+    return next((deck for deck in replay_decks(root / "replays") if hash_deck(deck) == wanted), None)
 
 
 def trained_deck(run_cfg) -> tuple[str | None, list[int] | None, str]:

@@ -23,6 +23,7 @@ is a loss): a decision gets ``per_decision`` seconds at most, and never more tha
 
 from __future__ import annotations
 
+import functools
 import time
 
 from .search import Fork, Search, SearchError
@@ -218,12 +219,18 @@ KNOBS = {  # the search agent's settings and their defaults (conf/eval/agent/sea
 
 
 def known_decks() -> list[list[int]]:
-    """The decks tcgexp knows without a corpus: the harness's own agents' deck, then the demo's teachers'."""
+    """The decks tcgexp knows without a corpus: the harness's own agents' deck, then the demo's teachers' (built
+    once a process: an arena's worker makes a search agent for every game)."""
+    return [list(d) for d in _known_decks()]
+
+
+@functools.cache
+def _known_decks() -> tuple[tuple[int, ...], ...]:
     from .demo import ROSTER, _db
     from .engine import harness_deck
 
     _, decks = _db()
-    return [harness_deck(), *(decks[r[2]] for r in ROSTER)]
+    return tuple(tuple(d) for d in [harness_deck(), *(decks[r[2]] for r in ROSTER)])
 
 
 def build(eng, deck: list[int], knobs: dict | None = None, *, prior=None, seed: int = 0, model=None) -> SearchAgent:
@@ -261,18 +268,17 @@ def build(eng, deck: list[int], knobs: dict | None = None, *, prior=None, seed: 
 
 def deck_model(run_cfg: dict | None = None):
     """The deck model a search agent of a run believes in: the decks of the run's corpus (its replay ZIPs under
-    ``dataset.root``, each weighed by how many players used it) and the decks tcgexp knows (``known_decks``),
-    or those alone where the corpus is not here."""
+    ``dataset.root``, each weighed by how many players used it) and the decks tcgexp knows (``known_decks``, once
+    each), or those alone where the corpus is not here."""
+    from collections import Counter
     from pathlib import Path
 
     from .belief import DeckModel
-    from .corpus_deck import get
+    from .corpus_deck import get, replay_decks
 
-    known = known_decks()
+    counts: Counter = Counter()
     root = Path(str(get(run_cfg or {}, "dataset.root") or "")) / "replays"
     if run_cfg and root.is_dir():
-        try:
-            return DeckModel.from_replays(root, extra=known)
-        except ValueError:
-            pass
-    return DeckModel([(1, d) for d in known])
+        counts.update(tuple(sorted(deck)) for deck in replay_decks(root))
+    counts.update(tuple(sorted(deck)) for deck in known_decks())
+    return DeckModel([(w, list(d)) for d, w in counts.most_common()])

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from .pimc import FirstAnswer
+
 BUILTIN = ("random", "first")
 SEARCHERS = ("flat-mc", "search")  # agents that search the engine's forks (flat_mc.py, pimc.py), the harness's deck
 
@@ -59,22 +61,11 @@ class RandomPolicy:
         return self.choose(obs)
 
 
-class FirstPolicy:
-    """The engine's ``first`` agent: the first ``maxCount`` options."""
+class FirstPolicy(FirstAnswer):
+    """The engine's ``first`` agent: the first ``maxCount`` options (``pimc.FirstAnswer``, which a submission ships
+    without this module), named and answering to the Player protocol."""
 
     name = "first"
-
-    def __init__(self, deck: list[int]) -> None:
-        self._deck = list(deck)
-
-    def deck(self) -> list[int]:
-        return list(self._deck)
-
-    def reset(self) -> None:
-        pass
-
-    def choose(self, obs: dict) -> list[int]:
-        return list(range(obs["select"]["maxCount"]))
 
     def new_episode(self) -> None:  # the Player protocol (tcgexp.games.play): reset
         self.reset()

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tcgexp.games.cabt.arena import play_game
-from tcgexp.games.cabt.belief import UniformBelief, seen
+from tcgexp.games.cabt.belief import UniformBelief, basic_ids, seen
 from tcgexp.games.cabt.engine import engine, harness_deck
 from tcgexp.games.cabt.flat_mc import FlatMonteCarlo
 from tcgexp.games.cabt.players import FirstPolicy
@@ -18,13 +18,9 @@ from tcgexp.games.cabt.search import Search, needed
 pytestmark = pytest.mark.extra("cabt")
 
 
-def basics(eng) -> set[int]:
-    return {c["cardId"] for c in eng.cards() if c.get("cardType") == 0 and c.get("basic")}
-
-
 def test_every_world_fills_the_hidden_zones_consistently_and_forks():
     eng, deck, rng = engine(), harness_deck(), random.Random(5)
-    belief = UniformBelief(deck, basics=basics(eng), seed=1)
+    belief = UniformBelief(deck, basics=basic_ids(eng.cards()), seed=1)
     forks = 0
     with eng.battle(deck, deck) as battle, Search(eng) as search:
         while battle.result < 0 and forks < 150:
@@ -47,7 +43,7 @@ def test_every_world_fills_the_hidden_zones_consistently_and_forks():
 
 def test_flat_monte_carlo_plays_whole_games_against_first():
     eng, deck = engine(), harness_deck()
-    agent = FlatMonteCarlo(eng, deck, belief=UniformBelief(deck, basics=basics(eng), seed=0), worlds=1)
+    agent = FlatMonteCarlo(eng, deck, belief=UniformBelief(deck, basics=basic_ids(eng.cards()), seed=0), worlds=1)
     for me in (0, 1):
         sides = [agent, FirstPolicy(deck)] if me == 0 else [FirstPolicy(deck), agent]
         out = play_game(eng, sides, me=me, max_steps=2000, max_seconds=600.0)

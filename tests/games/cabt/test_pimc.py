@@ -94,13 +94,14 @@ cabt = pytest.mark.extra("cabt")
 
 @cabt
 def test_the_deck_belief_deals_the_opponent_only_what_its_list_still_holds(eng):
-    from tcgexp.games.cabt.belief import DeckBelief
+    from tcgexp.games.cabt.belief import DeckBelief, basic_ids
     from tcgexp.games.cabt.engine import harness_deck
     from tcgexp.games.cabt.search import Search, needed
 
     deck, rng = harness_deck(), random.Random(2)
-    basics = {c["cardId"] for c in eng.cards() if c.get("cardType") == 0 and c.get("basic")}
-    belief = DeckBelief(deck, basics=basics, model=DeckModel([(1, deck)]), seed=3)  # the opponent's true list
+    belief = DeckBelief(
+        deck, basics=basic_ids(eng.cards()), model=DeckModel([(1, deck)]), seed=3
+    )  # the opponent's true list
     checked = 0
     with eng.battle(deck, deck) as battle, Search(eng) as search:
         while battle.result < 0 and checked < 120:

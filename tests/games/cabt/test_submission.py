@@ -17,11 +17,12 @@ pytestmark = pytest.mark.extra("cabt")
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def export(tmp: Path, weights: dict) -> tuple[Path, Path, str]:
-    """A run holding `weights` exported by ``tcgexp.cli.export``: (run dir, submission folder, its stdout)."""
+def export(tmp: Path, weights: dict, *overrides: str) -> tuple[Path, Path, str]:
+    """A run holding `weights` exported by ``tcgexp.cli.export`` (with `overrides`): (run dir, submission folder,
+    its stdout)."""
     run = fake_run(tmp / "run", seed=4, weights=weights)
     done = subprocess.run(
-        [sys.executable, "-m", "tcgexp.cli.export", str(run), str(tmp / "sub")],
+        [sys.executable, "-m", "tcgexp.cli.export", str(run), str(tmp / "sub"), *overrides],
         cwd=tmp,
         capture_output=True,
         text=True,
@@ -376,48 +377,3 @@ def test_tcgexp_eval_refuses_a_damaged_submission_an_illegal_deck_and_a_damaged_
             weights.write_bytes(bytes(data))
         said = refused(copy, "eval.opponents=[random]")
         assert str(weights) in said, said
-
-
-@pytest.mark.slow
-def test_a_search_export_searches_inside_kaggles_harness_on_its_bank(tmp_path):
-    """``eval.agent.kind=search``: main.py carries the search agent (the policy its prior, the engine library the
-    harness ships); Kaggle's harness plays it against first in both seats: every status DONE, the bank spent
-    in part only, each of its answers legal (the harness would have said INVALID)."""
-    run = fake_run(tmp_path / "run", seed=4, weights=random_weights(seed=4))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tcgexp.cli.export",
-            str(run),
-            str(tmp_path / "sub"),
-            "eval.agent.kind=search",
-            "eval.agent.per_decision=0.2",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "the search agent answers" in done.stdout and "observations legally" in done.stdout, done.stdout
-    main = tmp_path / "sub" / "main.py"
-    assert "_SEARCHER = _searcher()" in main.read_text()
-    code = r"""
-import json, sys
-from kaggle_environments import make
-out = []
-for agents, me in (([sys.argv[1], "first"], 0), (["first", sys.argv[1]], 1)):
-    env = make("cabt")
-    env.run(agents)
-    last = env.steps[-1]
-    out.append({"statuses": [a["status"] for a in last], "bank": last[me]["observation"]["remainingOverageTime"]})
-print(json.dumps(out))
-"""
-    played = subprocess.run(
-        [sys.executable, "-c", code, str(main)], cwd=tmp_path, capture_output=True, text=True, timeout=1800
-    )
-    assert played.returncode == 0, played.stderr[-2000:]
-    games = json.loads(played.stdout.strip().splitlines()[-1])
-    assert all(g["statuses"] == ["DONE", "DONE"] for g in games), games
-    assert all(60 < g["bank"] < 600 for g in games), games  # it thought (the bank moved) and kept its reserve
