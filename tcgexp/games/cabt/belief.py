@@ -99,7 +99,9 @@ class UniformBelief:
                 pool.pop()
         k_deck, k_prize = need["opponent_deck"], need["opponent_prize"]
         opponent_deck = pool[:k_deck]
-        if opponent_deck and not any(c in self.basics for c in opponent_deck):  # setup needs a Pokémon there
+        # an unknown list drawn at random may leave the deck no Pokémon, which setup needs; a known list says
+        # what is left (putting a copy there made a card more than the list holds)
+        if not listed and opponent_deck and not any(c in self.basics for c in opponent_deck):
             opponent_deck[0] = active[0] if active else next(c for c in self.my_deck if c in self.basics)
         return World(
             your_deck=hidden[: need["your_deck"]],
